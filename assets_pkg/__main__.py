@@ -1,0 +1,5 @@
+import sys
+
+from assets_pkg.cli import main
+
+sys.exit(main())

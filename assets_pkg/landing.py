@@ -1,0 +1,95 @@
+"""The landing contract: immutable, append-only Parquet batches under $LAKE_ROOT/landing/<dataset>/ingest_date=D/."""
+
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from resources.lake import landing_path
+
+ORDER_ITEMS = "order_items"
+PRODUCTS = "products"
+
+ORDER_ITEM_KEY = ["order_id", "order_item_id"]
+PRODUCT_KEY = ["product_id"]
+
+MONEY = T.DecimalType(18, 2)
+
+ORDER_ITEM_SCHEMA = T.StructType(
+    [
+        T.StructField("order_id", T.LongType(), False),
+        T.StructField("order_item_id", T.IntegerType(), False),
+        T.StructField("order_date", T.DateType(), False),
+        T.StructField("customer_id", T.LongType()),
+        T.StructField("product_id", T.LongType()),
+        T.StructField("channel", T.StringType()),
+        T.StructField("quantity", T.IntegerType()),
+        T.StructField("gross_amount", MONEY),
+        T.StructField("discount_amount", MONEY),
+        T.StructField("cost_amount", MONEY),
+        T.StructField("updated_at", T.TimestampType(), False),
+        T.StructField("ingested_at", T.TimestampType(), False),
+    ]
+)
+
+PRODUCT_SCHEMA = T.StructType(
+    [
+        T.StructField("product_id", T.LongType(), False),
+        T.StructField("category", T.StringType()),
+        T.StructField("status", T.StringType()),
+        T.StructField("list_price", MONEY),
+        T.StructField("updated_at", T.TimestampType(), False),
+        T.StructField("ingested_at", T.TimestampType(), False),
+    ]
+)
+
+SCHEMAS = {ORDER_ITEMS: ORDER_ITEM_SCHEMA, PRODUCTS: PRODUCT_SCHEMA}
+
+
+class LandingError(RuntimeError):
+    pass
+
+
+def batch_dirs(dataset: str) -> list[Path]:
+    root = Path(landing_path(dataset))
+    return sorted(p for p in root.glob("ingest_date=*") if p.is_dir()) if root.exists() else []
+
+
+def read_landing(spark: SparkSession, dataset: str) -> DataFrame:
+    """Every landed row version with its batch (`ingest_date`) and file (`source_file`, relative to the landing root)."""
+    if not batch_dirs(dataset):
+        raise LandingError(f"no landed batches under {landing_path(dataset)}: run `python -m assets_pkg generate`")
+    root = landing_path(dataset)
+    schema = T.StructType([*SCHEMAS[dataset].fields, T.StructField("ingest_date", T.DateType())])
+    df = spark.read.schema(schema).parquet(root)
+    # The file name relative to the landing root, so the same landing copied to another lake gives the same rows.
+    return df.withColumn(
+        "source_file", F.substring_index(F.col("_metadata.file_path"), f"/{dataset}/", -1)
+    )
+
+
+def assert_new_batches(df: DataFrame, dataset: str) -> list[str]:
+    """The batches (`ingest_date`s) in `df`; landed batches are immutable, so any that already exists is refused
+    instead of silently changing history."""
+    ingest_dates = sorted(r.ingest_date.isoformat() for r in df.select("ingest_date").distinct().collect())
+    existing = {p.name.split("=", 1)[1] for p in batch_dirs(dataset)}
+    clash = sorted(set(ingest_dates) & existing)
+    if clash:
+        raise LandingError(f"batches already landed for {dataset}: {', '.join(clash[:5])}; landing is append-only")
+    return ingest_dates
+
+
+def land(batches: dict[str, DataFrame]) -> dict[str, list[str]]:
+    """Land new batches, per dataset a DataFrame with an `ingest_date` column. Every clash is checked before anything
+    is written, so a refused landing leaves nothing half-written."""
+    landed = {dataset: assert_new_batches(df, dataset) for dataset, df in batches.items()}
+    for dataset, df in batches.items():
+        (
+            df.select(*SCHEMAS[dataset].fieldNames(), "ingest_date")
+            .repartition("ingest_date")  # one file per batch
+            .write.mode("append")
+            .partitionBy("ingest_date")
+            .parquet(landing_path(dataset))
+        )
+    return landed

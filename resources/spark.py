@@ -1,0 +1,62 @@
+"""The Spark session: one per process, configured from the environment.
+
+Local mode (`local[2]`) is the embedded default. `SPARK_MASTER` points at a cluster, `SPARK_REMOTE` at a Spark
+Connect server, and `SPARK_CONF` (a JSON object) adds or overrides any Spark setting.
+"""
+
+import json
+import os
+from pathlib import Path
+
+from dagster_pyspark import LazyPySparkResource
+from dagster_pyspark.resources import spark_session_from_config
+from pyspark.sql import SparkSession
+
+from resources.lake import REPO_ROOT, lake_root
+
+DELTA_PACKAGE = "io.delta:delta-spark_4.2_2.13:4.4.0"
+
+
+def _delta_jars() -> str | None:
+    jars_dir = Path(os.environ.get("DELTA_JARS_DIR", REPO_ROOT / ".jars"))
+    jars = sorted(str(p) for p in jars_dir.glob("*.jar"))
+    return ",".join(jars) or None
+
+
+def spark_config() -> dict[str, str]:
+    conf = {
+        "spark.app.name": "exact-backfills",
+        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+        # Dates are partition keys: they must not depend on the machine's time zone.
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.shuffle.partitions": "8",
+        # Delta's default of 50 tasks to replay a table's log is built for clusters.
+        "spark.databricks.delta.snapshotPartitions": "2",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.ui.enabled": "false",
+        "spark.sql.warehouse.dir": str(lake_root() / "spark-warehouse"),
+    }
+    remote = os.environ.get("SPARK_REMOTE")
+    if remote:
+        conf["spark.remote"] = remote
+    else:
+        conf["spark.master"] = os.environ.get("SPARK_MASTER", "local[2]")
+        conf["spark.driver.memory"] = os.environ.get("SPARK_DRIVER_MEMORY", "4g")
+        jars = _delta_jars()
+        if jars:
+            conf["spark.jars"] = jars
+        else:
+            conf["spark.jars.packages"] = DELTA_PACKAGE
+    conf.update(json.loads(os.environ.get("SPARK_CONF", "{}")))
+    return conf
+
+
+def get_spark() -> SparkSession:
+    """The process's session: created on first use, then shared (getOrCreate)."""
+    return spark_session_from_config(spark_config())
+
+
+def spark_resource() -> LazyPySparkResource:
+    """Dagster resource; lazy so a run whose steps never touch Spark starts no JVM."""
+    return LazyPySparkResource(spark_config=spark_config())
