@@ -4,12 +4,12 @@ day or a range replaces exactly that range, in one Delta commit per table per ru
 import time
 from datetime import date
 
-from dagster import AssetDep, AssetExecutionContext, MaterializeResult, TimeWindowPartitionMapping, asset
+from dagster import AssetExecutionContext, MaterializeResult, asset
 from dagster_pyspark import LazyPySparkResource
 from pyspark.sql import DataFrame
 
 from assets_pkg import landing, transforms
-from assets_pkg.partitions import backfill_policy, daily_partitions, days, first_day, last_day, run_days
+from assets_pkg.partitions import backfill_policy, daily_partitions, days, first_day, run_days
 from resources.delta_io import overwrite_range, read_range
 
 STG_ORDER_ITEMS = "stg_order_items"
@@ -79,16 +79,12 @@ def dim_product(context: AssetExecutionContext, pyspark: LazyPySparkResource) ->
     return _publish(context, DIM_PRODUCT, changes, start, end, t0)
 
 
-# A day's facts see every product change up to that day.
-_ALL_EARLIER_DAYS = TimeWindowPartitionMapping(
-    start_offset=-(last_day() - first_day()).days, allow_nonexistent_upstream_partitions=True
-)
-
-
 @asset(
     **_COMMON,
     kinds={"spark", "delta"},
-    deps=[STG_ORDER_ITEMS, AssetDep(DIM_PRODUCT, partition_mapping=_ALL_EARLIER_DAYS)],
+    # Day to day: a product change on day D reaches later days' facts through stale-partition targeting, not
+    # through a "D and every later day" mapping, which makes Dagster backfill every later day for any change.
+    deps=[STG_ORDER_ITEMS, DIM_PRODUCT],
 )
 def fact_order_item(context: AssetExecutionContext, pyspark: LazyPySparkResource) -> MaterializeResult:
     """One row per order item, with net amount and the product's category and status as of the order day."""

@@ -64,6 +64,8 @@ def run_backfill(
                 BACKFILL_TAG: backfill_id,
             },
             raise_on_error=False,
+            # The per-partition event log goes to the instance (and the UI); the terminal gets one line per run.
+            run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
         )
         status = "ok" if result.success else "FAILED"
         echo(f"  [{i}/{len(ranges)}] {a}..{b} {status} in {time.monotonic() - t0:.1f}s (run {result.run_id})")

@@ -3,12 +3,11 @@
 from dagster import AssetSelection, Definitions, define_asset_job, in_process_executor
 
 from assets_pkg.assets import pipeline_assets
-from assets_pkg.partitions import daily_partitions
 from resources.spark import spark_resource
 
 ALL_ASSETS_JOB = "all_assets"
 
-all_assets_job = define_asset_job(ALL_ASSETS_JOB, selection=AssetSelection.all(), partitions_def=daily_partitions)
+all_assets_job = define_asset_job(ALL_ASSETS_JOB, selection=AssetSelection.all())
 
 defs = Definitions(
     assets=pipeline_assets,
