@@ -1,18 +1,34 @@
-"""The asset graph. Every table is daily-partitioned by event date and written with `overwrite_range`: materializing a
-day or a range replaces exactly that range, in one Delta commit per table per run."""
+"""The asset graph. Every table is daily-partitioned by event date and materialized the same way (`daily_table`):
+build the range, run the blocking checks on it, and only then replace exactly that range with `overwrite_range`
+(one Delta commit per table per run), record fingerprints and the audit trail."""
 
 import time
-from datetime import date
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import date, datetime, timezone
 
-from dagster import AssetExecutionContext, MaterializeResult, asset
+from dagster import (
+    AssetCheckEvaluation,
+    AssetExecutionContext,
+    AssetKey,
+    AssetSpec,
+    Failure,
+    MaterializeResult,
+    multi_asset,
+)
 from dagster_pyspark import LazyPySparkResource
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
-from assets_pkg import landing, transforms
-from assets_pkg.partitions import backfill_policy, daily_partitions, days, first_day, run_days
+from assets_pkg import checks, landing, quarantine, transforms
+from assets_pkg.checks import Reconciliation, TableChecks
+from assets_pkg.landing import ORDER_ITEM_KEY
+from assets_pkg.partitions import backfill_policy, daily_partitions, days, first_day, last_day, run_days
+from resources import audit
 from resources.delta_io import overwrite_range, read_range
 
 STG_ORDER_ITEMS = "stg_order_items"
+QUARANTINE_ORDER_ITEMS = "quarantine_order_items"
 DIM_PRODUCT = "dim_product"
 FACT_ORDER_ITEM = "fact_order_item"
 DAILY_REVENUE = "daily_revenue"
@@ -21,97 +37,255 @@ CUSTOMER_DAILY_FEATURES = "customer_daily_features"
 # The column each table is partitioned (and overwritten) by.
 DAY_COLUMN = {
     STG_ORDER_ITEMS: "order_date",
+    QUARANTINE_ORDER_ITEMS: "quarantine_day",
     DIM_PRODUCT: "valid_from",
     FACT_ORDER_ITEM: "order_date",
     DAILY_REVENUE: "order_date",
     CUSTOMER_DAILY_FEATURES: "order_date",
 }
 
-_COMMON = dict(partitions_def=daily_partitions, backfill_policy=backfill_policy, group_name="orders")
+_COUNT = "count(1)"
+
+TABLE_CHECKS = {
+    STG_ORDER_ITEMS: TableChecks(key=ORDER_ITEM_KEY, day_column="order_date"),
+    DIM_PRODUCT: TableChecks(key=["product_id", "valid_from"], day_column="valid_from"),
+    FACT_ORDER_ITEM: TableChecks(
+        key=ORDER_ITEM_KEY,
+        day_column="order_date",
+        # Seed 002's reconciliation: counts and amounts of the fact equal staging's, day by day.
+        reconciliation=Reconciliation(
+            STG_ORDER_ITEMS,
+            {
+                "items": (_COUNT, _COUNT),
+                "gross_amount": ("sum(gross_amount)", "sum(gross_amount)"),
+                "discount_amount": ("sum(discount_amount)", "sum(discount_amount)"),
+                "net_amount": ("sum(net_amount)", "sum(gross_amount - discount_amount)"),
+            },
+        ),
+        nothing_lost=True,
+    ),
+    DAILY_REVENUE: TableChecks(
+        key=["order_date", "channel"],
+        day_column="order_date",
+        reconciliation=Reconciliation(
+            FACT_ORDER_ITEM,
+            {
+                "items": ("sum(item_count)", _COUNT),
+                "gross_amount": ("sum(gross_amount)", "sum(gross_amount)"),
+                "discount_amount": ("sum(discount_amount)", "sum(discount_amount)"),
+                "net_amount": ("sum(net_amount)", "sum(net_amount)"),
+            },
+        ),
+    ),
+    CUSTOMER_DAILY_FEATURES: TableChecks(
+        key=["customer_id", "order_date"],
+        day_column="order_date",
+        reconciliation=Reconciliation(
+            FACT_ORDER_ITEM,
+            {"items": ("sum(item_count)", _COUNT), "net_amount": ("sum(net_amount)", "sum(net_amount)")},
+        ),
+    ),
+}
 
 
-def _publish(context: AssetExecutionContext, table: str, df: DataFrame, start: date, end: date, t0: float):
-    commit = overwrite_range(
-        df,
-        table,
-        DAY_COLUMN[table],
-        start,
-        end,
-        commit_info={
+@dataclass
+class Staged:
+    """What a table's build produces for a range, before anything is written."""
+
+    table: DataFrame
+    upstream: DataFrame | None = None  # the upstream range it must reconcile with
+    lost: DataFrame | None = None  # keys that should be in the table (or quarantine) but are not
+    side_tables: dict[str, DataFrame] = field(default_factory=dict)  # written in the same run, e.g. quarantine
+    source_watermark: datetime | None = None
+
+
+def _epoch_to_utc(seconds: float | None) -> datetime | None:
+    return datetime.fromtimestamp(seconds, tz=timezone.utc) if seconds is not None else None
+
+
+def _log(context: AssetExecutionContext, table: str, outcomes: list[checks.Outcome]) -> None:
+    for o in outcomes:
+        context.log_event(
+            AssetCheckEvaluation(
+                asset_key=AssetKey(table),
+                check_name=o.check,
+                passed=o.passed,
+                partition=o.day.isoformat(),
+                severity=o.severity,
+                metadata=o.metadata,
+            )
+        )
+
+
+def _materialize(context: AssetExecutionContext, spark: SparkSession, table: str, build: Callable[..., Staged]):
+    started = datetime.now(timezone.utc)
+    t0 = time.monotonic()
+    start, end = run_days(context)
+    table_checks = TABLE_CHECKS[table]
+    staged = build(spark, start, end)
+    df = staged.table.persist()  # checked and written from the same computed rows
+    try:
+        outcomes, profile = checks.evaluate_blocking(df, staged.upstream, staged.lost, table_checks, start, end)
+        failing = [o for o in outcomes if not o.passed]
+        if failing:  # reconcile before publish: nothing of this range is written, downstream does not run
+            _log(context, table, outcomes)
+            raise Failure(
+                description=f"{table}: blocking checks failed for {len({o.day for o in failing})} day(s); "
+                f"nothing written for {start}..{end}. "
+                + "; ".join(f"{o.check} on {o.day}: {checks.summary(o)}" for o in failing[:10]),
+                metadata={"failing_days": ", ".join(sorted({o.day.isoformat() for o in failing}))},
+            )
+        commit_info = {
             "run_id": context.run.run_id,
             "backfill_id": context.run.tags.get("dagster/backfill"),
-            "asset": table,
             "start": start,
             "end": end,
-        },
-    )
-    return MaterializeResult(
-        metadata={
-            "rows_written": commit.rows_written,
-            "delta_version": commit.version,
-            "files_added": commit.files_added,
-            "files_removed": commit.files_removed,
-            "first_day": start.isoformat(),
-            "last_day": end.isoformat(),
-            "partitions": len(days(start, end)),
-            "duration_s": round(time.monotonic() - t0, 3),
         }
+        selected = {k.to_user_string() for k in context.selected_asset_keys}
+        for side_table, side_df in staged.side_tables.items():
+            if side_table in selected:
+                side_df = side_df.withColumn("run_id", F.lit(context.run.run_id))  # which run put the row there
+                side = overwrite_range(side_df, side_table, DAY_COLUMN[side_table], start, end, {**commit_info, "asset": side_table})
+                yield MaterializeResult(asset_key=side_table, metadata=_commit_metadata(side, start, end))
+        if table not in selected:
+            return
+        commit = overwrite_range(df, table, table_checks.day_column, start, end, {**commit_info, "asset": table})
+        previous = audit.latest_by_partition(spark, table, start, end)
+        after = checks.evaluate_after_commit(profile, previous, start, end)
+        _log(context, table, outcomes + after)
+        ended = datetime.now(timezone.utc)
+        duplicates = {o.day: o.metadata["duplicate_per_1k"] for o in outcomes if o.check == checks.UNIQUE_KEY}
+        mismatches = {o.day: o.metadata["mismatch_count"] for o in outcomes if o.check == checks.RECONCILES}
+        audit.append(
+            spark,
+            [
+                audit.AuditRow(
+                    run_id=context.run.run_id,
+                    backfill_id=context.run.tags.get("dagster/backfill"),
+                    operation="materialize",
+                    asset=table,
+                    partition=day,
+                    rows_written=profile[day].rows if day in profile else 0,
+                    fingerprint=profile[day].fingerprint if day in profile else None,
+                    delta_version=commit.version,
+                    started_at=started,
+                    ended_at=ended,
+                    source_watermark=staged.source_watermark,
+                    duplicate_per_1k=duplicates.get(day),
+                    mismatch_count=mismatches.get(day),
+                )
+                for day in days(start, end)
+            ],
+        )
+        changed = sum(1 for o in after if o.check == checks.FINGERPRINT and o.metadata["changed"])
+        yield MaterializeResult(
+            asset_key=table,
+            metadata={
+                **_commit_metadata(commit, start, end),
+                "partitions_changed": changed,
+                "duplicate_per_1k": max(duplicates.values(), default=0.0),
+                "mismatch_count": sum(mismatches.values()),
+                "duration_s": round(time.monotonic() - t0, 3),
+                **(
+                    {"watermark_lag_s": round((ended - staged.source_watermark).total_seconds(), 1)}
+                    if staged.source_watermark
+                    else {}
+                ),
+            },
+        )
+    finally:
+        df.unpersist()
+
+
+def _commit_metadata(commit, start: date, end: date) -> dict:
+    return {
+        "rows_written": commit.rows_written,
+        "delta_version": commit.version if commit.version is not None else -1,
+        "files_added": commit.files_added,
+        "files_removed": commit.files_removed,
+        "first_day": start.isoformat(),
+        "last_day": end.isoformat(),
+        "partitions": len(days(start, end)),
+    }
+
+
+def daily_table(name: str, deps: tuple[str, ...] = (), side_tables: tuple[str, ...] = (), description: str = ""):
+    """Declare a daily-partitioned Delta table built by `build(spark, start, end) -> Staged`, with its checks."""
+    specs = [
+        AssetSpec(name, deps=list(deps), description=description, kinds={"spark", "delta"}, group_name="orders"),
+        *[AssetSpec(s, deps=list(deps), kinds={"spark", "delta"}, group_name="orders") for s in side_tables],
+    ]
+
+    def decorator(build: Callable[[SparkSession, date, date], Staged]):
+        # can_subset makes the per-check outputs optional: results are logged per partition, not returned.
+        @multi_asset(
+            name=name,
+            specs=specs,
+            check_specs=checks.check_specs(name, TABLE_CHECKS[name]),
+            partitions_def=daily_partitions,
+            backfill_policy=backfill_policy,
+            can_subset=True,
+        )
+        def _asset(context: AssetExecutionContext, pyspark: LazyPySparkResource):
+            yield from _materialize(context, pyspark.spark_session, name, build)
+
+        return _asset
+
+    return decorator
+
+
+@daily_table(
+    STG_ORDER_ITEMS,
+    side_tables=(QUARANTINE_ORDER_ITEMS,),
+    description="Current version of each order item (natural key order_id + order_item_id): duplicate deliveries "
+    "removed, corrections applied, by its current order_date. Rows breaking the contract go to "
+    "quarantine_order_items with the reason.",
+)
+def stg_order_items(spark: SparkSession, start: date, end: date) -> Staged:
+    versions, rejected = quarantine.split(landing.read_landing(spark, landing.ORDER_ITEMS), first_day(), last_day())
+    return Staged(
+        table=transforms.stg_order_items(versions, start, end),
+        side_tables={QUARANTINE_ORDER_ITEMS: quarantine.for_range(rejected, start, end)},
+        source_watermark=_epoch_to_utc(versions.agg(F.max("ingested_at").cast("double")).first()[0]),
     )
 
 
-@asset(**_COMMON, kinds={"spark", "delta"})
-def stg_order_items(context: AssetExecutionContext, pyspark: LazyPySparkResource) -> MaterializeResult:
-    """Current version of each order item (natural key order_id + order_item_id): duplicate deliveries removed,
-    corrections applied, by its current order_date."""
-    t0 = time.monotonic()
-    start, end = run_days(context)
-    versions = landing.read_landing(pyspark.spark_session, landing.ORDER_ITEMS)
-    return _publish(context, STG_ORDER_ITEMS, transforms.stg_order_items(versions, start, end), start, end, t0)
+@daily_table(DIM_PRODUCT, description="Product versions by the day they take effect (valid_from): the product "
+             "dimension as of any day.")
+def dim_product(spark: SparkSession, start: date, end: date) -> Staged:
+    versions = landing.read_landing(spark, landing.PRODUCTS)
+    return Staged(table=transforms.dim_product_changes(versions, first_day(), start, end))
 
 
-@asset(**_COMMON, kinds={"spark", "delta"})
-def dim_product(context: AssetExecutionContext, pyspark: LazyPySparkResource) -> MaterializeResult:
-    """Product versions by the day they take effect (valid_from): the product dimension as of any day."""
-    t0 = time.monotonic()
-    start, end = run_days(context)
-    versions = landing.read_landing(pyspark.spark_session, landing.PRODUCTS)
-    changes = transforms.dim_product_changes(versions, first_day(), start, end)
-    return _publish(context, DIM_PRODUCT, changes, start, end, t0)
-
-
-@asset(
-    **_COMMON,
-    kinds={"spark", "delta"},
-    # Day to day: a product change on day D reaches later days' facts through stale-partition targeting, not
-    # through a "D and every later day" mapping, which makes Dagster backfill every later day for any change.
-    deps=[STG_ORDER_ITEMS, DIM_PRODUCT],
-)
-def fact_order_item(context: AssetExecutionContext, pyspark: LazyPySparkResource) -> MaterializeResult:
-    """One row per order item, with net amount and the product's category and status as of the order day."""
-    t0 = time.monotonic()
-    start, end = run_days(context)
-    spark = pyspark.spark_session
+# Day to day: a product change on day D reaches later days' facts through stale-partition targeting, not through a
+# "D and every later day" mapping, which makes Dagster backfill every later day for any change.
+@daily_table(FACT_ORDER_ITEM, deps=(STG_ORDER_ITEMS, DIM_PRODUCT, QUARANTINE_ORDER_ITEMS), description=(
+    "One row per order item, with net amount and the product's category and status as of the order day."))
+def fact_order_item(spark: SparkSession, start: date, end: date) -> Staged:
     stg = read_range(spark, STG_ORDER_ITEMS, "order_date", start, end)
     products = read_range(spark, DIM_PRODUCT, "valid_from", first_day(), end)
-    return _publish(context, FACT_ORDER_ITEM, transforms.fact_order_item(stg, products), start, end, t0)
+    fact = transforms.fact_order_item(stg, products)
+    lost = quarantine.lost_keys(
+        landing.read_landing(spark, landing.ORDER_ITEMS),
+        fact,
+        read_range(spark, QUARANTINE_ORDER_ITEMS, "quarantine_day", start, end),
+        start,
+        end,
+    )
+    return Staged(table=fact, upstream=stg, lost=lost)
 
 
-@asset(**_COMMON, kinds={"spark", "delta"}, deps=[FACT_ORDER_ITEM])
-def daily_revenue(context: AssetExecutionContext, pyspark: LazyPySparkResource) -> MaterializeResult:
-    """Per order_date and channel: items, distinct orders, gross, discount, net and cost."""
-    t0 = time.monotonic()
-    start, end = run_days(context)
-    fact = read_range(pyspark.spark_session, FACT_ORDER_ITEM, "order_date", start, end)
-    return _publish(context, DAILY_REVENUE, transforms.daily_revenue(fact), start, end, t0)
+@daily_table(DAILY_REVENUE, deps=(FACT_ORDER_ITEM,), description=(
+    "Per order_date and channel: items, distinct orders, gross, discount, net and cost."))
+def daily_revenue(spark: SparkSession, start: date, end: date) -> Staged:
+    fact = read_range(spark, FACT_ORDER_ITEM, "order_date", start, end)
+    return Staged(table=transforms.daily_revenue(fact), upstream=fact)
 
 
-@asset(**_COMMON, kinds={"spark", "delta"}, deps=[FACT_ORDER_ITEM])
-def customer_daily_features(context: AssetExecutionContext, pyspark: LazyPySparkResource) -> MaterializeResult:
-    """ML feature table keyed (customer_id, order_date)."""
-    t0 = time.monotonic()
-    start, end = run_days(context)
-    fact = read_range(pyspark.spark_session, FACT_ORDER_ITEM, "order_date", start, end)
-    return _publish(context, CUSTOMER_DAILY_FEATURES, transforms.customer_daily_features(fact), start, end, t0)
+@daily_table(CUSTOMER_DAILY_FEATURES, deps=(FACT_ORDER_ITEM,), description="ML feature table keyed (customer_id, order_date).")
+def customer_daily_features(spark: SparkSession, start: date, end: date) -> Staged:
+    fact = read_range(spark, FACT_ORDER_ITEM, "order_date", start, end)
+    return Staged(table=transforms.customer_daily_features(fact), upstream=fact)
 
 
 pipeline_assets = [stg_order_items, dim_product, fact_order_item, daily_revenue, customer_daily_features]

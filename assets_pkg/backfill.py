@@ -72,7 +72,10 @@ def run_backfill(
         if not result.success:
             for event in result.all_events:
                 if event.is_step_failure:
-                    echo(f"    {event.step_key}: {event.step_failure_data.error.message.strip()}")
+                    error = event.step_failure_data.error
+                    while error.cause:  # the root cause, not Dagster's "error occurred while executing op"
+                        error = error.cause
+                    echo(f"    {event.step_key} failed: {error.message.strip()}")
             echo(f"backfill {backfill_id} stopped: days from {a} on were not materialized")
             return False
     echo(f"backfill {backfill_id} done")

@@ -5,8 +5,14 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
-from dagster import DagsterInstance
-from delta.tables import DeltaTable
+
+# The tests' partitions (read when assets_pkg is imported): pinned so a developer's environment cannot change them.
+os.environ.update(
+    {"PARTITION_START_DATE": "2025-01-01", "PARTITION_END_DATE": "2025-03-31", "BACKFILL_MAX_PARTITIONS_PER_RUN": "31"}
+)
+
+from dagster import DagsterInstance  # noqa: E402
+from delta.tables import DeltaTable  # noqa: E402
 
 from resources.delta_io import read_table
 from resources.lake import table_path
@@ -43,7 +49,7 @@ def lake(tmp_path_factory):
 
 def rows(spark, table):
     """Every row of a table, sorted: the table's whole content, for exact comparisons."""
-    return sorted(tuple(r) for r in read_table(spark, table).collect())
+    return sorted((tuple(r) for r in read_table(spark, table).collect()), key=repr)
 
 
 def files_by_day(spark, table, day_column):

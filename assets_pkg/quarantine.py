@@ -1,0 +1,65 @@
+"""Rows that break the landing contract go to `quarantine_order_items` with the reason, the source file and the run:
+nothing is dropped silently, and a bad row never fails the pipeline.
+
+A quarantined row belongs to a day (`quarantine_day`) so that the staging run of that day rewrites it exactly: its
+order_date when that is a valid partition day, otherwise its landing batch's day, clamped into the partitions.
+"""
+
+from datetime import date
+
+from pyspark.sql import DataFrame, Window
+from pyspark.sql import functions as F
+
+from assets_pkg.landing import ORDER_ITEM_KEY, ORDER_ITEM_SCHEMA
+
+
+def _reason(first_day: date, last_day: date):
+    c = F.col
+    return (
+        F.when(c("order_id").isNull() | c("order_item_id").isNull(), "null_key")
+        .when(c("order_date").isNull(), "null_order_date")
+        .when(c("updated_at").isNull() | c("ingested_at").isNull(), "null_timestamp")
+        .when((c("order_date") < F.lit(first_day)) | (c("order_date") > F.lit(last_day)), "order_date_out_of_range")
+        .when(c("order_date") > F.to_date("ingested_at"), "order_date_after_landing")
+        .when(c("customer_id").isNull() | c("product_id").isNull(), "null_reference")
+        .when(c("quantity").isNull() | (c("quantity") < 0), "negative_or_null_quantity")
+        .when(
+            (c("gross_amount") < 0) | (c("discount_amount") < 0) | (c("cost_amount") < 0)
+            | c("gross_amount").isNull() | c("discount_amount").isNull() | c("cost_amount").isNull(),
+            "negative_or_null_amount",
+        )
+    )
+
+
+def split(versions: DataFrame, first_day: date, last_day: date) -> tuple[DataFrame, DataFrame]:
+    """(rows that meet the contract, rows that do not, with `reason` and `quarantine_day`)."""
+    tagged = versions.withColumn("reason", _reason(first_day, last_day))
+    in_partitions = F.greatest(F.least(F.col("ingest_date"), F.lit(last_day)), F.lit(first_day))
+    rejected = tagged.where(F.col("reason").isNotNull()).withColumn(
+        "quarantine_day",
+        F.when(F.col("reason").isin("null_key", "null_order_date", "null_timestamp", "order_date_out_of_range",
+                                    "order_date_after_landing"), in_partitions).otherwise(F.col("order_date")),
+    )
+    return tagged.where(F.col("reason").isNull()).drop("reason"), rejected
+
+
+def for_range(rejected: DataFrame, start: date, end: date) -> DataFrame:
+    return rejected.where(F.col("quarantine_day").between(F.lit(start), F.lit(end))).select(
+        "quarantine_day", "reason", *ORDER_ITEM_SCHEMA.fieldNames(), "ingest_date", "source_file"
+    )
+
+
+def lost_keys(versions: DataFrame, table: DataFrame, quarantined: DataFrame, start: date, end: date) -> DataFrame:
+    """Keys whose latest landed version (valid or not) falls on a day start..end, yet are neither in `table` nor in
+    quarantine: rows that would otherwise vanish without a trace. Columns: day + the key."""
+    latest = Window.partitionBy(*ORDER_ITEM_KEY).orderBy(F.col("updated_at").desc_nulls_last(), F.col("ingested_at").desc_nulls_last())
+    expected = (
+        versions.where(F.col("order_id").isNotNull() & F.col("order_item_id").isNotNull())
+        .withColumn("_n", F.row_number().over(latest))
+        .where("_n = 1")
+        .where(F.col("order_date").between(F.lit(start), F.lit(end)))
+        .select(F.col("order_date").alias("day"), *ORDER_ITEM_KEY)
+    )
+    return expected.join(table.select(*ORDER_ITEM_KEY), ORDER_ITEM_KEY, "left_anti").join(
+        quarantined.select(*ORDER_ITEM_KEY), ORDER_ITEM_KEY, "left_anti"
+    )

@@ -1,0 +1,77 @@
+"""The audit trail: Delta table `backfill_audit`, one row per (run, asset, partition) written."""
+
+from dataclasses import asdict, dataclass
+from datetime import date, datetime
+
+from delta.tables import DeltaTable
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+from pyspark.sql.window import Window
+
+from resources.lake import table_path
+
+AUDIT_TABLE = "backfill_audit"
+
+SCHEMA = T.StructType(
+    [
+        T.StructField("run_id", T.StringType()),
+        T.StructField("backfill_id", T.StringType()),
+        T.StructField("operation", T.StringType()),  # materialize | rollback
+        T.StructField("asset", T.StringType()),
+        T.StructField("partition", T.DateType()),
+        T.StructField("rows_written", T.LongType()),
+        T.StructField("fingerprint", T.StringType()),
+        T.StructField("delta_version", T.LongType()),
+        T.StructField("started_at", T.TimestampType()),
+        T.StructField("ended_at", T.TimestampType()),
+        T.StructField("source_watermark", T.TimestampType()),
+        T.StructField("duplicate_per_1k", T.DoubleType()),
+        T.StructField("mismatch_count", T.IntegerType()),
+    ]
+)
+
+
+@dataclass
+class AuditRow:
+    run_id: str
+    backfill_id: str | None
+    operation: str
+    asset: str
+    partition: date
+    rows_written: int
+    fingerprint: str | None
+    delta_version: int | None
+    started_at: datetime
+    ended_at: datetime
+    source_watermark: datetime | None = None
+    duplicate_per_1k: float | None = None
+    mismatch_count: int | None = None
+
+
+def append(spark: SparkSession, rows: list[AuditRow]) -> None:
+    """Blind appends: concurrent runs never conflict on the audit table."""
+    if rows:
+        df = spark.createDataFrame([tuple(asdict(r).values()) for r in rows], SCHEMA)
+        df.write.format("delta").mode("append").partitionBy("asset").save(table_path(AUDIT_TABLE))
+
+
+def read(spark: SparkSession):
+    path = table_path(AUDIT_TABLE)
+    if not DeltaTable.isDeltaTable(spark, path):
+        return spark.createDataFrame([], SCHEMA)
+    return spark.read.format("delta").load(path)
+
+
+def latest_by_partition(spark: SparkSession, asset: str, start: date, end: date) -> dict[date, tuple[int, str]]:
+    """Each day's rows and fingerprint as last written (by any run), for comparisons with a new write."""
+    latest = Window.partitionBy("partition").orderBy(F.col("ended_at").desc(), F.col("run_id").desc())
+    rows = (
+        read(spark)
+        .where((F.col("asset") == asset) & F.col("partition").between(F.lit(start), F.lit(end)))
+        .withColumn("_n", F.row_number().over(latest))
+        .where("_n = 1")
+        .select("partition", "rows_written", "fingerprint")
+        .collect()
+    )
+    return {r.partition: (r.rows_written, r.fingerprint) for r in rows}

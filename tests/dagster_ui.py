@@ -1,0 +1,115 @@
+"""A real `dagster dev` (webserver + daemon) for tests, driven through the same GraphQL calls the UI makes."""
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from resources.lake import REPO_ROOT
+
+LAUNCH_BACKFILL = """
+mutation($params: LaunchBackfillParams!) {
+  launchPartitionBackfill(backfillParams: $params) {
+    __typename
+    ... on LaunchBackfillSuccess { backfillId }
+    ... on PythonError { message }
+    ... on InvalidSubsetError { message }
+    ... on UnauthorizedError { message }
+  }
+}"""
+
+BACKFILL = """
+query($id: String!) {
+  partitionBackfillOrError(backfillId: $id) {
+    __typename
+    ... on PartitionBackfill {
+      status
+      runs(limit: 1000) { runId status assetSelection { path } tags { key value } }
+    }
+    ... on PythonError { message }
+  }
+}"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class DagsterDev:
+    def __init__(self, dagster_home: Path, env: dict[str, str]):
+        dagster_home.mkdir(parents=True, exist_ok=True)
+        shutil.copy(REPO_ROOT / "dagster.yaml", dagster_home / "dagster.yaml")
+        self.port = _free_port()
+        self.log = open(dagster_home / "dagster_dev.log", "w")
+        dagster = str(Path(sys.executable).parent / "dagster")
+        self.proc = subprocess.Popen(
+            [dagster, "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(self.port)],
+            cwd=REPO_ROOT,
+            env={**os.environ, **env, "DAGSTER_HOME": str(dagster_home)},
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    def graphql(self, query: str, variables: dict | None = None) -> dict:
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{self.port}/graphql",
+            data=json.dumps({"query": query, "variables": variables or {}}).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=30) as response:
+            body = json.load(response)
+        assert "errors" not in body, body["errors"]
+        return body["data"]
+
+    def wait_until_up(self, timeout: float = 120) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, "dagster dev exited; see dagster_dev.log"
+            try:
+                locations = self.graphql("{ workspaceOrError { ... on Workspace { locationEntries { loadStatus } } } }")
+                entries = locations["workspaceOrError"]["locationEntries"]
+                if entries and all(e["loadStatus"] == "LOADED" for e in entries):
+                    return
+            except OSError:
+                pass
+            time.sleep(1)
+        raise TimeoutError("dagster dev did not load the code location in time")
+
+    def launch_backfill(self, assets: list[str], partitions: list[str]) -> str:
+        """What the UI's 'Launch backfill' dialog sends for a partition selection of assets."""
+        params = {
+            "assetSelection": [{"path": [a]} for a in assets],
+            "partitionNames": partitions,
+            "fromFailure": False,
+            "tags": [],
+        }
+        result = self.graphql(LAUNCH_BACKFILL, {"params": params})["launchPartitionBackfill"]
+        assert result["__typename"] == "LaunchBackfillSuccess", result
+        return result["backfillId"]
+
+    def wait_for_backfill(self, backfill_id: str, timeout: float = 600) -> dict:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            backfill = self.graphql(BACKFILL, {"id": backfill_id})["partitionBackfillOrError"]
+            if backfill["status"] not in ("REQUESTED", "CANCELING", "FAILING"):
+                return backfill
+            time.sleep(2)
+        raise TimeoutError(f"backfill {backfill_id} still running after {timeout}s")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+        self.log.close()

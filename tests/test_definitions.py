@@ -1,0 +1,31 @@
+"""The whole code location loads, and every asset is daily-partitioned with a chunked backfill policy."""
+
+from dagster import in_process_executor
+
+from assets_pkg.definitions import ALL_ASSETS_JOB, defs
+from assets_pkg.partitions import chunks, daily_partitions, max_partitions_per_run
+from datetime import date
+
+
+def test_every_table_is_a_daily_partitioned_asset_with_a_chunked_backfill_policy():
+    graph = defs.resolve_asset_graph()
+    names = {k.to_user_string() for k in graph.get_all_asset_keys()}
+    assert names == {"stg_order_items", "dim_product", "fact_order_item", "daily_revenue", "customer_daily_features"}
+    for key in graph.get_all_asset_keys():
+        node = graph.get(key)
+        assert node.partitions_def == daily_partitions, key
+        assert node.backfill_policy.max_partitions_per_run == max_partitions_per_run(), key
+
+
+def test_the_partitions_are_the_configured_days():
+    keys = daily_partitions.get_partition_keys()
+    assert (keys[0], keys[-1], len(keys)) == ("2025-01-01", "2025-03-31", 90)
+
+
+def test_steps_of_a_run_share_one_process_and_so_one_spark_session():
+    assert defs.resolve_job_def(ALL_ASSETS_JOB).executor_def == in_process_executor
+
+
+def test_chunks_cover_the_range_exactly_once():
+    parts = chunks(date(2025, 1, 1), date(2025, 1, 25), 10)
+    assert parts == [(date(2025, 1, 1), date(2025, 1, 10)), (date(2025, 1, 11), date(2025, 1, 20)), (date(2025, 1, 21), date(2025, 1, 25))]
