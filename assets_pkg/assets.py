@@ -11,6 +11,7 @@ from dagster import (
     AssetCheckEvaluation,
     AssetExecutionContext,
     AssetKey,
+    AssetMaterialization,
     AssetSpec,
     Failure,
     MaterializeResult,
@@ -143,10 +144,15 @@ def _materialize(context: AssetExecutionContext, spark: SparkSession, table: str
         }
         selected = {k.to_user_string() for k in context.selected_asset_keys}
         for side_table, side_df in staged.side_tables.items():
+            # A side table is the other half of the same build (rows accepted vs rows quarantined): rewriting one
+            # without the other would leave a row in both or in neither, so they are always written together.
+            side_df = side_df.withColumn("run_id", F.lit(context.run.run_id))  # which run put the row there
+            side = overwrite_range(side_df, side_table, DAY_COLUMN[side_table], start, end, {**commit_info, "asset": side_table})
             if side_table in selected:
-                side_df = side_df.withColumn("run_id", F.lit(context.run.run_id))  # which run put the row there
-                side = overwrite_range(side_df, side_table, DAY_COLUMN[side_table], start, end, {**commit_info, "asset": side_table})
                 yield MaterializeResult(asset_key=side_table, metadata=_commit_metadata(side, start, end))
+            else:  # not in the run's selection, yet rewritten: tell Dagster, day by day
+                for day in days(start, end):
+                    context.log_event(AssetMaterialization(side_table, partition=day.isoformat(), metadata=_commit_metadata(side, start, end)))
         if table not in selected:
             return
         commit = overwrite_range(df, table, table_checks.day_column, start, end, {**commit_info, "asset": table})
@@ -234,6 +240,26 @@ def daily_table(name: str, deps: tuple[str, ...] = (), side_tables: tuple[str, .
     return decorator
 
 
+def _lost_order_items(spark: SparkSession, fact: DataFrame, start: date, end: date) -> DataFrame:
+    return quarantine.lost_keys(
+        landing.read_landing(spark, landing.ORDER_ITEMS),
+        fact,
+        read_range(spark, QUARANTINE_ORDER_ITEMS, "quarantine_day", start, end),
+        start,
+        end,
+    )
+
+
+def check_published(spark: SparkSession, table: str, start: date, end: date) -> list[checks.Outcome]:
+    """The blocking checks on what is published now (the same checks a materialization runs before writing)."""
+    tc = TABLE_CHECKS[table]
+    df = read_range(spark, table, tc.day_column, start, end)
+    rec = tc.reconciliation
+    upstream = read_range(spark, rec.upstream, DAY_COLUMN[rec.upstream], start, end) if rec else None
+    lost = _lost_order_items(spark, df, start, end) if tc.nothing_lost else None
+    return checks.evaluate_blocking(df, upstream, lost, tc, start, end)[0]
+
+
 @daily_table(
     STG_ORDER_ITEMS,
     side_tables=(QUARANTINE_ORDER_ITEMS,),
@@ -265,14 +291,7 @@ def fact_order_item(spark: SparkSession, start: date, end: date) -> Staged:
     stg = read_range(spark, STG_ORDER_ITEMS, "order_date", start, end)
     products = read_range(spark, DIM_PRODUCT, "valid_from", first_day(), end)
     fact = transforms.fact_order_item(stg, products)
-    lost = quarantine.lost_keys(
-        landing.read_landing(spark, landing.ORDER_ITEMS),
-        fact,
-        read_range(spark, QUARANTINE_ORDER_ITEMS, "quarantine_day", start, end),
-        start,
-        end,
-    )
-    return Staged(table=fact, upstream=stg, lost=lost)
+    return Staged(table=fact, upstream=stg, lost=_lost_order_items(spark, fact, start, end))
 
 
 @daily_table(DAILY_REVENUE, deps=(FACT_ORDER_ITEM,), description=(

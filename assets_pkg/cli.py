@@ -56,6 +56,81 @@ def _cmd_backfill(args) -> int:
     return 0 if ok else 1
 
 
+def _tables(args) -> list[str]:
+    from assets_pkg.assets import TABLE_CHECKS
+
+    if args.asset and args.asset not in TABLE_CHECKS:
+        raise ValueError(f"unknown asset {args.asset!r}; one of: {', '.join(TABLE_CHECKS)}")
+    return [args.asset] if args.asset else list(TABLE_CHECKS)
+
+
+def _cmd_check(args) -> int:
+    from assets_pkg.assets import check_published
+    from assets_pkg.checks import summary
+    from resources.spark import get_spark
+
+    start, end = args.start or first_day(), args.end or last_day()
+    failed = 0
+    for table in _tables(args):
+        outcomes = check_published(get_spark(), table, start, end)
+        bad = [o for o in outcomes if not o.passed]
+        failed += len(bad)
+        print(f"{table}: {len(outcomes) - len(bad)}/{len(outcomes)} check results passed over {start}..{end}")
+        for o in bad:
+            print(f"  FAIL {o.check} {o.day}: {summary(o)}")
+    return 1 if failed else 0
+
+
+def _cmd_report(args) -> int:
+    from pathlib import Path
+
+    from assets_pkg.operations import report
+    from resources.spark import get_spark
+
+    start, end = args.start or first_day(), args.end or last_day()
+    against = Path(args.against).resolve() if args.against else None
+    mismatches = 0
+    for table in _tables(args):
+        lines = report(get_spark(), table, start, end, against=against, version=args.version)
+        compared = lines and lines[0][5] is not None
+        print(f"{table}:" + (f" compared with {against or f'version {args.version}'}" if compared else ""))
+        for day, rows, sha, o_rows, o_sha, match in lines:
+            line = f"  {day} rows={rows:<8} sha256={sha or '-'}"
+            if compared:
+                line += "  match" if match else f"  MISMATCH other_rows={o_rows} other_sha256={o_sha or '-'}"
+                mismatches += not match
+            print(line)
+    if mismatches:
+        print(f"{mismatches} mismatching partition(s)")
+    return 1 if mismatches else 0
+
+
+def _cmd_rollback(args) -> int:
+    import uuid
+
+    from assets_pkg.operations import rollback, version_before_run
+    from resources.spark import get_spark
+
+    spark = get_spark()
+    start, end = args.start, args.end
+    version = args.version if args.version is not None else version_before_run(spark, args.asset, args.before_run)
+    result = rollback(spark, args.asset, start, end, version, run_id=f"rollback-{uuid.uuid4().hex[:12]}")
+    print(f"restored {args.asset} {start}..{end} to version {version} in one commit (version {result['delta_version']}); "
+          "assets downstream of it still hold what was built from the rolled-back content: backfill them for the range")
+    return 0
+
+
+def _cmd_metrics(args) -> int:
+    from assets_pkg.operations import metrics
+    from resources.spark import get_spark
+
+    print(f"{'asset':<26}{'runs':>6}{'p95 run s':>11}{'watermark lag s':>17}{'dup per 1k':>12}{'mismatches':>12}")
+    for m in metrics(get_spark()):
+        lag = "-" if m["watermark_lag_s"] is None else f"{m['watermark_lag_s']:.0f}"
+        print(f"{m['asset']:<26}{m['runs']:>6}{m['p95_run_s']:>11}{lag:>17}{m['duplicate_per_1k'] or 0:>12}{m['mismatch_count'] or 0:>12}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="assets-pkg", description="Exact, idempotent backfills on Spark + Delta")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -76,6 +151,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--select", help="comma-separated asset names (default: all)")
     p.add_argument("--max-partitions-per-run", type=int, default=None, help="days per run (default: the backfill policy's)")
     p.set_defaults(func=_cmd_backfill)
+
+    p = sub.add_parser("check", help="run the blocking checks on the published tables; exit 1 when any fails")
+    _range_args(p)
+    p.add_argument("--asset", help="one table (default: all)")
+    p.set_defaults(func=_cmd_check)
+
+    p = sub.add_parser("report", help="rows and SHA-256 per day; compare with another lake or Delta version")
+    _range_args(p)
+    p.add_argument("--asset", help="one table (default: all)")
+    other = p.add_mutually_exclusive_group()
+    other.add_argument("--against", help="another LAKE_ROOT holding the same tables (dual-run comparison)")
+    other.add_argument("--version", type=int, help="the same table at this Delta version")
+    p.set_defaults(func=_cmd_report)
+
+    p = sub.add_parser("rollback", help="restore a range of one table to earlier content, in one commit")
+    p.add_argument("--asset", required=True)
+    p.add_argument("--start", type=_day, required=True)
+    p.add_argument("--end", type=_day, required=True)
+    to = p.add_mutually_exclusive_group(required=True)
+    to.add_argument("--version", type=int, help="the Delta version to restore the range to")
+    to.add_argument("--before-run", help="restore the range to what it was before this Dagster run wrote it")
+    p.set_defaults(func=_cmd_rollback)
+
+    p = sub.add_parser("metrics", help="p95 run time, watermark lag, duplicate % and mismatch count per asset")
+    p.set_defaults(func=_cmd_metrics)
     return parser
 
 

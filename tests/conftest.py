@@ -11,10 +11,10 @@ os.environ.update(
     {"PARTITION_START_DATE": "2025-01-01", "PARTITION_END_DATE": "2025-03-31", "BACKFILL_MAX_PARTITIONS_PER_RUN": "31"}
 )
 
-from dagster import DagsterInstance  # noqa: E402
 from delta.tables import DeltaTable  # noqa: E402
 
-from resources.delta_io import read_table
+from assets_pkg.backfill import dagster_instance  # noqa: E402
+from resources.delta_io import read_table  # noqa: E402
 from resources.lake import table_path
 from resources.spark import get_spark
 
@@ -36,15 +36,15 @@ def spark():
 def lake(tmp_path_factory):
     """A fresh, empty lake (LAKE_ROOT) and Dagster instance for one test module."""
     root = tmp_path_factory.mktemp("lake")
-    previous = os.environ.get("LAKE_ROOT")
-    os.environ["LAKE_ROOT"] = str(root)
-    (root / "dagster_home").mkdir()
-    with DagsterInstance.local_temp(str(root / "dagster_home")) as instance:
+    previous = {k: os.environ.get(k) for k in ("LAKE_ROOT", "DAGSTER_HOME")}
+    os.environ.update({"LAKE_ROOT": str(root), "DAGSTER_HOME": str(root / "dagster_home")})
+    with dagster_instance() as instance:  # configured by the project's dagster.yaml, as users get it
         yield root, instance
-    if previous is None:
-        os.environ.pop("LAKE_ROOT")
-    else:
-        os.environ["LAKE_ROOT"] = previous
+    for key, value in previous.items():
+        if value is None:
+            os.environ.pop(key)
+        else:
+            os.environ[key] = value
 
 
 def rows(spark, table):

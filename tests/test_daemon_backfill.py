@@ -4,6 +4,7 @@ from datetime import date, timedelta
 
 import pytest
 
+from assets_pkg.definitions import defs
 from assets_pkg.generate import generate
 from resources.delta_io import read_table
 from tests.conftest import TABLE_KEYS, duplicate_keys
@@ -27,7 +28,8 @@ def dagster_dev(spark, lake):
 @pytest.mark.daemon
 def test_a_30_day_ui_backfill_of_every_asset_runs_in_chunks_and_leaves_one_row_per_key(spark, dagster_dev):
     days = [(START + timedelta(days=i)).isoformat() for i in range(DAYS)]
-    backfill_id = dagster_dev.launch_backfill(list(TABLE_KEYS), days)
+    every_asset = [k.to_user_string() for k in defs.resolve_asset_graph().get_all_asset_keys()]
+    backfill_id = dagster_dev.launch_backfill(every_asset, days)
     backfill = dagster_dev.wait_for_backfill(backfill_id)
 
     assert backfill["status"] == "COMPLETED_SUCCESS", backfill

@@ -10,7 +10,10 @@ from datetime import date
 def test_every_table_is_a_daily_partitioned_asset_with_a_chunked_backfill_policy():
     graph = defs.resolve_asset_graph()
     names = {k.to_user_string() for k in graph.get_all_asset_keys()}
-    assert names == {"stg_order_items", "dim_product", "fact_order_item", "daily_revenue", "customer_daily_features"}
+    assert names == {
+        "stg_order_items", "quarantine_order_items", "dim_product", "fact_order_item", "daily_revenue",
+        "customer_daily_features",
+    }
     for key in graph.get_all_asset_keys():
         node = graph.get(key)
         assert node.partitions_def == daily_partitions, key

@@ -1,0 +1,118 @@
+"""What an operator runs around backfills: report (counts and SHA-256 per day, compared), rollback of a range, and
+the minimal metrics (seed 000)."""
+
+import json
+from datetime import date, datetime, timezone
+from pathlib import Path
+
+from delta.tables import DeltaTable
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from assets_pkg import checks
+from assets_pkg.assets import DAY_COLUMN, TABLE_CHECKS
+from assets_pkg.partitions import days
+from resources import audit
+from resources.delta_io import TableNotMaterialized, overwrite_range, read_range
+from resources.lake import table_path
+
+
+def _range(df: DataFrame, table: str, start: date, end: date) -> DataFrame:
+    return df.where(F.col(DAY_COLUMN[table]).between(F.lit(start), F.lit(end)))
+
+
+def profile(df: DataFrame, table: str) -> dict[date, tuple[int, str]]:
+    """day -> (rows, SHA-256 of the day's sorted rows): the same fingerprint the checks record."""
+    return {r.day: (r.rows, r.fingerprint) for r in checks.day_profile(df, TABLE_CHECKS[table]).collect()}
+
+
+def report(spark: SparkSession, table: str, start: date, end: date, against: Path | None = None, version: int | None = None):
+    """Rows per day: (day, rows, sha256, other_rows, other_sha256, match). `other` is the same table in another lake
+    (dual-run comparison) or at another Delta version; without either, other_* are None and match is None."""
+    mine = profile(read_range(spark, table, DAY_COLUMN[table], start, end), table)
+    other = None
+    if against is not None:
+        path = table_path(table, against)
+        if not DeltaTable.isDeltaTable(spark, path):
+            raise TableNotMaterialized(f"no Delta table {table!r} at {path}")
+        other = profile(_range(spark.read.format("delta").load(path), table, start, end), table)
+    elif version is not None:
+        other = profile(_range(spark.read.format("delta").option("versionAsOf", version).load(table_path(table)), table, start, end), table)
+    lines = []
+    for day in days(start, end):
+        rows, sha = mine.get(day, (0, None))
+        if other is None:
+            lines.append((day, rows, sha, None, None, None))
+        else:
+            o_rows, o_sha = other.get(day, (0, None))
+            lines.append((day, rows, sha, o_rows, o_sha, (rows, sha) == (o_rows, o_sha)))
+    return lines
+
+
+def version_before_run(spark: SparkSession, table: str, run_id: str) -> int:
+    """The table's version just before the first commit written by `run_id` (found in the commits' userMetadata)."""
+    history = DeltaTable.forPath(spark, table_path(table)).history().select("version", "userMetadata").collect()
+    by_run = sorted(h.version for h in history if h.userMetadata and json.loads(h.userMetadata).get("run_id") == run_id)
+    if not by_run:
+        raise ValueError(f"no commit of run {run_id} in {table}'s history")
+    return by_run[0] - 1
+
+
+def rollback(spark: SparkSession, table: str, start: date, end: date, version: int, run_id: str) -> dict:
+    """Restore exactly the days start..end of `table` to their content at `version`, in one commit (the same
+    replaceWhere primitive as every write), leaving other days untouched. Delta's RESTORE would roll back the whole
+    table, undoing every later write to other days as well. Audited as operation 'rollback'."""
+    started = datetime.now(timezone.utc)
+    column = DAY_COLUMN[table]
+    if version < 0:  # the table did not exist yet: the range was empty
+        current = read_range(spark, table, column, start, end)
+        old = current.where(F.lit(False))
+    else:
+        old = _range(spark.read.format("delta").option("versionAsOf", version).load(table_path(table)), table, start, end)
+    old = old.persist()
+    try:
+        restored = profile(old, table)
+        commit = overwrite_range(old, table, column, start, end, {"run_id": run_id, "operation": "rollback", "restored_version": version, "asset": table, "start": start, "end": end})
+    finally:
+        old.unpersist()
+    ended = datetime.now(timezone.utc)
+    audit.append(
+        spark,
+        [
+            audit.AuditRow(run_id=run_id, backfill_id=None, operation="rollback", asset=table, partition=day,
+                           rows_written=restored.get(day, (0, None))[0], fingerprint=restored.get(day, (0, None))[1],
+                           delta_version=commit.version, started_at=started, ended_at=ended)
+            for day in days(start, end)
+        ],
+    )
+    return {"table": table, "restored_version": version, "delta_version": commit.version, "days": len(days(start, end))}
+
+
+def metrics(spark: SparkSession, now: datetime | None = None) -> list[dict]:
+    """Per asset: p95 run duration (a run's span of work on the asset), watermark lag, and the latest run's duplicate
+    keys per 1,000 rows and reconciliation mismatch count."""
+    now = now or datetime.now(timezone.utc)
+    rows = audit.read(spark).where(F.col("operation") == "materialize")
+    per_run = rows.groupBy("asset", "run_id").agg(
+        (F.max("ended_at").cast("double") - F.min("started_at").cast("double")).alias("duration_s"),
+        F.max("ended_at").alias("ended_at"),
+        F.max("duplicate_per_1k").alias("duplicate_per_1k"),
+        F.sum("mismatch_count").alias("mismatch_count"),
+        F.max("source_watermark").cast("double").alias("watermark"),
+    )
+    out = []
+    for asset_rows in per_run.groupBy("asset").agg(
+        F.percentile_approx("duration_s", 0.95).alias("p95_s"),
+        F.count(F.lit(1)).alias("runs"),
+        F.max("watermark").alias("watermark"),
+        F.max_by(F.struct("duplicate_per_1k", "mismatch_count"), "ended_at").alias("latest"),
+    ).orderBy("asset").collect():
+        out.append({
+            "asset": asset_rows.asset,
+            "runs": asset_rows.runs,
+            "p95_run_s": round(asset_rows.p95_s, 1),
+            "watermark_lag_s": round(now.timestamp() - asset_rows.watermark, 1) if asset_rows.watermark else None,
+            "duplicate_per_1k": asset_rows.latest.duplicate_per_1k,
+            "mismatch_count": asset_rows.latest.mismatch_count,
+        })
+    return out
