@@ -1,5 +1,5 @@
-"""The asset graph. Every table is daily-partitioned by event date and materialized the same way (`daily_table`):
-build the range, run the blocking checks on it, and only then replace exactly that range with `overwrite_range`
+"""The asset graph. Every table is daily-partitioned by event date and materialized the same way (`publish`):
+build its days, run the blocking checks on them, and only then replace exactly those days with `overwrite_days`
 (one Delta commit per table per run), record fingerprints and the audit trail."""
 
 import time
@@ -24,9 +24,10 @@ from pyspark.sql import functions as F
 from assets_pkg import checks, landing, quarantine, transforms
 from assets_pkg.checks import Reconciliation, TableChecks
 from assets_pkg.landing import ORDER_ITEM_KEY
-from assets_pkg.partitions import backfill_policy, daily_partitions, days, first_day, last_day, run_days
+from assets_pkg.partitions import backfill_policy, daily_partitions, first_day, last_day, run_days
+from assets_pkg.partitions import days as all_days
 from resources import audit
-from resources.delta_io import overwrite_range, read_range
+from resources.delta_io import day_runs, overwrite_days, read_days
 
 STG_ORDER_ITEMS = "stg_order_items"
 QUARANTINE_ORDER_ITEMS = "quarantine_order_items"
@@ -104,61 +105,63 @@ def _epoch_to_utc(seconds: float | None) -> datetime | None:
     return datetime.fromtimestamp(seconds, tz=timezone.utc) if seconds is not None else None
 
 
-def _log(context: AssetExecutionContext, table: str, outcomes: list[checks.Outcome]) -> None:
-    for o in outcomes:
-        context.log_event(
-            AssetCheckEvaluation(
-                asset_key=AssetKey(table),
-                check_name=o.check,
-                passed=o.passed,
-                partition=o.day.isoformat(),
-                severity=o.severity,
-                metadata=o.metadata,
-            )
+@dataclass(frozen=True)
+class RunInfo:
+    """Who writes: recorded in every Delta commit, the audit trail and quarantine rows."""
+
+    run_id: str
+    backfill_id: str | None = None
+
+
+class BlockingChecksFailed(RuntimeError):
+    def __init__(self, table: str, days: list[date], outcomes: list[checks.Outcome]):
+        self.outcomes = outcomes
+        failing = [o for o in outcomes if not o.passed]
+        super().__init__(
+            f"{table}: blocking checks failed for {len({o.day for o in failing})} day(s); nothing written for "
+            f"{len(days)} day(s) {days[0]}..{days[-1]}. "
+            + "; ".join(f"{o.check} on {o.day}: {checks.summary(o)}" for o in failing[:10])
         )
+        self.failing_days = sorted({o.day.isoformat() for o in failing})
 
 
-def _materialize(context: AssetExecutionContext, spark: SparkSession, table: str, build: Callable[..., Staged]):
+@dataclass
+class Publication:
+    outcomes: list[checks.Outcome]  # every check result, one per check per day
+    metadata: dict[str, dict]  # per table written (the table and its side tables): materialization metadata
+
+
+BUILDS: dict[str, Callable[[SparkSession, list[date]], Staged]] = {}
+
+
+def publish(spark: SparkSession, table: str, days: list[date], run: RunInfo, write_table: bool = True) -> Publication:
+    """Build `table` for `days`, run the blocking checks on the result, and only then replace exactly those days
+    (one Delta commit per table) and record fingerprints and the audit trail. Raises BlockingChecksFailed, having
+    written nothing, when a blocking check fails (reconcile before publish).
+
+    Every writer goes through here: an asset run (a backfill's range) and a restatement (scattered days)."""
     started = datetime.now(timezone.utc)
     t0 = time.monotonic()
-    start, end = run_days(context)
     table_checks = TABLE_CHECKS[table]
-    staged = build(spark, start, end)
+    staged = BUILDS[table](spark, days)
     df = staged.table.persist()  # checked and written from the same computed rows
     try:
-        outcomes, profile = checks.evaluate_blocking(df, staged.upstream, staged.lost, table_checks, start, end)
-        failing = [o for o in outcomes if not o.passed]
-        if failing:  # reconcile before publish: nothing of this range is written, downstream does not run
-            _log(context, table, outcomes)
-            raise Failure(
-                description=f"{table}: blocking checks failed for {len({o.day for o in failing})} day(s); "
-                f"nothing written for {start}..{end}. "
-                + "; ".join(f"{o.check} on {o.day}: {checks.summary(o)}" for o in failing[:10]),
-                metadata={"failing_days": ", ".join(sorted({o.day.isoformat() for o in failing}))},
-            )
-        commit_info = {
-            "run_id": context.run.run_id,
-            "backfill_id": context.run.tags.get("dagster/backfill"),
-            "start": start,
-            "end": end,
-        }
-        selected = {k.to_user_string() for k in context.selected_asset_keys}
+        outcomes, profile = checks.evaluate_blocking(df, staged.upstream, staged.lost, table_checks, days)
+        if any(not o.passed for o in outcomes):
+            raise BlockingChecksFailed(table, days, outcomes)
+        commit_info = {"run_id": run.run_id, "backfill_id": run.backfill_id, "days": len(days), "first": days[0], "last": days[-1]}
+        metadata = {}
         for side_table, side_df in staged.side_tables.items():
             # A side table is the other half of the same build (rows accepted vs rows quarantined): rewriting one
             # without the other would leave a row in both or in neither, so they are always written together.
-            side_df = side_df.withColumn("run_id", F.lit(context.run.run_id))  # which run put the row there
-            side = overwrite_range(side_df, side_table, DAY_COLUMN[side_table], start, end, {**commit_info, "asset": side_table})
-            if side_table in selected:
-                yield MaterializeResult(asset_key=side_table, metadata=_commit_metadata(side, start, end))
-            else:  # not in the run's selection, yet rewritten: tell Dagster, day by day
-                for day in days(start, end):
-                    context.log_event(AssetMaterialization(side_table, partition=day.isoformat(), metadata=_commit_metadata(side, start, end)))
-        if table not in selected:
-            return
-        commit = overwrite_range(df, table, table_checks.day_column, start, end, {**commit_info, "asset": table})
-        previous = audit.latest_by_partition(spark, table, start, end)
-        after = checks.evaluate_after_commit(profile, previous, start, end)
-        _log(context, table, outcomes + after)
+            side_df = side_df.withColumn("run_id", F.lit(run.run_id))  # which run put the row there
+            side = overwrite_days(side_df, side_table, DAY_COLUMN[side_table], days, {**commit_info, "asset": side_table})
+            metadata[side_table] = _commit_metadata(side, days)
+        if not write_table:
+            return Publication(outcomes=[], metadata=metadata)
+        commit = overwrite_days(df, table, table_checks.day_column, days, {**commit_info, "asset": table})
+        previous = audit.latest_by_partition(spark, table, days)
+        outcomes += checks.evaluate_after_commit(profile, previous, days)
         ended = datetime.now(timezone.utc)
         duplicates = {o.day: o.metadata["duplicate_per_1k"] for o in outcomes if o.check == checks.UNIQUE_KEY}
         mismatches = {o.day: o.metadata["mismatch_count"] for o in outcomes if o.check == checks.RECONCILES}
@@ -166,8 +169,8 @@ def _materialize(context: AssetExecutionContext, spark: SparkSession, table: str
             spark,
             [
                 audit.AuditRow(
-                    run_id=context.run.run_id,
-                    backfill_id=context.run.tags.get("dagster/backfill"),
+                    run_id=run.run_id,
+                    backfill_id=run.backfill_id,
                     operation="materialize",
                     asset=table,
                     partition=day,
@@ -180,49 +183,95 @@ def _materialize(context: AssetExecutionContext, spark: SparkSession, table: str
                     duplicate_per_1k=duplicates.get(day),
                     mismatch_count=mismatches.get(day),
                 )
-                for day in days(start, end)
+                for day in days
             ],
         )
-        changed = sum(1 for o in after if o.check == checks.FINGERPRINT and o.metadata["changed"])
-        yield MaterializeResult(
-            asset_key=table,
-            metadata={
-                **_commit_metadata(commit, start, end),
-                "partitions_changed": changed,
-                "duplicate_per_1k": max(duplicates.values(), default=0.0),
-                "mismatch_count": sum(mismatches.values()),
-                "duration_s": round(time.monotonic() - t0, 3),
-                **(
-                    {"watermark_lag_s": round((ended - staged.source_watermark).total_seconds(), 1)}
-                    if staged.source_watermark
-                    else {}
-                ),
-            },
-        )
+        metadata[table] = {
+            **_commit_metadata(commit, days),
+            "partitions_changed": sum(1 for o in outcomes if o.check == checks.FINGERPRINT and o.metadata["changed"]),
+            "duplicate_per_1k": max(duplicates.values(), default=0.0),
+            "mismatch_count": sum(mismatches.values()),
+            "duration_s": round(time.monotonic() - t0, 3),
+            **(
+                {"watermark_lag_s": round((ended - staged.source_watermark).total_seconds(), 1)}
+                if staged.source_watermark
+                else {}
+            ),
+        }
+        return Publication(outcomes=outcomes, metadata=metadata)
     finally:
         df.unpersist()
 
 
-def _commit_metadata(commit, start: date, end: date) -> dict:
+def log_publication(context, table: str, publication: Publication, selected: set[str]) -> list[MaterializeResult]:
+    """Record a publication in the run's event log: one check result per check per day, and the materializations.
+    Tables outside the run's selection (a side table, or every table in a restatement) get one materialization
+    event per day, so Dagster knows each partition was rewritten."""
+    for o in publication.outcomes:
+        context.log_event(
+            AssetCheckEvaluation(
+                asset_key=AssetKey(table),
+                check_name=o.check,
+                passed=o.passed,
+                partition=o.day.isoformat(),
+                severity=o.severity,
+                metadata=o.metadata,
+            )
+        )
+    results = []
+    for written, metadata in publication.metadata.items():
+        if written in selected:
+            results.append(MaterializeResult(asset_key=written, metadata=metadata))
+        else:
+            for day in metadata_days(metadata):
+                context.log_event(AssetMaterialization(written, partition=day, metadata=metadata))
+    return results
+
+
+def _materialize(context: AssetExecutionContext, spark: SparkSession, table: str):
+    days = run_days(context)
+    selected = {k.to_user_string() for k in context.selected_asset_keys}
+    run = RunInfo(context.run.run_id, context.run.tags.get("dagster/backfill"))
+    try:
+        publication = publish(spark, table, days, run, write_table=table in selected)
+    except BlockingChecksFailed as failed:
+        log_publication(context, table, Publication(outcomes=failed.outcomes, metadata={}), selected)
+        raise Failure(description=str(failed), metadata={"failing_days": ", ".join(failed.failing_days)}) from None
+    yield from log_publication(context, table, publication, selected)
+
+
+def _commit_metadata(commit, days: list[date]) -> dict:
     return {
         "rows_written": commit.rows_written,
         "delta_version": commit.version if commit.version is not None else -1,
         "files_added": commit.files_added,
         "files_removed": commit.files_removed,
-        "first_day": start.isoformat(),
-        "last_day": end.isoformat(),
-        "partitions": len(days(start, end)),
+        "first_day": days[0].isoformat(),
+        "last_day": days[-1].isoformat(),
+        "partitions": len(days),
+        "days": ", ".join(f"{a}..{b}" if a != b else str(a) for a, b in day_runs(days)),
     }
 
 
+def metadata_days(metadata: dict) -> list[str]:
+    """The days a commit's metadata says it replaced."""
+    out = []
+    for run in metadata["days"].split(", "):
+        a, _, b = run.partition("..")
+        out += [d.isoformat() for d in all_days(date.fromisoformat(a), date.fromisoformat(b or a))]
+    return out
+
+
 def daily_table(name: str, deps: tuple[str, ...] = (), side_tables: tuple[str, ...] = (), description: str = ""):
-    """Declare a daily-partitioned Delta table built by `build(spark, start, end) -> Staged`, with its checks."""
+    """Declare a daily-partitioned Delta table built by `build(spark, days) -> Staged`, with its checks."""
     specs = [
         AssetSpec(name, deps=list(deps), description=description, kinds={"spark", "delta"}, group_name="orders"),
         *[AssetSpec(s, deps=list(deps), kinds={"spark", "delta"}, group_name="orders") for s in side_tables],
     ]
 
-    def decorator(build: Callable[[SparkSession, date, date], Staged]):
+    def decorator(build: Callable[[SparkSession, list[date]], Staged]):
+        BUILDS[name] = build
+
         # can_subset makes the per-check outputs optional: results are logged per partition, not returned.
         @multi_asset(
             name=name,
@@ -233,31 +282,30 @@ def daily_table(name: str, deps: tuple[str, ...] = (), side_tables: tuple[str, .
             can_subset=True,
         )
         def _asset(context: AssetExecutionContext, pyspark: LazyPySparkResource):
-            yield from _materialize(context, pyspark.spark_session, name, build)
+            yield from _materialize(context, pyspark.spark_session, name)
 
         return _asset
 
     return decorator
 
 
-def _lost_order_items(spark: SparkSession, fact: DataFrame, start: date, end: date) -> DataFrame:
+def _lost_order_items(spark: SparkSession, fact: DataFrame, days: list[date]) -> DataFrame:
     return quarantine.lost_keys(
         landing.read_landing(spark, landing.ORDER_ITEMS),
         fact,
-        read_range(spark, QUARANTINE_ORDER_ITEMS, "quarantine_day", start, end),
-        start,
-        end,
+        read_days(spark, QUARANTINE_ORDER_ITEMS, "quarantine_day", days),
+        days,
     )
 
 
-def check_published(spark: SparkSession, table: str, start: date, end: date) -> list[checks.Outcome]:
+def check_published(spark: SparkSession, table: str, days: list[date]) -> list[checks.Outcome]:
     """The blocking checks on what is published now (the same checks a materialization runs before writing)."""
     tc = TABLE_CHECKS[table]
-    df = read_range(spark, table, tc.day_column, start, end)
+    df = read_days(spark, table, tc.day_column, days)
     rec = tc.reconciliation
-    upstream = read_range(spark, rec.upstream, DAY_COLUMN[rec.upstream], start, end) if rec else None
-    lost = _lost_order_items(spark, df, start, end) if tc.nothing_lost else None
-    return checks.evaluate_blocking(df, upstream, lost, tc, start, end)[0]
+    upstream = read_days(spark, rec.upstream, DAY_COLUMN[rec.upstream], days) if rec else None
+    lost = _lost_order_items(spark, df, days) if tc.nothing_lost else None
+    return checks.evaluate_blocking(df, upstream, lost, tc, days)[0]
 
 
 @daily_table(
@@ -267,44 +315,46 @@ def check_published(spark: SparkSession, table: str, start: date, end: date) -> 
     "removed, corrections applied, by its current order_date. Rows breaking the contract go to "
     "quarantine_order_items with the reason.",
 )
-def stg_order_items(spark: SparkSession, start: date, end: date) -> Staged:
+def stg_order_items(spark: SparkSession, days: list[date]) -> Staged:
     versions, rejected = quarantine.split(landing.read_landing(spark, landing.ORDER_ITEMS), first_day(), last_day())
     return Staged(
-        table=transforms.stg_order_items(versions, start, end),
-        side_tables={QUARANTINE_ORDER_ITEMS: quarantine.for_range(rejected, start, end)},
+        table=transforms.stg_order_items(versions, days),
+        side_tables={QUARANTINE_ORDER_ITEMS: quarantine.for_days(rejected, days)},
         source_watermark=_epoch_to_utc(versions.agg(F.max("ingested_at").cast("double")).first()[0]),
     )
 
 
 @daily_table(DIM_PRODUCT, description="Product versions by the day they take effect (valid_from): the product "
              "dimension as of any day.")
-def dim_product(spark: SparkSession, start: date, end: date) -> Staged:
+def dim_product(spark: SparkSession, days: list[date]) -> Staged:
     versions = landing.read_landing(spark, landing.PRODUCTS)
-    return Staged(table=transforms.dim_product_changes(versions, first_day(), start, end))
+    return Staged(table=transforms.dim_product_changes(versions, first_day(), days))
 
 
-# Day to day: a product change on day D reaches later days' facts through stale-partition targeting, not through a
-# "D and every later day" mapping, which makes Dagster backfill every later day for any change.
+# Day to day: a product change on day D reaches later days' facts through a restatement of the days it changes (see
+# late_data), not through a "D and every later day" mapping, which makes Dagster backfill every later day.
 @daily_table(FACT_ORDER_ITEM, deps=(STG_ORDER_ITEMS, DIM_PRODUCT, QUARANTINE_ORDER_ITEMS), description=(
     "One row per order item, with net amount and the product's category and status as of the order day."))
-def fact_order_item(spark: SparkSession, start: date, end: date) -> Staged:
-    stg = read_range(spark, STG_ORDER_ITEMS, "order_date", start, end)
-    products = read_range(spark, DIM_PRODUCT, "valid_from", first_day(), end)
+def fact_order_item(spark: SparkSession, days: list[date]) -> Staged:
+    stg = read_days(spark, STG_ORDER_ITEMS, "order_date", days)
+    products = read_days(spark, DIM_PRODUCT, "valid_from", all_days(first_day(), max(days)))
     fact = transforms.fact_order_item(stg, products)
-    return Staged(table=fact, upstream=stg, lost=_lost_order_items(spark, fact, start, end))
+    return Staged(table=fact, upstream=stg, lost=_lost_order_items(spark, fact, days))
 
 
 @daily_table(DAILY_REVENUE, deps=(FACT_ORDER_ITEM,), description=(
     "Per order_date and channel: items, distinct orders, gross, discount, net and cost."))
-def daily_revenue(spark: SparkSession, start: date, end: date) -> Staged:
-    fact = read_range(spark, FACT_ORDER_ITEM, "order_date", start, end)
+def daily_revenue(spark: SparkSession, days: list[date]) -> Staged:
+    fact = read_days(spark, FACT_ORDER_ITEM, "order_date", days)
     return Staged(table=transforms.daily_revenue(fact), upstream=fact)
 
 
 @daily_table(CUSTOMER_DAILY_FEATURES, deps=(FACT_ORDER_ITEM,), description="ML feature table keyed (customer_id, order_date).")
-def customer_daily_features(spark: SparkSession, start: date, end: date) -> Staged:
-    fact = read_range(spark, FACT_ORDER_ITEM, "order_date", start, end)
+def customer_daily_features(spark: SparkSession, days: list[date]) -> Staged:
+    fact = read_days(spark, FACT_ORDER_ITEM, "order_date", days)
     return Staged(table=transforms.customer_daily_features(fact), upstream=fact)
 
 
 pipeline_assets = [stg_order_items, dim_product, fact_order_item, daily_revenue, customer_daily_features]
+# The order a restatement rewrites tables in: each after everything it reads.
+PUBLISH_ORDER = [STG_ORDER_ITEMS, DIM_PRODUCT, FACT_ORDER_ITEM, DAILY_REVENUE, CUSTOMER_DAILY_FEATURES]

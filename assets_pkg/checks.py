@@ -14,7 +14,6 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from assets_pkg.partitions import daily_partitions
-from assets_pkg.partitions import days as all_days
 
 UNIQUE_KEY = "unique_key"
 KEYS_NOT_NULL = "keys_not_null"
@@ -125,9 +124,9 @@ def duplicate_samples(df: DataFrame, checks: TableChecks, days: list[date]) -> d
 
 
 def evaluate_blocking(
-    df: DataFrame, upstream: DataFrame | None, lost: DataFrame | None, checks: TableChecks, start: date, end: date
+    df: DataFrame, upstream: DataFrame | None, lost: DataFrame | None, checks: TableChecks, days: list[date]
 ) -> tuple[list[Outcome], dict]:
-    """The blocking checks for every day start..end. Returns the outcomes and the per-day profile of `df`."""
+    """The blocking checks for each of `days`. Returns the outcomes and the per-day profile of `df`."""
     rec = checks.reconciliation
     this_measures = [(name, F.expr(exprs[0])) for name, exprs in rec.measures.items()] if rec else []
     profile = {r.day: r for r in day_profile(df, checks, this_measures).collect()}
@@ -135,7 +134,7 @@ def evaluate_blocking(
 
     failing_unique = [d for d, r in profile.items() if r.rows != r.distinct_keys]
     samples = duplicate_samples(df, checks, failing_unique) if failing_unique else {}
-    for day in all_days(start, end):
+    for day in days:
         r = profile.get(day)
         rows = r.rows if r else 0
         duplicates = rows - r.distinct_keys if r else 0
@@ -158,14 +157,14 @@ def evaluate_blocking(
             .collect()
         }
         differing = {}
-        for day in all_days(start, end):
+        for day in days:
             mine, theirs = profile.get(day), up_profile.get(day)
             for name in rec.measures:
                 a = (mine[name] if mine else None) or 0
                 b = (theirs[name] if theirs else None) or 0
                 if a != b:
                     differing.setdefault(day, {})[name] = {"table": str(a), rec.upstream: str(b)}
-        for day in all_days(start, end):
+        for day in days:
             diff = differing.get(day, {})
             outcomes.append(
                 Outcome(RECONCILES, day, not diff, {
@@ -180,7 +179,7 @@ def evaluate_blocking(
         lost_by_day: dict[date, list] = {}
         for r in lost.collect():
             lost_by_day.setdefault(r.day, []).append(r)
-        for day in all_days(start, end):
+        for day in days:
             missing = lost_by_day.get(day, [])
             outcomes.append(
                 Outcome(NOTHING_LOST, day, not missing, {
@@ -198,11 +197,11 @@ def summary(o: Outcome) -> str:
     return ", ".join(f"{k}={o.metadata[k]}" for k in keys if o.metadata.get(k) not in (None, "", 0))
 
 
-def evaluate_after_commit(profile: dict, previous: dict, start: date, end: date) -> list[Outcome]:
+def evaluate_after_commit(profile: dict, previous: dict, days: list[date]) -> list[Outcome]:
     """Fingerprint and row-count change against each day's previous materialization (`previous`: day -> (rows, fp))."""
     tolerance = row_count_tolerance()
     outcomes = []
-    for day in all_days(start, end):
+    for day in days:
         r = profile.get(day)
         rows, fingerprint = (r.rows, r.fingerprint) if r else (0, None)
         prev_rows, prev_fp = previous.get(day, (None, None))

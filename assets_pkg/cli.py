@@ -67,12 +67,13 @@ def _tables(args) -> list[str]:
 def _cmd_check(args) -> int:
     from assets_pkg.assets import check_published
     from assets_pkg.checks import summary
+    from assets_pkg.partitions import days
     from resources.spark import get_spark
 
     start, end = args.start or first_day(), args.end or last_day()
     failed = 0
     for table in _tables(args):
-        outcomes = check_published(get_spark(), table, start, end)
+        outcomes = check_published(get_spark(), table, days(start, end))
         bad = [o for o in outcomes if not o.passed]
         failed += len(bad)
         print(f"{table}: {len(outcomes) - len(bad)}/{len(outcomes)} check results passed over {start}..{end}")

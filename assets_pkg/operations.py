@@ -13,7 +13,7 @@ from assets_pkg import checks
 from assets_pkg.assets import DAY_COLUMN, TABLE_CHECKS
 from assets_pkg.partitions import days
 from resources import audit
-from resources.delta_io import TableNotMaterialized, overwrite_range, read_range
+from resources.delta_io import TableNotMaterialized, overwrite_days, read_days
 from resources.lake import table_path
 
 
@@ -29,7 +29,7 @@ def profile(df: DataFrame, table: str) -> dict[date, tuple[int, str]]:
 def report(spark: SparkSession, table: str, start: date, end: date, against: Path | None = None, version: int | None = None):
     """Rows per day: (day, rows, sha256, other_rows, other_sha256, match). `other` is the same table in another lake
     (dual-run comparison) or at another Delta version; without either, other_* are None and match is None."""
-    mine = profile(read_range(spark, table, DAY_COLUMN[table], start, end), table)
+    mine = profile(read_days(spark, table, DAY_COLUMN[table], days(start, end)), table)
     other = None
     if against is not None:
         path = table_path(table, against)
@@ -65,14 +65,15 @@ def rollback(spark: SparkSession, table: str, start: date, end: date, version: i
     started = datetime.now(timezone.utc)
     column = DAY_COLUMN[table]
     if version < 0:  # the table did not exist yet: the range was empty
-        current = read_range(spark, table, column, start, end)
+        current = read_days(spark, table, column, days(start, end))
         old = current.where(F.lit(False))
     else:
         old = _range(spark.read.format("delta").option("versionAsOf", version).load(table_path(table)), table, start, end)
     old = old.persist()
     try:
         restored = profile(old, table)
-        commit = overwrite_range(old, table, column, start, end, {"run_id": run_id, "operation": "rollback", "restored_version": version, "asset": table, "start": start, "end": end})
+        info = {"run_id": run_id, "operation": "rollback", "restored_version": version, "asset": table, "first": start, "last": end}
+        commit = overwrite_days(old, table, column, days(start, end), info)
     finally:
         old.unpersist()
     ended = datetime.now(timezone.utc)

@@ -41,7 +41,7 @@ daily_partitions = DailyPartitionsDefinition(
 backfill_policy = BackfillPolicy.multi_run(max_partitions_per_run=max_partitions_per_run())
 
 
-def run_days(context) -> tuple[date, date]:
-    """First and last day (inclusive) of the partitions a run materializes, one day or a range."""
+def run_days(context) -> list[date]:
+    """The days a run materializes: one partition or a range."""
     window = context.partition_time_window
-    return window.start.date(), (window.end - timedelta(days=1)).date()
+    return days(window.start.date(), (window.end - timedelta(days=1)).date())

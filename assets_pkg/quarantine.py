@@ -11,6 +11,7 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from assets_pkg.landing import ORDER_ITEM_KEY, ORDER_ITEM_SCHEMA
+from resources.delta_io import day_filter
 
 
 def _reason(first_day: date, last_day: date):
@@ -43,21 +44,21 @@ def split(versions: DataFrame, first_day: date, last_day: date) -> tuple[DataFra
     return tagged.where(F.col("reason").isNull()).drop("reason"), rejected
 
 
-def for_range(rejected: DataFrame, start: date, end: date) -> DataFrame:
-    return rejected.where(F.col("quarantine_day").between(F.lit(start), F.lit(end))).select(
+def for_days(rejected: DataFrame, days: list[date]) -> DataFrame:
+    return rejected.where(day_filter("quarantine_day", days)).select(
         "quarantine_day", "reason", *ORDER_ITEM_SCHEMA.fieldNames(), "ingest_date", "source_file"
     )
 
 
-def lost_keys(versions: DataFrame, table: DataFrame, quarantined: DataFrame, start: date, end: date) -> DataFrame:
-    """Keys whose latest landed version (valid or not) falls on a day start..end, yet are neither in `table` nor in
+def lost_keys(versions: DataFrame, table: DataFrame, quarantined: DataFrame, days: list[date]) -> DataFrame:
+    """Keys whose latest landed version (valid or not) falls on one of `days`, yet are neither in `table` nor in
     quarantine: rows that would otherwise vanish without a trace. Columns: day + the key."""
     latest = Window.partitionBy(*ORDER_ITEM_KEY).orderBy(F.col("updated_at").desc_nulls_last(), F.col("ingested_at").desc_nulls_last())
     expected = (
         versions.where(F.col("order_id").isNotNull() & F.col("order_item_id").isNotNull())
         .withColumn("_n", F.row_number().over(latest))
         .where("_n = 1")
-        .where(F.col("order_date").between(F.lit(start), F.lit(end)))
+        .where(day_filter("order_date", days))
         .select(F.col("order_date").alias("day"), *ORDER_ITEM_KEY)
     )
     return expected.join(table.select(*ORDER_ITEM_KEY), ORDER_ITEM_KEY, "left_anti").join(

@@ -7,6 +7,7 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from assets_pkg.landing import MONEY, ORDER_ITEM_KEY, ORDER_ITEM_SCHEMA, PRODUCT_KEY
+from resources.delta_io import day_filter
 
 def latest_versions(versions: DataFrame, key: list[str], columns: list[str]) -> DataFrame:
     """One row per key: the latest `updated_at`, then the latest `ingested_at`, then the latest file, then a hash of
@@ -19,20 +20,20 @@ def latest_versions(versions: DataFrame, key: list[str], columns: list[str]) -> 
     )
     return versions.withColumn("_rank", F.row_number().over(order)).where("_rank = 1").drop("_rank")
 
-def stg_order_items(versions: DataFrame, start: date, end: date) -> DataFrame:
-    """The current version of every order item whose current order_date is in start..end.
+def stg_order_items(versions: DataFrame, days: list[date]) -> DataFrame:
+    """The current version of every order item whose current order_date is one of `days`.
 
-    The latest version of a key is decided over all its versions, not only those dated in the range: a correction
+    The latest version of a key is decided over all its versions, not only those dated on `days`: a correction
     that moves an item to another day removes it from its old day.
     """
-    in_range = F.col("order_date").between(F.lit(start), F.lit(end))
+    in_range = day_filter("order_date", days)
     keys_in_range = versions.where(in_range).select(*ORDER_ITEM_KEY).distinct()
     candidates = versions.join(keys_in_range, ORDER_ITEM_KEY, "left_semi")
     latest = latest_versions(candidates, ORDER_ITEM_KEY, ORDER_ITEM_SCHEMA.fieldNames())
     return latest.where(in_range).select(*ORDER_ITEM_SCHEMA.fieldNames(), "ingest_date", "source_file")
 
-def dim_product_changes(versions: DataFrame, first_day: date, start: date, end: date) -> DataFrame:
-    """Product versions that take effect on each day start..end (`valid_from`), the last one of a day winning.
+def dim_product_changes(versions: DataFrame, first_day: date, days: list[date]) -> DataFrame:
+    """Product versions that take effect on each of `days` (`valid_from`), the last one of a day winning.
 
     Versions dated before the first partition take effect on the first partition's day. A version is valid until the
     next version of the product takes effect: a validity interval, so a re-run of an old day sees the product as it
@@ -40,7 +41,7 @@ def dim_product_changes(versions: DataFrame, first_day: date, start: date, end: 
     """
     dated = versions.withColumn("valid_from", F.greatest(F.to_date("updated_at"), F.lit(first_day)))
     per_day = latest_versions(
-        dated.where(F.col("valid_from").between(F.lit(start), F.lit(end))),
+        dated.where(day_filter("valid_from", days)),
         [*PRODUCT_KEY, "valid_from"],
         ["product_id", "category", "status", "list_price", "updated_at", "ingested_at"],
     )

@@ -9,6 +9,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.window import Window
 
+from resources.delta_io import day_filter
 from resources.lake import table_path
 
 AUDIT_TABLE = "backfill_audit"
@@ -63,12 +64,12 @@ def read(spark: SparkSession):
     return spark.read.format("delta").load(path)
 
 
-def latest_by_partition(spark: SparkSession, asset: str, start: date, end: date) -> dict[date, tuple[int, str]]:
+def latest_by_partition(spark: SparkSession, asset: str, days: list[date]) -> dict[date, tuple[int, str]]:
     """Each day's rows and fingerprint as last written (by any run), for comparisons with a new write."""
     latest = Window.partitionBy("partition").orderBy(F.col("ended_at").desc(), F.col("run_id").desc())
     rows = (
         read(spark)
-        .where((F.col("asset") == asset) & F.col("partition").between(F.lit(start), F.lit(end)))
+        .where((F.col("asset") == asset) & day_filter("partition", days))
         .withColumn("_n", F.row_number().over(latest))
         .where("_n = 1")
         .select("partition", "rows_written", "fingerprint")

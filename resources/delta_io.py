@@ -1,8 +1,9 @@
-"""Delta table I/O. `overwrite_range` is the one write primitive every asset uses."""
+"""Delta table I/O. `overwrite_days` is the one write primitive every asset uses."""
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import date
+from datetime import date, timedelta
 
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
@@ -24,8 +25,26 @@ class Commit:
     files_removed: int
 
 
-def range_predicate(column: str, start: date, end: date) -> str:
-    return f"{column} >= '{start.isoformat()}' AND {column} <= '{end.isoformat()}'"
+def day_runs(days: Sequence[date]) -> list[tuple[date, date]]:
+    """Sorted days as runs of consecutive days: a backfill's range is one run, a restatement's days a few."""
+    runs: list[list[date]] = []
+    for day in sorted(set(days)):
+        if runs and day == runs[-1][1] + timedelta(days=1):
+            runs[-1][1] = day
+        else:
+            runs.append([day, day])
+    return [(a, b) for a, b in runs]
+
+
+def day_predicate(column: str, days: Sequence[date]) -> str:
+    """SQL selecting exactly `days` (at least one), short whatever their number: one range per run of days."""
+    if not days:
+        raise ValueError("no days given")
+    return " OR ".join(f"({column} >= '{a.isoformat()}' AND {column} <= '{b.isoformat()}')" for a, b in day_runs(days))
+
+
+def day_filter(column: str, days: Sequence[date]):
+    return F.expr(day_predicate(column, days))
 
 
 def table_exists(spark: SparkSession, table: str) -> bool:
@@ -40,19 +59,18 @@ def read_table(spark: SparkSession, table: str) -> DataFrame:
     return spark.read.format("delta").load(table_path(table))
 
 
-def read_range(spark: SparkSession, table: str, column: str, start: date, end: date) -> DataFrame:
-    return read_table(spark, table).where(F.col(column).between(F.lit(start), F.lit(end)))
+def read_days(spark: SparkSession, table: str, column: str, days: Sequence[date]) -> DataFrame:
+    return read_table(spark, table).where(day_filter(column, days))
 
 
-def overwrite_range(
-    df: DataFrame, table: str, column: str, start: date, end: date, commit_info: dict
-) -> Commit:
-    """Atomically replace the days start..end (inclusive) of `table` with `df`, in one Delta commit.
+def overwrite_days(df: DataFrame, table: str, column: str, days: Sequence[date], commit_info: dict) -> Commit:
+    """Atomically replace exactly `days` of `table` with `df`, in one Delta commit: a backfill's range, or the
+    scattered days a restatement touches.
 
-    `replaceWhere` removes exactly the partitions in the range (days in the range that `df` has no rows for end up
-    empty, so a key moved to another day leaves no trace) and Delta rejects the commit if `df` holds a row outside
-    the range: a write can never delete or add anything outside its range. Partitioning by the day keeps each day in
-    files of its own, so files of other days are never rewritten.
+    `replaceWhere` removes exactly the partitions of those days (days that `df` has no rows for end up empty, so a
+    key moved to another day leaves no trace) and Delta rejects the commit if `df` holds a row of any other day: a
+    write can never delete or add anything outside its days. Partitioning by the day keeps each day in files of its
+    own, so files of other days are never rewritten.
     """
     spark = df.sparkSession
     path = table_path(table)
@@ -61,7 +79,7 @@ def overwrite_range(
         df.repartition(column)  # one file per day instead of one per day per task
         .write.format("delta")
         .mode("overwrite")
-        .option("replaceWhere", range_predicate(column, start, end))
+        .option("replaceWhere", day_predicate(column, days))
         .option("userMetadata", metadata)
         .partitionBy(column)
         .save(path)

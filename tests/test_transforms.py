@@ -7,6 +7,7 @@ import pytest
 
 from assets_pkg import transforms
 from assets_pkg.landing import ORDER_ITEM_SCHEMA, PRODUCT_SCHEMA
+from assets_pkg.partitions import days
 from pyspark.sql import types as T
 
 D = date.fromisoformat
@@ -29,7 +30,7 @@ def versions_schema():
 
 def stg(spark, schema, rows, start, end):
     df = spark.createDataFrame(rows, schema)
-    return {(r.order_id, r.order_item_id): r for r in transforms.stg_order_items(df, D(start), D(end)).collect()}
+    return {(r.order_id, r.order_item_id): r for r in transforms.stg_order_items(df, days(D(start), D(end))).collect()}
 
 
 def test_duplicate_deliveries_collapse_to_one_row(spark, versions_schema):
@@ -77,7 +78,7 @@ def test_an_old_day_rerun_sees_the_product_as_it_was_that_day(spark, versions_sc
         ],
         T.StructType([*PRODUCT_SCHEMA.fields, T.StructField("ingest_date", T.DateType()), T.StructField("source_file", T.StringType())]),
     )
-    changes = transforms.dim_product_changes(products, D("2025-01-01"), D("2025-01-01"), D("2025-01-31"))
+    changes = transforms.dim_product_changes(products, D("2025-01-01"), days(D("2025-01-01"), D("2025-01-31")))
     items = spark.createDataFrame(
         [item(1, 1, "2025-01-05", 2, "2025-01-05 10:00:00", "2025-01-06 01:00:00"),
          item(2, 1, "2025-01-12", 2, "2025-01-12 10:00:00", "2025-01-13 01:00:00")],

@@ -14,7 +14,7 @@ from assets_pkg.generate import generate
 from assets_pkg.operations import profile
 from assets_pkg.partitions import days
 from resources import audit
-from resources.delta_io import read_range, read_table
+from resources.delta_io import read_days, read_table
 from resources.lake import table_path
 from tests.conftest import files_by_day, versions
 
@@ -36,7 +36,7 @@ def built(spark, lake):
 
 def inject_duplicate(spark, table, day):
     """Behind the pipeline's back: append a copy of one row of `day`."""
-    row = read_range(spark, table, "order_date", day, day).limit(1)
+    row = read_days(spark, table, "order_date", [day]).limit(1)
     row.write.format("delta").mode("append").save(table_path(table))
     return row.first()
 
