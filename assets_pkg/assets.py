@@ -26,7 +26,7 @@ from assets_pkg.checks import Reconciliation, TableChecks
 from assets_pkg.landing import ORDER_ITEM_KEY
 from assets_pkg.partitions import backfill_policy, daily_partitions, first_day, last_day, run_days
 from assets_pkg.partitions import days as all_days
-from resources import audit
+from resources import audit, control
 from resources.delta_io import day_runs, overwrite_days, read_days
 
 STG_ORDER_ITEMS = "stg_order_items"
@@ -49,7 +49,7 @@ DAY_COLUMN = {
 _COUNT = "count(1)"
 
 TABLE_CHECKS = {
-    STG_ORDER_ITEMS: TableChecks(key=ORDER_ITEM_KEY, day_column="order_date"),
+    STG_ORDER_ITEMS: TableChecks(key=ORDER_ITEM_KEY, day_column="order_date", late_data=True),
     DIM_PRODUCT: TableChecks(key=["product_id", "valid_from"], day_column="valid_from"),
     FACT_ORDER_ITEM: TableChecks(
         key=ORDER_ITEM_KEY,
@@ -186,6 +186,14 @@ def publish(spark: SparkSession, table: str, days: list[date], run: RunInfo, wri
                 for day in days
             ],
         )
+        if table_checks.late_data:  # rewritten from the whole landing: the days' late rows are now published
+            resolved = control.open_exceptions(spark, days)
+            if resolved:
+                control.resolve_exceptions(spark, [r.day for r in resolved], run.run_id, ended)
+            outcomes += [
+                checks.Outcome(checks.LATE_DATA, r.day, True, {"late_rows": r.rows, "batches": r.batches, "resolved_by_run": run.run_id})
+                for r in resolved
+            ]
         metadata[table] = {
             **_commit_metadata(commit, days),
             "partitions_changed": sum(1 for o in outcomes if o.check == checks.FINGERPRINT and o.metadata["changed"]),

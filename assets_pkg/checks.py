@@ -21,6 +21,7 @@ RECONCILES = "reconciles_with_upstream"
 NOTHING_LOST = "nothing_lost"
 FINGERPRINT = "fingerprint"
 ROW_COUNT_CHANGE = "row_count_change"
+LATE_DATA = "late_data_outside_window"
 
 BLOCKING = (UNIQUE_KEY, KEYS_NOT_NULL, RECONCILES, NOTHING_LOST)
 SAMPLE_SIZE = 5
@@ -46,6 +47,7 @@ class TableChecks:
     day_column: str
     reconciliation: Reconciliation | None = None
     nothing_lost: bool = False
+    late_data: bool = False  # days with late rows older than the restatement window (results on those days only)
 
     def names(self) -> list[str]:
         names = [UNIQUE_KEY, KEYS_NOT_NULL]
@@ -67,7 +69,7 @@ class Outcome:
 
     @property
     def severity(self) -> AssetCheckSeverity:
-        return AssetCheckSeverity.ERROR if self.blocking else AssetCheckSeverity.WARN
+        return AssetCheckSeverity.ERROR if self.blocking or self.check == LATE_DATA else AssetCheckSeverity.WARN
 
 
 _DESCRIPTIONS = {
@@ -77,15 +79,18 @@ _DESCRIPTIONS = {
     NOTHING_LOST: "Every key whose latest landed version falls on the day is in the table or in quarantine (blocking).",
     FINGERPRINT: "SHA-256 of the day's sorted rows, recorded on every materialization; says whether it changed.",
     ROW_COUNT_CHANGE: "Row count within CHECK_ROW_COUNT_TOLERANCE of the previous materialization (warning).",
+    LATE_DATA: "Fails on a day that received rows older than the restatement window (RESTATEMENT_WINDOW_DAYS): not "
+    "restated automatically; backfill the day by hand, which makes it pass.",
 }
 
 
 def check_specs(table: str, checks: TableChecks) -> list[AssetCheckSpec]:
     # Not Dagster-`blocking`: Dagster gates only on returned results, which a range run cannot tie to partitions.
     # The asset enforces them itself, earlier: a failing day stops the write, so nothing downstream runs.
+    names = [*checks.names(), *([LATE_DATA] if checks.late_data else [])]
     return [
         AssetCheckSpec(name, asset=table, partitions_def=daily_partitions, description=_DESCRIPTIONS[name])
-        for name in checks.names()
+        for name in names
     ]
 
 

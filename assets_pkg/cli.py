@@ -132,6 +132,61 @@ def _cmd_metrics(args) -> int:
     return 0
 
 
+def _print_detection(found) -> None:
+    print(f"watermark: {found.watermark.watermark_ts or '-'} -> {found.new_watermark_ts or '-'}; restatement window "
+          f"from {found.window_start or '-'}")
+    for dataset, batches in found.batches_read.items():
+        print(f"  {dataset}: {len(batches)} batch(es) read{': ' + ', '.join(batches[-5:]) if batches else ''}")
+    for table, days in found.days_by_table().items():
+        if days:
+            print(f"{table}: {len(days)} day(s) to restate")
+    for name, changes in (("order tables", found.order_days), ("dim_product", found.product_days)):
+        for day, change in sorted(changes.items()):
+            print(f"  {name} {day}: {change.describe()}")
+    for day, change in sorted(found.outside.items()):
+        print(f"  OUTSIDE WINDOW {day}: {change.describe()}: not restated automatically; backfill it by hand")
+
+
+def _cmd_stale(args) -> int:
+    from assets_pkg.late_data import detect
+    from resources.spark import get_spark
+
+    found = detect(get_spark())
+    _print_detection(found)
+    if not any(found.days_by_table().values()) and not found.outside:
+        print("nothing is stale")
+    return 0
+
+
+def _cmd_restate(args) -> int:
+    from assets_pkg.automation import RESTATE_JOB
+    from assets_pkg.backfill import dagster_instance
+    from assets_pkg.definitions import defs
+
+    result = defs.resolve_job_def(RESTATE_JOB).execute_in_process(
+        instance=dagster_instance(),
+        raise_on_error=False,
+        run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
+    )
+    if not result.success:
+        for event in result.all_events:
+            if event.is_step_failure:
+                error = event.step_failure_data.error
+                while error.cause:
+                    error = error.cause
+                print(f"restatement failed (run {result.run_id}): {error.message.strip()}")
+        return 1
+    summary = result.output_for_node(RESTATE_JOB)
+    for table, days in summary["restated"].items():
+        print(f"restated {table}: {len(days)} day(s): {', '.join(days)}")
+    if not summary["restated"]:
+        print("nothing to restate")
+    for day in summary["outside_window"]:
+        print(f"late rows older than the restatement window on {day}: recorded in late_data_exceptions; backfill it by hand")
+    print(f"watermark: {summary['watermark']} (run {result.run_id})")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="assets-pkg", description="Exact, idempotent backfills on Spark + Delta")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -174,6 +229,12 @@ def build_parser() -> argparse.ArgumentParser:
     to.add_argument("--version", type=int, help="the Delta version to restore the range to")
     to.add_argument("--before-run", help="restore the range to what it was before this Dagster run wrote it")
     p.set_defaults(func=_cmd_rollback)
+
+    p = sub.add_parser("stale", help="preview: which days of which tables the landed batches would restate, and why")
+    p.set_defaults(func=_cmd_stale)
+
+    p = sub.add_parser("restate", help="restate the days late or corrected rows change, in every table (what the sensor does)")
+    p.set_defaults(func=_cmd_restate)
 
     p = sub.add_parser("metrics", help="p95 run time, watermark lag, duplicate % and mismatch count per asset")
     p.set_defaults(func=_cmd_metrics)

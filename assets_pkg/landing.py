@@ -56,13 +56,23 @@ def batch_dirs(dataset: str) -> list[Path]:
     return sorted(p for p in root.glob("ingest_date=*") if p.is_dir()) if root.exists() else []
 
 
-def read_landing(spark: SparkSession, dataset: str) -> DataFrame:
-    """Every landed row version with its batch (`ingest_date`) and file (`source_file`, relative to the landing root)."""
+def batch_name(batch_dir: Path) -> str:
+    return batch_dir.name.split("=", 1)[1]
+
+
+def read_landing(spark: SparkSession, dataset: str, batches: list[str] | None = None) -> DataFrame:
+    """Every landed row version with its batch (`ingest_date`) and file (`source_file`, relative to the landing root).
+    With `batches`, only those batch folders are read (a restatement reads what landed lately, not the history)."""
     if not batch_dirs(dataset):
         raise LandingError(f"no landed batches under {landing_path(dataset)}: run `python -m assets_pkg generate`")
     root = landing_path(dataset)
     schema = T.StructType([*SCHEMAS[dataset].fields, T.StructField("ingest_date", T.DateType())])
-    df = spark.read.schema(schema).parquet(root)
+    if batches is None:
+        df = spark.read.schema(schema).parquet(root)
+    else:
+        paths = [f"{root}/ingest_date={b}" for b in batches] or [root]
+        df = spark.read.schema(schema).option("basePath", root).parquet(*paths)
+        df = df if batches else df.where(F.lit(False))
     # The file name relative to the landing root, so the same landing copied to another lake gives the same rows.
     return df.withColumn(
         "source_file", F.substring_index(F.col("_metadata.file_path"), f"/{dataset}/", -1)
@@ -73,7 +83,7 @@ def assert_new_batches(df: DataFrame, dataset: str) -> list[str]:
     """The batches (`ingest_date`s) in `df`; landed batches are immutable, so any that already exists is refused
     instead of silently changing history."""
     ingest_dates = sorted(r.ingest_date.isoformat() for r in df.select("ingest_date").distinct().collect())
-    existing = {p.name.split("=", 1)[1] for p in batch_dirs(dataset)}
+    existing = {batch_name(p) for p in batch_dirs(dataset)}
     clash = sorted(set(ingest_dates) & existing)
     if clash:
         raise LandingError(f"batches already landed for {dataset}: {', '.join(clash[:5])}; landing is append-only")

@@ -9,14 +9,16 @@ from pyspark.sql import functions as F
 from assets_pkg.landing import MONEY, ORDER_ITEM_KEY, ORDER_ITEM_SCHEMA, PRODUCT_KEY
 from resources.delta_io import day_filter
 
-def latest_versions(versions: DataFrame, key: list[str], columns: list[str]) -> DataFrame:
+def latest_versions(versions: DataFrame, key: list[str], columns: list[str], then: tuple = ()) -> DataFrame:
     """One row per key: the latest `updated_at`, then the latest `ingested_at`, then the latest file, then a hash of
-    the row, so that even two different rows with equal timestamps resolve the same way on every run."""
+    the row, so that even two different rows with equal timestamps resolve the same way on every run (`then`: more
+    tie-breaks for identical rows)."""
     order = Window.partitionBy(*key).orderBy(
         F.col("updated_at").desc(),
         F.col("ingested_at").desc(),
         F.col("source_file").desc(),
         F.xxhash64(*columns).desc(),
+        *then,
     )
     return versions.withColumn("_rank", F.row_number().over(order)).where("_rank = 1").drop("_rank")
 

@@ -1,0 +1,251 @@
+"""Late and corrected rows: find exactly the days they change, restate those days in every table, then advance the
+watermark (seeds 000, 002).
+
+- The watermark is on the landing's load time (`ingested_at`), never on the event date: a correction of an old order
+  carries an old order_date. A restatement reads only the batches landed since the watermark minus a trailing
+  reprocess window (WATERMARK_REPROCESS_HOURS), plus any batch folder never read before: never the whole history.
+- What those batches change is decided against what is published: a landed version changes a day only when it
+  beats the version staging holds for its key (or, for a rejected row, when quarantine does not hold it yet). So
+  re-reading a batch, or replaying a tick, finds nothing to do; a correction that moves an item to another day
+  changes both days.
+- Days older than the restatement window (RESTATEMENT_WINDOW_DAYS, counted back from the newest landed batch, not
+  from the clock) are not restated: they are recorded in `late_data_exceptions` and fail the
+  `late_data_outside_window` check until a manual backfill of those days.
+- The days are recorded as pending in the watermark row before anything is written, and the watermark advances only
+  after every table's write committed: a crash in between leaves them pending, and the next restatement rewrites
+  them (reprocessing, never skipped rows).
+"""
+
+import os
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import date, datetime, timedelta, timezone
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from assets_pkg import landing, quarantine, transforms
+from assets_pkg.assets import (
+    DIM_PRODUCT,
+    PUBLISH_ORDER,
+    QUARANTINE_ORDER_ITEMS,
+    STG_ORDER_ITEMS,
+    Publication,
+    RunInfo,
+    publish,
+)
+from assets_pkg.landing import ORDER_ITEM_KEY, ORDER_ITEM_SCHEMA
+from assets_pkg.partitions import first_day, last_day
+from resources import control
+from resources.delta_io import read_table, table_exists
+
+PIPELINE = "order_items"
+_VERSION_COLUMNS = [*ORDER_ITEM_SCHEMA.fieldNames(), "ingest_date", "source_file"]
+
+
+class RestatementError(RuntimeError):
+    pass
+
+
+def reprocess_window() -> timedelta:
+    return timedelta(hours=float(os.environ.get("WATERMARK_REPROCESS_HOURS", "72")))
+
+
+def restatement_window_days() -> int:
+    return int(os.environ.get("RESTATEMENT_WINDOW_DAYS", "90"))
+
+
+@dataclass
+class DayChange:
+    """Why a day is stale: keys whose current version is new on it (added or corrected), keys that moved away from
+    it, rows landed for it that break the contract, product versions taking effect on it, and the batches."""
+
+    changed: int = 0
+    moved_out: int = 0
+    quarantined: int = 0
+    product_versions: int = 0
+    order_days_of_products: int = 0  # for a product change: later order days whose facts it changes
+    batches: set[str] = field(default_factory=set)
+    pending: bool = False  # left by an interrupted restatement
+
+    def describe(self) -> str:
+        parts = [
+            f"{self.changed} key(s) added or corrected" if self.changed else "",
+            f"{self.moved_out} key(s) moved to another day" if self.moved_out else "",
+            f"{self.quarantined} row(s) to quarantine" if self.quarantined else "",
+            f"{self.product_versions} product version(s) taking effect" if self.product_versions else "",
+            "pending from an interrupted restatement" if self.pending else "",
+        ]
+        text = ", ".join(p for p in parts if p)
+        return text + (f" (batches {', '.join(sorted(self.batches))})" if self.batches else "")
+
+
+@dataclass
+class Detection:
+    watermark: control.Watermark
+    new_watermark_ts: datetime | None
+    batches_read: dict[str, list[str]]  # dataset -> batches read now
+    window_start: date | None
+    order_days: dict[date, DayChange]  # days of the order tables to restate
+    product_days: dict[date, DayChange]  # days of dim_product to restate
+    outside: dict[date, DayChange]  # older than the window: exceptions, not restated
+
+    def days_by_table(self) -> dict[str, list[date]]:
+        order = sorted(self.order_days)
+        return {t: sorted(self.product_days) if t == DIM_PRODUCT else order for t in PUBLISH_ORDER}
+
+
+def _batches_to_read(dataset: str, wm: control.Watermark) -> list[str]:
+    since = (wm.watermark_ts - reprocess_window()).date() if wm.watermark_ts else None
+    seen = set(wm.batches_read)
+    names = [landing.batch_name(p) for p in landing.batch_dirs(dataset)]
+    return [b for b in names if b not in seen or (since is not None and date.fromisoformat(b) >= since)]
+
+
+def _row_id(columns: list[str]):
+    """Identity of a landed row (nulls included), to find it again in quarantine."""
+    return F.sha2(F.to_json(F.struct(*columns), {"ignoreNullFields": "false"}), 256)
+
+
+def _order_item_changes(spark: SparkSession, batches: list[str], days: dict[date, DayChange]) -> datetime | None:
+    """Add the days the order item batches change to `days`; return the batches' highest load time."""
+    candidates = landing.read_landing(spark, landing.ORDER_ITEMS, batches).persist()
+    try:
+        valid, rejected = quarantine.split(candidates, first_day(), last_day())
+        new = valid.select(*_VERSION_COLUMNS).withColumn("_published", F.lit(False))
+        published = (
+            read_table(spark, STG_ORDER_ITEMS)
+            .join(new.select(*ORDER_ITEM_KEY).distinct(), ORDER_ITEM_KEY, "left_semi")
+            .select(*_VERSION_COLUMNS)
+            .withColumn("_published", F.lit(True))
+        )
+        # The published version wins a tie with an identical landed row: re-reading a batch changes nothing.
+        winners = transforms.latest_versions(
+            new.unionByName(published), ORDER_ITEM_KEY, ORDER_ITEM_SCHEMA.fieldNames(), then=(F.col("_published").desc(),)
+        ).where(~F.col("_published"))
+        old_day = published.select(*ORDER_ITEM_KEY, F.col("order_date").alias("old_day"))
+        changed = winners.join(old_day, ORDER_ITEM_KEY, "left")
+        for r in changed.groupBy("order_date").agg(
+            F.count(F.lit(1)).alias("n"), F.collect_set(F.col("ingest_date").cast("string")).alias("batches")
+        ).collect():
+            c = days.setdefault(r.order_date, DayChange())
+            c.changed += r.n
+            c.batches.update(r.batches)
+        for r in changed.where("old_day IS NOT NULL AND old_day != order_date").groupBy("old_day").agg(
+            F.count(F.lit(1)).alias("n"), F.collect_set(F.col("ingest_date").cast("string")).alias("batches")
+        ).collect():
+            c = days.setdefault(r.old_day, DayChange())
+            c.moved_out += r.n
+            c.batches.update(r.batches)
+
+        unseen = rejected
+        if table_exists(spark, QUARANTINE_ORDER_ITEMS):
+            held = read_table(spark, QUARANTINE_ORDER_ITEMS).select(_row_id(_VERSION_COLUMNS).alias("_id"))
+            unseen = rejected.withColumn("_id", _row_id(_VERSION_COLUMNS)).join(held, "_id", "left_anti")
+        for r in unseen.groupBy("quarantine_day").agg(
+            F.count(F.lit(1)).alias("n"), F.collect_set(F.col("ingest_date").cast("string")).alias("batches")
+        ).collect():
+            c = days.setdefault(r.quarantine_day, DayChange())
+            c.quarantined += r.n
+            c.batches.update(r.batches)
+        return candidates.agg(F.max("ingested_at")).first()[0]
+    finally:
+        candidates.unpersist()
+
+
+def _product_changes(spark: SparkSession, batches: list[str], product_days: dict, order_days: dict) -> None:
+    """A product version not yet in dim_product changes its valid_from day there, and the facts of every later order
+    day that has the product (they join the product as of the order day)."""
+    if not batches:
+        return
+    versions = landing.read_landing(spark, landing.PRODUCTS, batches)
+    dated = versions.withColumn("valid_from", F.greatest(F.to_date("updated_at"), F.lit(first_day())))
+    if table_exists(spark, DIM_PRODUCT):
+        held = read_table(spark, DIM_PRODUCT).select("product_id", "valid_from", "updated_at")
+        dated = dated.join(held, ["product_id", "valid_from", "updated_at"], "left_anti")
+    new = dated.groupBy("product_id").agg(F.min("valid_from").alias("since"), F.collect_set(F.col("ingest_date").cast("string")).alias("batches")).persist()
+    try:
+        for r in dated.groupBy("valid_from").agg(F.count(F.lit(1)).alias("n"), F.collect_set(F.col("ingest_date").cast("string")).alias("batches")).collect():
+            c = product_days.setdefault(r.valid_from, DayChange())
+            c.product_versions += r.n
+            c.batches.update(r.batches)
+        stg = read_table(spark, STG_ORDER_ITEMS).select("product_id", "order_date")
+        affected = stg.join(new, "product_id").where(F.col("order_date") >= F.col("since"))
+        for r in affected.groupBy("order_date").agg(F.countDistinct("product_id").alias("n"), F.flatten(F.collect_set("batches")).alias("batches")).collect():
+            c = order_days.setdefault(r.order_date, DayChange())
+            c.order_days_of_products += r.n
+            c.batches.update(r.batches)
+    finally:
+        new.unpersist()
+
+
+def detect(spark: SparkSession) -> Detection:
+    """What the batches landed since the watermark change, day by day, without writing anything (the `stale`
+    preview, and the first half of a restatement)."""
+    if not table_exists(spark, STG_ORDER_ITEMS):
+        raise RestatementError("stg_order_items is not materialized: backfill the tables before restating late data")
+    wm = control.read_watermark(spark, PIPELINE)
+    batches = {ds: _batches_to_read(ds, wm) for ds in (landing.ORDER_ITEMS, landing.PRODUCTS)}
+    order_days: dict[date, DayChange] = {}
+    product_days: dict[date, DayChange] = {}
+    new_ts = _order_item_changes(spark, batches[landing.ORDER_ITEMS], order_days) if batches[landing.ORDER_ITEMS] else None
+    _product_changes(spark, batches[landing.PRODUCTS], product_days, order_days)
+    for day in wm.pending_days:
+        order_days.setdefault(day, DayChange()).pending = True
+
+    every_batch = [landing.batch_name(p) for p in landing.batch_dirs(landing.ORDER_ITEMS)]
+    window_start = date.fromisoformat(max(every_batch)) - timedelta(days=restatement_window_days()) if every_batch else None
+    outside = {}
+    if window_start:
+        for days in (order_days, product_days):
+            for day in [d for d in days if d < window_start and not days[d].pending]:
+                outside[day] = days.pop(day)
+    watermark_ts = max((t for t in (wm.watermark_ts, new_ts) if t is not None), default=None)
+    return Detection(wm, watermark_ts, batches, window_start, order_days, product_days, outside)
+
+
+@dataclass
+class Restatement:
+    detection: Detection
+    publications: dict[str, Publication]  # table -> what was written
+
+
+def restate(
+    spark: SparkSession,
+    run: RunInfo | None = None,
+    on_publication: Callable[[str, Publication], None] = lambda table, publication: None,
+    before_watermark: Callable[[], None] = lambda: None,
+) -> Restatement:
+    """Restate exactly the days the new batches change, in every table (one commit per table), then advance the
+    watermark. `before_watermark` runs between the last write and the watermark update (tests inject a crash there)."""
+    run = run or RunInfo(f"restate-{uuid.uuid4().hex[:12]}")
+    now = datetime.now(timezone.utc)
+    found = detect(spark)
+    control.record_exceptions(
+        spark,
+        [(d, c.changed + c.quarantined + c.product_versions + c.moved_out, ", ".join(sorted(c.batches)), found.window_start)
+         for d, c in sorted(found.outside.items())],
+        run.run_id,
+        now,
+    )
+    wm = found.watermark
+    publications = {}
+    to_write = {t: days for t, days in found.days_by_table().items() if days}
+    if to_write:
+        # Intent first: should anything below fail, these days stay pending and are rewritten next time.
+        pending = sorted(set(wm.pending_days) | set(found.order_days) | set(found.product_days))
+        control.write_watermark(spark, PIPELINE, control.Watermark(wm.watermark_ts, wm.batches_read, pending), run.run_id, now)
+        for table, days in to_write.items():
+            publications[table] = publish(spark, table, days, run)
+            on_publication(table, publications[table])
+    before_watermark()
+    read = {b for batches in found.batches_read.values() for b in batches}
+    control.write_watermark(
+        spark,
+        PIPELINE,
+        control.Watermark(found.new_watermark_ts, sorted(set(wm.batches_read) | read), []),
+        run.run_id,
+        datetime.now(timezone.utc),
+    )
+    return Restatement(found, publications)

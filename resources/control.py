@@ -1,0 +1,115 @@
+"""Control tables of the late-data restatement (Delta, like every table): the watermark and the late-data exceptions.
+
+`etl_watermark` holds one row per pipeline: the highest landing load time (`ingested_at`) whose rows are published,
+the batches already read, and the days of a restatement that started but has not finished (an intent log: they are
+rewritten again by the next restatement, so a crash leads to reprocessing, never to skipped rows).
+
+`late_data_exceptions` holds one row per day that received late rows older than the restatement window: not restated
+automatically, waiting for a manual backfill, which resolves it.
+"""
+
+from dataclasses import dataclass, field
+from datetime import date, datetime
+
+from delta.tables import DeltaTable
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from resources.delta_io import day_filter, table_exists
+from resources.lake import table_path
+
+WATERMARK_TABLE = "etl_watermark"
+EXCEPTIONS_TABLE = "late_data_exceptions"
+
+WATERMARK_SCHEMA = T.StructType(
+    [
+        T.StructField("pipeline", T.StringType(), False),
+        T.StructField("watermark_ts", T.TimestampType()),
+        T.StructField("batches_read", T.ArrayType(T.StringType())),
+        T.StructField("pending_days", T.ArrayType(T.DateType())),
+        T.StructField("updated_at", T.TimestampType()),
+        T.StructField("run_id", T.StringType()),
+    ]
+)
+
+EXCEPTIONS_SCHEMA = T.StructType(
+    [
+        T.StructField("day", T.DateType(), False),
+        T.StructField("rows", T.LongType()),
+        T.StructField("batches", T.StringType()),
+        T.StructField("window_start", T.DateType()),
+        T.StructField("detected_at", T.TimestampType()),
+        T.StructField("detected_by_run", T.StringType()),
+        T.StructField("resolved_at", T.TimestampType()),
+        T.StructField("resolved_by_run", T.StringType()),
+    ]
+)
+
+
+@dataclass
+class Watermark:
+    watermark_ts: datetime | None = None
+    batches_read: list[str] = field(default_factory=list)
+    pending_days: list[date] = field(default_factory=list)
+
+
+def read_watermark(spark: SparkSession, pipeline: str) -> Watermark:
+    if not table_exists(spark, WATERMARK_TABLE):
+        return Watermark()
+    rows = spark.read.format("delta").load(table_path(WATERMARK_TABLE)).where(F.col("pipeline") == pipeline).collect()
+    if not rows:
+        return Watermark()
+    r = rows[0]
+    return Watermark(r.watermark_ts, list(r.batches_read or []), list(r.pending_days or []))
+
+
+def write_watermark(spark: SparkSession, pipeline: str, wm: Watermark, run_id: str, now: datetime) -> None:
+    """Replace the pipeline's row in one commit."""
+    row = (pipeline, wm.watermark_ts, sorted(wm.batches_read), sorted(wm.pending_days), now, run_id)
+    (
+        spark.createDataFrame([row], WATERMARK_SCHEMA)
+        .write.format("delta")
+        .mode("overwrite")
+        .option("replaceWhere", f"pipeline = '{pipeline}'")
+        .save(table_path(WATERMARK_TABLE))
+    )
+
+
+def record_exceptions(spark: SparkSession, rows: list[tuple[date, int, str, date]], run_id: str, now: datetime) -> None:
+    """Upsert (day, rows, batches, window_start): an open exception for a day is updated, not duplicated."""
+    if not rows:
+        return
+    new = spark.createDataFrame(
+        [(d, n, b, w, now, run_id, None, None) for d, n, b, w in rows], EXCEPTIONS_SCHEMA
+    )
+    path = table_path(EXCEPTIONS_TABLE)
+    if not table_exists(spark, EXCEPTIONS_TABLE):
+        new.write.format("delta").save(path)
+        return
+    (
+        DeltaTable.forPath(spark, path)
+        .alias("t")
+        .merge(new.alias("s"), "t.day = s.day AND t.resolved_at IS NULL")
+        .whenMatchedUpdate(set={"rows": "s.rows", "batches": "s.batches", "window_start": "s.window_start"})
+        .whenNotMatchedInsertAll()
+        .execute()
+    )
+
+
+def open_exceptions(spark: SparkSession, days: list[date] | None = None) -> list:
+    """Unresolved exceptions, oldest day first (only those of `days` when given)."""
+    if not table_exists(spark, EXCEPTIONS_TABLE):
+        return []
+    df = spark.read.format("delta").load(table_path(EXCEPTIONS_TABLE)).where("resolved_at IS NULL")
+    if days is not None:
+        df = df.where(day_filter("day", days))
+    return df.orderBy("day").collect()
+
+
+def resolve_exceptions(spark: SparkSession, days: list[date], run_id: str, now: datetime) -> None:
+    """The days were rewritten from the whole landing: their late rows are now published."""
+    DeltaTable.forPath(spark, table_path(EXCEPTIONS_TABLE)).update(
+        condition=F.col("resolved_at").isNull() & day_filter("day", days),
+        set={"resolved_at": F.lit(now), "resolved_by_run": F.lit(run_id)},
+    )
