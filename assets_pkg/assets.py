@@ -215,7 +215,13 @@ def log_publication(context, table: str, publication: Publication, selected: set
     """Record a publication in the run's event log: one check result per check per day, and the materializations.
     Tables outside the run's selection (a side table, or every table in a restatement) get one materialization
     event per day, so Dagster knows each partition was rewritten."""
-    for o in publication.outcomes:
+    outcomes = publication.outcomes
+    n_days = len({o.day for o in outcomes})
+    if n_days > checks.events_max_days():
+        outcomes = [o for o in outcomes if not o.passed]
+        for metadata in publication.metadata.values():
+            metadata["check_results_logged"] = f"failing only ({n_days} days > CHECK_EVENTS_MAX_DAYS)"
+    for o in outcomes:
         context.log_event(
             AssetCheckEvaluation(
                 asset_key=AssetKey(table),
