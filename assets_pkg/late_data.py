@@ -65,7 +65,7 @@ class DayChange:
     moved_out: int = 0
     quarantined: int = 0
     product_versions: int = 0
-    order_days_of_products: int = 0  # for a product change: later order days whose facts it changes
+    changed_products: int = 0  # products ordered that day whose new version applies to it (per batch)
     batches: set[str] = field(default_factory=set)
     pending: bool = False  # left by an interrupted restatement
 
@@ -75,6 +75,7 @@ class DayChange:
             f"{self.moved_out} key(s) moved to another day" if self.moved_out else "",
             f"{self.quarantined} row(s) to quarantine" if self.quarantined else "",
             f"{self.product_versions} product version(s) taking effect" if self.product_versions else "",
+            f"{self.changed_products} ordered product(s) changed" if self.changed_products else "",
             "pending from an interrupted restatement" if self.pending else "",
         ]
         text = ", ".join(p for p in parts if p)
@@ -126,32 +127,28 @@ def _order_item_changes(spark: SparkSession, batches: list[str], days: dict[date
         ).where(~F.col("_published"))
         old_day = published.select(*ORDER_ITEM_KEY, F.col("order_date").alias("old_day"))
         changed = winners.join(old_day, ORDER_ITEM_KEY, "left")
-        for r in changed.groupBy("order_date").agg(
-            F.count(F.lit(1)).alias("n"), F.collect_set(F.col("ingest_date").cast("string")).alias("batches")
-        ).collect():
-            c = days.setdefault(r.order_date, DayChange())
-            c.changed += r.n
-            c.batches.update(r.batches)
-        for r in changed.where("old_day IS NOT NULL AND old_day != order_date").groupBy("old_day").agg(
-            F.count(F.lit(1)).alias("n"), F.collect_set(F.col("ingest_date").cast("string")).alias("batches")
-        ).collect():
-            c = days.setdefault(r.old_day, DayChange())
-            c.moved_out += r.n
-            c.batches.update(r.batches)
+        _tally(changed, "order_date", "changed", days)
+        _tally(changed.where("old_day IS NOT NULL AND old_day != order_date"), "old_day", "moved_out", days)
 
         unseen = rejected
         if table_exists(spark, QUARANTINE_ORDER_ITEMS):
             held = read_table(spark, QUARANTINE_ORDER_ITEMS).select(_row_id(_VERSION_COLUMNS).alias("_id"))
             unseen = rejected.withColumn("_id", _row_id(_VERSION_COLUMNS)).join(held, "_id", "left_anti")
-        for r in unseen.groupBy("quarantine_day").agg(
-            F.count(F.lit(1)).alias("n"), F.collect_set(F.col("ingest_date").cast("string")).alias("batches")
-        ).collect():
-            c = days.setdefault(r.quarantine_day, DayChange())
-            c.quarantined += r.n
-            c.batches.update(r.batches)
+        _tally(unseen, "quarantine_day", "quarantined", days)
         return candidates.agg(F.max("ingested_at")).first()[0]
     finally:
         candidates.unpersist()
+
+
+def _tally(rows: DataFrame, day_column: str, counter: str, days: dict[date, DayChange]) -> None:
+    """Count `rows` per day into the DayChange `counter`, with the batches they came from."""
+    per_day = rows.groupBy(day_column).agg(
+        F.count(F.lit(1)).alias("n"), F.collect_set(F.col("ingest_date").cast("string")).alias("batches")
+    )
+    for r in per_day.collect():
+        change = days.setdefault(r[day_column], DayChange())
+        setattr(change, counter, getattr(change, counter) + r.n)
+        change.batches.update(r.batches)
 
 
 def _product_changes(spark: SparkSession, batches: list[str], product_days: dict, order_days: dict) -> None:
@@ -161,21 +158,20 @@ def _product_changes(spark: SparkSession, batches: list[str], product_days: dict
         return
     versions = landing.read_landing(spark, landing.PRODUCTS, batches)
     dated = versions.withColumn("valid_from", F.greatest(F.to_date("updated_at"), F.lit(first_day())))
-    if table_exists(spark, DIM_PRODUCT):
-        held = read_table(spark, DIM_PRODUCT).select("product_id", "valid_from", "updated_at")
-        dated = dated.join(held, ["product_id", "valid_from", "updated_at"], "left_anti")
+    if table_exists(spark, DIM_PRODUCT):  # new unless the day already holds this version or a later one
+        held = read_table(spark, DIM_PRODUCT).select("product_id", "valid_from", F.col("updated_at").alias("held_at"))
+        dated = dated.join(
+            held,
+            (dated.product_id == held.product_id) & (dated.valid_from == held.valid_from) & (held.held_at >= dated.updated_at),
+            "left_anti",
+        )
     new = dated.groupBy("product_id").agg(F.min("valid_from").alias("since"), F.collect_set(F.col("ingest_date").cast("string")).alias("batches")).persist()
     try:
-        for r in dated.groupBy("valid_from").agg(F.count(F.lit(1)).alias("n"), F.collect_set(F.col("ingest_date").cast("string")).alias("batches")).collect():
-            c = product_days.setdefault(r.valid_from, DayChange())
-            c.product_versions += r.n
-            c.batches.update(r.batches)
+        _tally(dated, "valid_from", "product_versions", product_days)
         stg = read_table(spark, STG_ORDER_ITEMS).select("product_id", "order_date")
         affected = stg.join(new, "product_id").where(F.col("order_date") >= F.col("since"))
-        for r in affected.groupBy("order_date").agg(F.countDistinct("product_id").alias("n"), F.flatten(F.collect_set("batches")).alias("batches")).collect():
-            c = order_days.setdefault(r.order_date, DayChange())
-            c.order_days_of_products += r.n
-            c.batches.update(r.batches)
+        _tally(affected.select("order_date", "product_id", F.explode("batches").alias("ingest_date")).distinct(),
+               "order_date", "changed_products", order_days)
     finally:
         new.unpersist()
 

@@ -37,6 +37,16 @@ query($id: String!) {
 }"""
 
 
+RUNS = """
+query($filter: RunsFilter) {
+  runsOrError(filter: $filter) {
+    __typename
+    ... on Runs { results { runId status tags { key value } } }
+    ... on PythonError { message }
+  }
+}"""
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -104,6 +114,17 @@ class DagsterDev:
                 return backfill
             time.sleep(2)
         raise TimeoutError(f"backfill {backfill_id} still running after {timeout}s")
+
+    def wait_for_run(self, job: str, tag: tuple[str, str], timeout: float = 600) -> dict:
+        """The first run of `job` carrying `tag`, once it has finished (a sensor launched it: we only wait)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            runs = self.graphql(RUNS, {"filter": {"pipelineName": job}})["runsOrError"]["results"]
+            for run in runs:
+                if {"key": tag[0], "value": tag[1]} in run["tags"] and run["status"] in ("SUCCESS", "FAILURE", "CANCELED"):
+                    return run
+            time.sleep(2)
+        raise TimeoutError(f"no finished run of {job} tagged {tag} after {timeout}s")
 
     def stop(self) -> None:
         if self.proc.poll() is None:

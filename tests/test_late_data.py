@@ -32,15 +32,15 @@ class Lake:
     def __init__(self, last_batch: date):
         self.next_batch = last_batch + timedelta(days=1)
 
-    def land(self, spark, items):
-        """Land `items` (rows of the landing contract, without ingest_date) as the next daily batch."""
+    def land(self, spark, items, dataset=landing.ORDER_ITEMS):
+        """Land `items` (rows of the landing contract, ingested_at left None) as the next daily batch."""
         batch, self.next_batch = self.next_batch, self.next_batch + timedelta(days=1)
         ingested = datetime.combine(batch, datetime.min.time(), tzinfo=timezone.utc) + timedelta(hours=2)
         df = spark.createDataFrame(
             [(*r[:-1], ingested, batch) for r in items],
-            T.StructType([*landing.ORDER_ITEM_SCHEMA.fields, T.StructField("ingest_date", T.DateType())]),
+            T.StructType([*landing.SCHEMAS[dataset].fields, T.StructField("ingest_date", T.DateType())]),
         )
-        landing.land({landing.ORDER_ITEMS: df})
+        landing.land({dataset: df})
         return batch, ingested
 
 
@@ -65,8 +65,11 @@ def snapshot(spark):
 
 
 def assert_rewrote_exactly(spark, before, expected_days, tables=ORDER_TABLES):
+    """One new commit in each of `tables`, rewriting exactly `expected_days` (a set, or a set per table); other
+    tables, and other days' files, untouched."""
     after = snapshot(spark)
     for table in PUBLISH_ORDER:
+        days_of_table = expected_days.get(table, set()) if isinstance(expected_days, dict) else expected_days
         n_before, files_before = before[table]
         n_after, files_after = after[table]
         if table not in tables:
@@ -75,7 +78,7 @@ def assert_rewrote_exactly(spark, before, expected_days, tables=ORDER_TABLES):
         assert n_after == n_before + 1, f"{table}: one commit for the restatement"
         for day in set(files_before) | set(files_after):
             old, new = files_before.get(day, set()), files_after.get(day, set())
-            if date.fromisoformat(day) in expected_days:
+            if date.fromisoformat(day) in days_of_table:
                 assert not (old & new), f"{table} {day}: should have been rewritten"
             else:
                 assert old == new, f"{table} {day}: a day outside the restatement was touched"
@@ -198,6 +201,44 @@ def test_a_crash_between_the_writes_and_the_watermark_ends_in_reprocessing_never
     assert final.pending_days == [] and final.watermark_ts == ingested.replace(tzinfo=None)
     fact_keys = {r.order_id for r in read_days(spark, "fact_order_item", "order_date", [day]).collect()}
     assert {9_100_000, 9_100_001} <= fact_keys
+
+
+def test_a_product_status_change_restates_the_later_days_and_an_old_day_reruns_identically(spark, lake_state):
+    """Seed 001: the fact joins the product as of the order day, so an old day's re-run ignores today's status."""
+    change_day = START + timedelta(days=30)
+    fact = read_table(spark, "fact_order_item")
+    product_id = (
+        fact.groupBy("product_id")
+        .agg(F.min("order_date").alias("first"), F.max("order_date").alias("last"))
+        .where(F.col("first") < change_day).where(F.col("last") >= change_day)
+        .orderBy("product_id").first().product_id
+    )
+    current = read_table(spark, "dim_product").where(F.col("product_id") == product_id).orderBy(F.col("valid_from").desc()).first()
+    flipped = "PASSIVE" if current.status == "ACTIVE" else "ACTIVE"
+    at = datetime.combine(change_day, datetime.min.time(), tzinfo=timezone.utc) + timedelta(hours=9)
+    lake_state.land(spark, [(product_id, current.category, flipped, current.list_price, at, None)], landing.PRODUCTS)
+
+    later_days = {r.order_date for r in fact.where(F.col("product_id") == product_id).where(F.col("order_date") >= change_day).select("order_date").distinct().collect()}
+    found = late_data.detect(spark)
+    assert set(found.product_days) == {change_day}
+    assert set(found.order_days) == later_days
+
+    old_day = max(r.order_date for r in fact.where(F.col("product_id") == product_id).where(F.col("order_date") < change_day).collect())
+    old_rows = rows_of_day(spark, old_day)
+    before = snapshot(spark)
+    late_data.restate(spark)
+    expected = {t: later_days for t in ORDER_TABLES} | {"dim_product": {change_day}}
+    assert_rewrote_exactly(spark, before, expected, tables=PUBLISH_ORDER)
+    statuses = {r.order_date: r.product_status for r in read_table(spark, "fact_order_item").where(F.col("product_id") == product_id).collect()}
+    assert all(status == flipped for day, status in statuses.items() if day >= change_day)
+    assert all(status == current.status for day, status in statuses.items() if day < change_day)
+
+    assert run_backfill(old_day, old_day, echo=lambda _: None)
+    assert rows_of_day(spark, old_day) == old_rows
+
+
+def rows_of_day(spark, day):
+    return sorted(tuple(r) for r in read_days(spark, "fact_order_item", "order_date", [day]).collect())
 
 
 def test_rows_older_than_the_window_are_exceptions_until_a_manual_backfill(spark, lake_state, lake, monkeypatch, capsys):
