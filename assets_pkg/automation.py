@@ -24,9 +24,10 @@ from assets_pkg.assets import STG_ORDER_ITEMS, RunInfo, log_publication
 from resources.lake import table_path
 
 RESTATE_JOB = "restate_late_data"
+RESTATE_OP = "restate_stale_days"
 
 
-@op(name=RESTATE_JOB)
+@op(name=RESTATE_OP)
 def restate_late_data_op(context: OpExecutionContext, pyspark: LazyPySparkResource) -> dict:
     """Restate the days changed by batches landed since the watermark, in every table, then advance the watermark."""
     result = late_data.restate(

@@ -159,7 +159,7 @@ def _cmd_stale(args) -> int:
 
 
 def _cmd_restate(args) -> int:
-    from assets_pkg.automation import RESTATE_JOB
+    from assets_pkg.automation import RESTATE_JOB, RESTATE_OP
     from assets_pkg.backfill import dagster_instance
     from assets_pkg.definitions import defs
 
@@ -176,7 +176,7 @@ def _cmd_restate(args) -> int:
                     error = error.cause
                 print(f"restatement failed (run {result.run_id}): {error.message.strip()}")
         return 1
-    summary = result.output_for_node(RESTATE_JOB)
+    summary = result.output_for_node(RESTATE_OP)
     for table, days in summary["restated"].items():
         print(f"restated {table}: {len(days)} day(s): {', '.join(days)}")
     if not summary["restated"]:

@@ -1,6 +1,6 @@
 """The whole code location loads, and every asset is daily-partitioned with a chunked backfill policy."""
 
-from dagster import in_process_executor
+from dagster import Definitions, in_process_executor
 
 from assets_pkg.definitions import ALL_ASSETS_JOB, defs
 from assets_pkg.partitions import chunks, daily_partitions, max_partitions_per_run
@@ -18,6 +18,10 @@ def test_every_table_is_a_daily_partitioned_asset_with_a_chunked_backfill_policy
         node = graph.get(key)
         assert node.partitions_def == daily_partitions, key
         assert node.backfill_policy.max_partitions_per_run == max_partitions_per_run(), key
+
+
+def test_the_code_location_loads_as_the_webserver_loads_it():
+    Definitions.validate_loadable(defs)
 
 
 def test_the_partitions_are_the_configured_days():

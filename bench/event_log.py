@@ -1,0 +1,102 @@
+"""What Dagster's event log costs a range run, without Spark: N daily partitions of a chain of 6 assets in one run
+(BackfillPolicy.single_run), each logging K check results per day, on a fresh SQLite instance per storage.
+
+    python bench/event_log.py --days 364 --checks 4 --storage sharded consolidated pooled
+"""
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+import warnings
+from datetime import date, timedelta
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from dagster import (  # noqa: E402
+    AssetCheckEvaluation,
+    AssetCheckSpec,
+    AssetKey,
+    AssetSpec,
+    BackfillPolicy,
+    DagsterInstance,
+    DailyPartitionsDefinition,
+    Definitions,
+    MaterializeResult,
+    define_asset_job,
+    in_process_executor,
+    multi_asset,
+)
+from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG  # noqa: E402
+
+warnings.filterwarnings("ignore")  # partitioned checks and BackfillPolicy are preview/beta in Dagster 1.13
+
+STORAGES = {
+    "sharded": None,  # Dagster's default: one SQLite file per run plus an index file
+    "consolidated": ("dagster._core.storage.event_log", "ConsolidatedSqliteEventLogStorage"),
+    "pooled": ("resources.event_log", "PooledSqliteEventLogStorage"),  # this project's dagster.yaml
+}
+
+
+def definitions(days: int, checks: int) -> tuple[Definitions, list[str]]:
+    start = date(1992, 1, 1)
+    partitions = DailyPartitionsDefinition(start_date=start.isoformat(), end_date=(start + timedelta(days=days)).isoformat())
+    assets = []
+    for i in range(6):
+        name = f"table_{i}"
+
+        @multi_asset(
+            name=name,
+            specs=[AssetSpec(name, deps=[f"table_{i - 1}"] if i else [])],
+            check_specs=[AssetCheckSpec(f"check_{j}", asset=name, partitions_def=partitions) for j in range(checks)],
+            partitions_def=partitions,
+            backfill_policy=BackfillPolicy.single_run(),
+            can_subset=True,
+        )
+        def table(context):
+            key = context.assets_def.key
+            for day in context.partition_keys:
+                for j in range(checks):
+                    context.log_event(AssetCheckEvaluation(asset_key=key, check_name=f"check_{j}", passed=True, partition=day, metadata={"rows": 1}))
+            yield MaterializeResult(asset_key=key, metadata={"rows": 1})
+
+        assets.append(table)
+    return Definitions(assets=assets, jobs=[define_asset_job("all")], executor=in_process_executor), partitions.get_partition_keys()
+
+
+def run(storage: str, days: int, checks: int) -> float:
+    defs, keys = definitions(days, checks)
+    with tempfile.TemporaryDirectory() as home:
+        overrides = {"telemetry": {"enabled": False}}
+        if STORAGES[storage]:
+            module, cls = STORAGES[storage]
+            overrides["event_log_storage"] = {"module": module, "class": cls, "config": {"base_dir": home}}
+        with DagsterInstance.local_temp(home, overrides=overrides) as instance:
+            t0 = time.monotonic()
+            result = defs.resolve_job_def("all").execute_in_process(
+                instance=instance,
+                tags={ASSET_PARTITION_RANGE_START_TAG: keys[0], ASSET_PARTITION_RANGE_END_TAG: keys[-1]},
+                run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
+            )
+            assert result.success
+            return time.monotonic() - t0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--days", type=int, default=364)
+    parser.add_argument("--checks", type=int, default=4)
+    parser.add_argument("--storage", nargs="+", choices=list(STORAGES), default=list(STORAGES))
+    args = parser.parse_args()
+    os.environ.setdefault("DAGSTER_DISABLE_TELEMETRY", "1")
+    events = 6 * args.days * (2 + args.checks)
+    print(f"{args.days} days x 6 assets x {args.checks} checks: ~{events:,} events")
+    for storage in args.storage:
+        seconds = run(storage, args.days, args.checks)
+        print(f"{storage:<14}{seconds:8.1f} s  {1000 * seconds / events:6.2f} ms/event")
+
+
+if __name__ == "__main__":
+    main()
