@@ -207,10 +207,12 @@ def test_a_product_status_change_restates_the_later_days_and_an_old_day_reruns_i
     """Seed 001: the fact joins the product as of the order day, so an old day's re-run ignores today's status."""
     change_day = START + timedelta(days=30)
     fact = read_table(spark, "fact_order_item")
-    product_id = (
+    unchanged_since = read_table(spark, "dim_product").groupBy("product_id").agg(F.max("valid_from").alias("latest"))
+    product_id = (  # ordered before and after the change, with no other version after it
         fact.groupBy("product_id")
         .agg(F.min("order_date").alias("first"), F.max("order_date").alias("last"))
-        .where(F.col("first") < change_day).where(F.col("last") >= change_day)
+        .join(unchanged_since, "product_id")
+        .where(F.col("first") < change_day).where(F.col("last") >= change_day).where(F.col("latest") < change_day)
         .orderBy("product_id").first().product_id
     )
     current = read_table(spark, "dim_product").where(F.col("product_id") == product_id).orderBy(F.col("valid_from").desc()).first()
