@@ -30,7 +30,7 @@ def built(spark, lake):
     assert summary.bad_rows > 0
     # Through the last landed batch: a row without a usable order_date is quarantined on its batch's day.
     assert max(summary.batches) == BUILT_END.isoformat()
-    assert run_backfill(START, BUILT_END, chunk_size=14, instance=instance, echo=lambda _: None)
+    assert run_backfill(START, BUILT_END, chunk_size=27, instance=instance, echo=lambda _: None)
     return instance
 
 
