@@ -127,6 +127,7 @@ class BlockingChecksFailed(RuntimeError):
 
 @dataclass
 class Publication:
+    days: list[date]
     outcomes: list[checks.Outcome]  # every check result, one per check per day
     metadata: dict[str, dict]  # per table written (the table and its side tables): materialization metadata
 
@@ -158,7 +159,7 @@ def publish(spark: SparkSession, table: str, days: list[date], run: RunInfo, wri
             side = overwrite_days(side_df, side_table, DAY_COLUMN[side_table], days, {**commit_info, "asset": side_table})
             metadata[side_table] = _commit_metadata(side, days)
         if not write_table:
-            return Publication(outcomes=[], metadata=metadata)
+            return Publication(days, outcomes=[], metadata=metadata)
         commit = overwrite_days(df, table, table_checks.day_column, days, {**commit_info, "asset": table})
         previous = audit.latest_by_partition(spark, table, days)
         outcomes += checks.evaluate_after_commit(profile, previous, days)
@@ -206,7 +207,7 @@ def publish(spark: SparkSession, table: str, days: list[date], run: RunInfo, wri
                 else {}
             ),
         }
-        return Publication(outcomes=outcomes, metadata=metadata)
+        return Publication(days, outcomes=outcomes, metadata=metadata)
     finally:
         df.unpersist()
 
@@ -237,8 +238,8 @@ def log_publication(context, table: str, publication: Publication, selected: set
         if written in selected:
             results.append(MaterializeResult(asset_key=written, metadata=metadata))
         else:
-            for day in metadata_days(metadata):
-                context.log_event(AssetMaterialization(written, partition=day, metadata=metadata))
+            for day in publication.days:
+                context.log_event(AssetMaterialization(written, partition=day.isoformat(), metadata=metadata))
     return results
 
 
@@ -249,7 +250,7 @@ def _materialize(context: AssetExecutionContext, spark: SparkSession, table: str
     try:
         publication = publish(spark, table, days, run, write_table=table in selected)
     except BlockingChecksFailed as failed:
-        log_publication(context, table, Publication(outcomes=failed.outcomes, metadata={}), selected)
+        log_publication(context, table, Publication(days, outcomes=failed.outcomes, metadata={}), selected)
         raise Failure(description=str(failed), metadata={"failing_days": ", ".join(failed.failing_days)}) from None
     yield from log_publication(context, table, publication, selected)
 
@@ -265,15 +266,6 @@ def _commit_metadata(commit, days: list[date]) -> dict:
         "partitions": len(days),
         "days": ", ".join(f"{a}..{b}" if a != b else str(a) for a, b in day_runs(days)),
     }
-
-
-def metadata_days(metadata: dict) -> list[str]:
-    """The days a commit's metadata says it replaced."""
-    out = []
-    for run in metadata["days"].split(", "):
-        a, _, b = run.partition("..")
-        out += [d.isoformat() for d in all_days(date.fromisoformat(a), date.fromisoformat(b or a))]
-    return out
 
 
 def daily_table(name: str, deps: tuple[str, ...] = (), side_tables: tuple[str, ...] = (), description: str = ""):
