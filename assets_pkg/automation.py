@@ -5,6 +5,7 @@ import os
 
 from dagster import (
     AssetCheckEvaluation,
+    AssetCheckSeverity,
     AssetKey,
     DefaultSensorStatus,
     OpExecutionContext,
@@ -43,7 +44,7 @@ def restate_late_data_op(context: OpExecutionContext, pyspark: LazyPySparkResour
                 check_name=checks.LATE_DATA,
                 passed=False,
                 partition=day.isoformat(),
-                severity=checks.Outcome(checks.LATE_DATA, day, False).severity,
+                severity=AssetCheckSeverity.ERROR,
                 metadata={"why": change.describe(), "window_start": str(found.window_start),
                           "action": f"backfill {day} by hand: python -m assets_pkg backfill --start {day} --end {day}"},
             )

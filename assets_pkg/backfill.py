@@ -37,6 +37,19 @@ def selected_keys(select: list[str] | None) -> list[AssetKey]:
     return sorted(selection.resolve(graph), key=lambda k: k.to_user_string())
 
 
+def step_failures(result) -> list[tuple[str, str]]:
+    """(step, root cause) of each failed step of an in-process run: the cause, not Dagster's "error occurred while
+    executing op"."""
+    failures = []
+    for event in result.all_events:
+        if event.is_step_failure:
+            error = event.step_failure_data.error
+            while error.cause:
+                error = error.cause
+            failures.append((event.step_key, error.message.strip()))
+    return failures
+
+
 def run_backfill(
     start: date,
     end: date,
@@ -70,12 +83,8 @@ def run_backfill(
         status = "ok" if result.success else "FAILED"
         echo(f"  [{i}/{len(ranges)}] {a}..{b} {status} in {time.monotonic() - t0:.1f}s (run {result.run_id})")
         if not result.success:
-            for event in result.all_events:
-                if event.is_step_failure:
-                    error = event.step_failure_data.error
-                    while error.cause:  # the root cause, not Dagster's "error occurred while executing op"
-                        error = error.cause
-                    echo(f"    {event.step_key} failed: {error.message.strip()}")
+            for step, message in step_failures(result):
+                echo(f"    {step} failed: {message}")
             echo(f"backfill {backfill_id} stopped: days from {a} on were not materialized")
             return False
     echo(f"backfill {backfill_id} done")

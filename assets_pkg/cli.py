@@ -160,7 +160,7 @@ def _cmd_stale(args) -> int:
 
 def _cmd_restate(args) -> int:
     from assets_pkg.automation import RESTATE_JOB, RESTATE_OP
-    from assets_pkg.backfill import dagster_instance
+    from assets_pkg.backfill import dagster_instance, step_failures
     from assets_pkg.definitions import defs
 
     result = defs.resolve_job_def(RESTATE_JOB).execute_in_process(
@@ -169,12 +169,8 @@ def _cmd_restate(args) -> int:
         run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
     )
     if not result.success:
-        for event in result.all_events:
-            if event.is_step_failure:
-                error = event.step_failure_data.error
-                while error.cause:
-                    error = error.cause
-                print(f"restatement failed (run {result.run_id}): {error.message.strip()}")
+        for _, message in step_failures(result):
+            print(f"restatement failed (run {result.run_id}): {message}")
         return 1
     summary = result.output_for_node(RESTATE_OP)
     for table, days in summary["restated"].items():
