@@ -29,6 +29,8 @@ from assets_pkg.partitions import days as all_days
 from resources import audit, control
 from resources.delta_io import day_runs, overwrite_days, read_days
 
+LANDING_ORDER_ITEMS = "landing_order_items"
+LANDING_PRODUCTS = "landing_products"
 STG_ORDER_ITEMS = "stg_order_items"
 QUARANTINE_ORDER_ITEMS = "quarantine_order_items"
 DIM_PRODUCT = "dim_product"
@@ -49,7 +51,9 @@ DAY_COLUMN = {
 _COUNT = "count(1)"
 
 TABLE_CHECKS = {
-    STG_ORDER_ITEMS: TableChecks(key=ORDER_ITEM_KEY, day_column="order_date", late_data=True),
+    # Nothing lost is checked where the landing is read: landing -> staging + quarantine. The fact then reconciles
+    # with staging day by day (counts and amounts), so a key cannot vanish anywhere without a check failing.
+    STG_ORDER_ITEMS: TableChecks(key=ORDER_ITEM_KEY, day_column="order_date", nothing_lost=True, late_data=True),
     DIM_PRODUCT: TableChecks(key=["product_id", "valid_from"], day_column="valid_from"),
     FACT_ORDER_ITEM: TableChecks(
         key=ORDER_ITEM_KEY,
@@ -64,7 +68,6 @@ TABLE_CHECKS = {
                 "net_amount": ("sum(net_amount)", "sum(gross_amount - discount_amount)"),
             },
         ),
-        nothing_lost=True,
     ),
     DAILY_REVENUE: TableChecks(
         key=["order_date", "channel"],
@@ -98,10 +101,14 @@ class Staged:
     upstream: DataFrame | None = None  # the upstream range it must reconcile with
     lost: DataFrame | None = None  # keys that should be in the table (or quarantine) but are not
     side_tables: dict[str, DataFrame] = field(default_factory=dict)  # written in the same run, e.g. quarantine
-    source_watermark: datetime | None = None
+    persisted: list[DataFrame] = field(default_factory=list)  # inputs read once for the build, checks and writes
 
 
-def _epoch_to_utc(seconds: float | None) -> datetime | None:
+def _source_watermark(df: DataFrame) -> datetime | None:
+    """The newest load time (`ingested_at`) among the rows published, for tables that carry it."""
+    if "ingested_at" not in df.columns:
+        return None
+    seconds = df.agg(F.max("ingested_at").cast("double")).first()[0]
     return datetime.fromtimestamp(seconds, tz=timezone.utc) if seconds is not None else None
 
 
@@ -160,6 +167,7 @@ def publish(spark: SparkSession, table: str, days: list[date], run: RunInfo, wri
             metadata[side_table] = _commit_metadata(side, days)
         if not write_table:
             return Publication(days, outcomes=[], metadata=metadata)
+        source_watermark = _source_watermark(df)
         commit = overwrite_days(df, table, table_checks.day_column, days, {**commit_info, "asset": table})
         previous = audit.latest_by_partition(spark, table, days)
         outcomes += checks.evaluate_after_commit(profile, previous, days)
@@ -180,7 +188,7 @@ def publish(spark: SparkSession, table: str, days: list[date], run: RunInfo, wri
                     delta_version=commit.version,
                     started_at=started,
                     ended_at=ended,
-                    source_watermark=staged.source_watermark,
+                    source_watermark=source_watermark,
                     duplicate_per_1k=duplicates.get(day),
                     mismatch_count=mismatches.get(day),
                 )
@@ -201,15 +209,12 @@ def publish(spark: SparkSession, table: str, days: list[date], run: RunInfo, wri
             "duplicate_per_1k": max(duplicates.values(), default=0.0),
             "mismatch_count": sum(mismatches.values()),
             "duration_s": round(time.monotonic() - t0, 3),
-            **(
-                {"watermark_lag_s": round((ended - staged.source_watermark).total_seconds(), 1)}
-                if staged.source_watermark
-                else {}
-            ),
+            **({"watermark_lag_s": round((ended - source_watermark).total_seconds(), 1)} if source_watermark else {}),
         }
         return Publication(days, outcomes=outcomes, metadata=metadata)
     finally:
-        df.unpersist()
+        for cached in [df, *staged.persisted]:
+            cached.unpersist()
 
 
 def log_publication(context, table: str, publication: Publication, selected: set[str]) -> list[MaterializeResult]:
@@ -295,43 +300,41 @@ def daily_table(name: str, deps: tuple[str, ...] = (), side_tables: tuple[str, .
     return decorator
 
 
-def _lost_order_items(spark: SparkSession, fact: DataFrame, days: list[date]) -> DataFrame:
-    return quarantine.lost_keys(
-        landing.read_landing(spark, landing.ORDER_ITEMS),
-        fact,
-        read_days(spark, QUARANTINE_ORDER_ITEMS, "quarantine_day", days),
-        days,
-    )
-
-
 def check_published(spark: SparkSession, table: str, days: list[date]) -> list[checks.Outcome]:
     """The blocking checks on what is published now (the same checks a materialization runs before writing)."""
     tc = TABLE_CHECKS[table]
     df = read_days(spark, table, tc.day_column, days)
     rec = tc.reconciliation
     upstream = read_days(spark, rec.upstream, DAY_COLUMN[rec.upstream], days) if rec else None
-    lost = _lost_order_items(spark, df, days) if tc.nothing_lost else None
+    lost = None
+    if tc.nothing_lost:
+        quarantined = read_days(spark, QUARANTINE_ORDER_ITEMS, "quarantine_day", days)
+        lost = quarantine.lost_keys(landing.read_landing(spark, landing.ORDER_ITEMS), df, quarantined, days)
     return checks.evaluate_blocking(df, upstream, lost, tc, days)[0]
 
 
 @daily_table(
     STG_ORDER_ITEMS,
+    deps=(LANDING_ORDER_ITEMS,),
     side_tables=(QUARANTINE_ORDER_ITEMS,),
     description="Current version of each order item (natural key order_id + order_item_id): duplicate deliveries "
     "removed, corrections applied, by its current order_date. Rows breaking the contract go to "
     "quarantine_order_items with the reason.",
 )
 def stg_order_items(spark: SparkSession, days: list[date]) -> Staged:
-    versions, rejected = quarantine.split(landing.read_landing(spark, landing.ORDER_ITEMS), first_day(), last_day())
+    landed = landing.read_landing(spark, landing.ORDER_ITEMS).persist()  # listed and read once per publish
+    versions, rejected = quarantine.split(landed, first_day(), last_day())
+    stg, quarantined = transforms.stg_order_items(versions, days), quarantine.for_days(rejected, days)
     return Staged(
-        table=transforms.stg_order_items(versions, days),
-        side_tables={QUARANTINE_ORDER_ITEMS: quarantine.for_days(rejected, days)},
-        source_watermark=_epoch_to_utc(versions.agg(F.max("ingested_at").cast("double")).first()[0]),
+        table=stg,
+        side_tables={QUARANTINE_ORDER_ITEMS: quarantined},
+        lost=quarantine.lost_keys(landed, stg, quarantined, days),
+        persisted=[landed],
     )
 
 
-@daily_table(DIM_PRODUCT, description="Product versions by the day they take effect (valid_from): the product "
-             "dimension as of any day.")
+@daily_table(DIM_PRODUCT, deps=(LANDING_PRODUCTS,), description="Product versions by the day they take effect "
+             "(valid_from): the product dimension as of any day.")
 def dim_product(spark: SparkSession, days: list[date]) -> Staged:
     versions = landing.read_landing(spark, landing.PRODUCTS)
     return Staged(table=transforms.dim_product_changes(versions, first_day(), days))
@@ -339,13 +342,13 @@ def dim_product(spark: SparkSession, days: list[date]) -> Staged:
 
 # Day to day: a product change on day D reaches later days' facts through a restatement of the days it changes (see
 # late_data), not through a "D and every later day" mapping, which makes Dagster backfill every later day.
-@daily_table(FACT_ORDER_ITEM, deps=(STG_ORDER_ITEMS, DIM_PRODUCT, QUARANTINE_ORDER_ITEMS), description=(
+@daily_table(FACT_ORDER_ITEM, deps=(STG_ORDER_ITEMS, DIM_PRODUCT), description=(
     "One row per order item, with net amount and the product's category and status as of the order day."))
 def fact_order_item(spark: SparkSession, days: list[date]) -> Staged:
     stg = read_days(spark, STG_ORDER_ITEMS, "order_date", days)
     products = read_days(spark, DIM_PRODUCT, "valid_from", all_days(first_day(), max(days)))
     fact = transforms.fact_order_item(stg, products)
-    return Staged(table=fact, upstream=stg, lost=_lost_order_items(spark, fact, days))
+    return Staged(table=fact, upstream=stg)
 
 
 @daily_table(DAILY_REVENUE, deps=(FACT_ORDER_ITEM,), description=(

@@ -1,19 +1,28 @@
 """Late-data restatement in Dagster: a job that restates exactly the days new landing batches change (one run, one
-commit per table), and a sensor that launches it when a batch lands."""
+commit per table), a sensor that launches it when a batch lands, and a preview job that only shows those days (as
+landing data versions and failing up_to_date_with_landing checks)."""
 
 import os
 
 from dagster import (
     AssetCheckEvaluation,
+    AssetSelection,
+    DataVersion,
+    DataVersionsByPartition,
     AssetCheckSeverity,
     AssetKey,
+    AssetObservation,
+    DagsterRunStatus,
     DefaultSensorStatus,
     OpExecutionContext,
     RunRequest,
+    RunsFilter,
     SensorEvaluationContext,
     SkipReason,
+    define_asset_job,
     in_process_executor,
     job,
+    observable_source_asset,
     op,
     sensor,
 )
@@ -21,22 +30,41 @@ from dagster._core.execution.backfill import BulkActionStatus  # not exported; t
 from dagster_pyspark import LazyPySparkResource
 
 from assets_pkg import checks, landing, late_data
-from assets_pkg.assets import STG_ORDER_ITEMS, RunInfo, log_publication
+from assets_pkg.assets import LANDING_ORDER_ITEMS, LANDING_PRODUCTS, STG_ORDER_ITEMS, RunInfo, log_publication
+from assets_pkg.partitions import daily_partitions
 from resources.lake import table_path
 
 RESTATE_JOB = "restate_late_data"
+LANDING_STATE_TAG = "exact_backfills/landing_state"  # on a restatement run: the landing it started from
 RESTATE_OP = "restate_stale_days"
+PREVIEW_JOB = "preview_late_data"
+# Dagster reads an observation's data version from this tag (what an observable source asset records).
+DATA_VERSION_TAG = "dagster/data_version"
 
 
-@op(name=RESTATE_OP)
-def restate_late_data_op(context: OpExecutionContext, pyspark: LazyPySparkResource) -> dict:
-    """Restate the days changed by batches landed since the watermark, in every table, then advance the watermark."""
-    result = late_data.restate(
-        pyspark.spark_session,
-        RunInfo(context.run.run_id, context.run.tags.get("dagster/backfill")),
-        on_publication=lambda table, publication: log_publication(context, table, publication, selected=set()),
-    )
-    found = result.detection
+def record_landing_versions(context: OpExecutionContext, found: late_data.Detection) -> None:
+    """The data version of each landing day the new batches change, as the landing's observable assets record it."""
+    for asset, versions in found.landing_versions().items():
+        for day, version in sorted(versions.items()):
+            context.log_event(AssetObservation(asset, partition=day.isoformat(), tags={DATA_VERSION_TAG: version}))
+
+
+def record_stale_days(context: OpExecutionContext, found: late_data.Detection) -> None:
+    """Before anything is written: a failing up_to_date_with_landing result on each day of each table to restate,
+    and a failing late_data_outside_window result on each day too old to restate."""
+    for table, days in found.days_by_table().items():
+        for day in days:
+            change = found.change(table, day)
+            context.log_event(
+                AssetCheckEvaluation(
+                    asset_key=AssetKey(table),
+                    check_name=checks.UP_TO_DATE,
+                    passed=False,
+                    partition=day.isoformat(),
+                    severity=AssetCheckSeverity.WARN,
+                    metadata={"stale": True, "why": change.describe(), "batches": ", ".join(sorted(change.batches))},
+                )
+            )
     for day, change in sorted(found.outside.items()):
         context.log_event(
             AssetCheckEvaluation(
@@ -49,18 +77,67 @@ def restate_late_data_op(context: OpExecutionContext, pyspark: LazyPySparkResour
                           "action": f"backfill {day} by hand: python -m assets_pkg backfill --start {day} --end {day}"},
             )
         )
-    summary = {
-        "restated": {table: [d.isoformat() for d in days] for table, days in found.days_by_table().items() if days},
+
+
+def _versions(found: late_data.Detection, asset: str) -> DataVersionsByPartition:
+    return DataVersionsByPartition({d.isoformat(): DataVersion(v) for d, v in found.landing_versions()[asset].items()})
+
+
+# The landing as Dagster sees it: observable, daily-partitioned (by order day / the day a product version takes
+# effect). Observing runs the late-data detection, which reads only the batches landed since the watermark.
+@observable_source_asset(name=LANDING_ORDER_ITEMS, partitions_def=daily_partitions, group_name="landing",
+                         description="Order item batches ($LAKE_ROOT/landing/order_items/ingest_date=D/), partitioned "
+                         "by order_date. Observing it records a data version for each day new batches change, and "
+                         "fails up_to_date_with_landing on the days of each table they make stale.")
+def landing_order_items(context: OpExecutionContext, pyspark: LazyPySparkResource) -> DataVersionsByPartition:
+    found = late_data.detect(pyspark.spark_session)
+    record_stale_days(context, found)
+    return _versions(found, LANDING_ORDER_ITEMS)
+
+
+@observable_source_asset(name=LANDING_PRODUCTS, partitions_def=daily_partitions, group_name="landing",
+                         description="Product batches ($LAKE_ROOT/landing/products/ingest_date=D/), partitioned by the "
+                         "day a version takes effect.")
+def landing_products(pyspark: LazyPySparkResource) -> DataVersionsByPartition:
+    return _versions(late_data.detect(pyspark.spark_session), LANDING_PRODUCTS)
+
+
+landing_assets = [landing_order_items, landing_products]
+
+
+def _summary(found: late_data.Detection) -> dict:
+    return {
+        "days_by_table": {table: [d.isoformat() for d in days] for table, days in found.days_by_table().items() if days},
         "outside_window": [d.isoformat() for d in sorted(found.outside)],
         "watermark": found.new_watermark_ts.isoformat() if found.new_watermark_ts else None,
     }
-    context.log.info(f"restatement: {summary}")
+
+
+@op(name=RESTATE_OP)
+def restate_late_data_op(context: OpExecutionContext, pyspark: LazyPySparkResource) -> dict:
+    """Restate the days changed by batches landed since the watermark, in every table, then advance the watermark."""
+    result = late_data.restate(
+        pyspark.spark_session,
+        RunInfo(context.run.run_id, context.run.tags.get("dagster/backfill")),
+        on_detection=lambda found: (record_landing_versions(context, found), record_stale_days(context, found)),
+        on_publication=lambda table, publication: log_publication(context, table, publication, selected=set()),
+    )
+    summary = _summary(result.detection)
+    context.log.info(f"restated: {summary}")
     return summary
 
 
 @job(name=RESTATE_JOB, executor_def=in_process_executor)
 def restate_late_data_job():
     restate_late_data_op()
+
+
+# Observing the landing is the preview: what a restatement would rewrite, and why, recorded in Dagster; no writes.
+preview_late_data_job = define_asset_job(PREVIEW_JOB, selection=AssetSelection.assets(LANDING_ORDER_ITEMS, LANDING_PRODUCTS))
+
+
+_ACTIVE = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING, DagsterRunStatus.STARTED,
+           DagsterRunStatus.CANCELING]
 
 
 def landing_state() -> str:
@@ -84,9 +161,14 @@ def late_data_sensor(context: SensorEvaluationContext):
         return SkipReason("stg_order_items is not built yet: backfill it first")
     if context.instance.get_backfills(status=BulkActionStatus.REQUESTED, limit=1):
         return SkipReason("a backfill is running: late batches are restated after it")
+    if context.instance.get_runs_count(RunsFilter(statuses=_ACTIVE)):
+        return SkipReason("a run is in progress: late batches are restated after it (one writer per day at a time)")
     state = landing_state()
     if state == context.cursor:
         return SkipReason("no new landing batch")
     context.update_cursor(state)
+    if context.instance.get_runs_count(RunsFilter(job_name=RESTATE_JOB, statuses=[DagsterRunStatus.SUCCESS],
+                                                  tags={LANDING_STATE_TAG: state})):
+        return SkipReason("this landing state was restated already (e.g. by the `restate` command)")
     # The run key makes a replayed tick for the same landing state launch nothing.
-    return RunRequest(run_key=state, tags={"exact_backfills/landing_state": state})
+    return RunRequest(run_key=state, tags={LANDING_STATE_TAG: state})

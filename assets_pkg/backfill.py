@@ -11,6 +11,7 @@ from datetime import date
 from dagster import AssetKey, AssetSelection, DagsterInstance
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
+from assets_pkg.checks import events_max_days
 from assets_pkg.definitions import ALL_ASSETS_JOB, defs
 from assets_pkg.partitions import chunks, first_day, last_day
 from resources.lake import REPO_ROOT
@@ -31,10 +32,14 @@ def selected_keys(select: list[str] | None) -> list[AssetKey]:
     """The chosen assets and everything downstream of them (all assets when none is chosen)."""
     graph = defs.resolve_asset_graph()
     selection = AssetSelection.assets(*select).downstream() if select else AssetSelection.all()
+    tables = graph.materializable_asset_keys
     unknown = [name for name in select or [] if AssetKey(name) not in graph.get_all_asset_keys()]
     if unknown:
         raise ValueError(f"unknown asset(s): {', '.join(unknown)}")
-    return sorted(selection.resolve(graph), key=lambda k: k.to_user_string())
+    observed = [name for name in select or [] if AssetKey(name) not in tables]
+    if observed:
+        raise ValueError(f"{', '.join(observed)}: observed, not materialized; backfill the tables that read it")
+    return sorted(selection.resolve(graph) & tables, key=lambda k: k.to_user_string())
 
 
 def step_failures(result) -> list[tuple[str, str]]:
@@ -65,12 +70,16 @@ def run_backfill(
     job = defs.resolve_job_def(ALL_ASSETS_JOB)
     backfill_id = uuid.uuid4().hex[:8]
     ranges = chunks(start, end, chunk_size)
+    if max((b - a).days + 1 for a, b in ranges) > events_max_days():
+        # Such runs log only failing check results (see checks.events_max_days), so the checks are not planned
+        # either: Dagster stores a planned row per check per day (~1 s per check for 2,406 days).
+        job = job.get_subset(asset_selection=set(keys), asset_check_selection=set())
     echo(f"backfill {backfill_id}: {start}..{end}, {len(ranges)} run(s), assets: {', '.join(k.to_user_string() for k in keys)}")
     for i, (a, b) in enumerate(ranges, 1):
         t0 = time.monotonic()
         result = job.execute_in_process(
             instance=instance,
-            asset_selection=keys,
+            asset_selection=None if job.is_subset else keys,
             tags={
                 ASSET_PARTITION_RANGE_START_TAG: a.isoformat(),
                 ASSET_PARTITION_RANGE_END_TAG: b.isoformat(),
@@ -89,3 +98,16 @@ def run_backfill(
             return False
     echo(f"backfill {backfill_id} done")
     return True
+
+
+def run_restatement(instance: DagsterInstance | None = None):
+    """What late_data_sensor launches, run in this process (the `restate` command), tagged with the landing state it
+    starts from so that the sensor does not launch it again for that state."""
+    from assets_pkg.automation import LANDING_STATE_TAG, RESTATE_JOB, landing_state
+
+    return defs.resolve_job_def(RESTATE_JOB).execute_in_process(
+        instance=instance or dagster_instance(),
+        tags={LANDING_STATE_TAG: landing_state()},
+        raise_on_error=False,
+        run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
+    )

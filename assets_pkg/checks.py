@@ -22,6 +22,7 @@ NOTHING_LOST = "nothing_lost"
 FINGERPRINT = "fingerprint"
 ROW_COUNT_CHANGE = "row_count_change"
 LATE_DATA = "late_data_outside_window"
+UP_TO_DATE = "up_to_date_with_landing"
 
 BLOCKING = (UNIQUE_KEY, KEYS_NOT_NULL, RECONCILES, NOTHING_LOST)
 SAMPLE_SIZE = 5
@@ -60,7 +61,7 @@ class TableChecks:
         names = [UNIQUE_KEY, KEYS_NOT_NULL]
         names += [RECONCILES] if self.reconciliation else []
         names += [NOTHING_LOST] if self.nothing_lost else []
-        return [*names, FINGERPRINT, ROW_COUNT_CHANGE]
+        return [*names, FINGERPRINT, ROW_COUNT_CHANGE, UP_TO_DATE]
 
 
 @dataclass
@@ -86,6 +87,9 @@ _DESCRIPTIONS = {
     NOTHING_LOST: "Every key whose latest landed version falls on the day is in the table or in quarantine (blocking).",
     FINGERPRINT: "SHA-256 of the day's sorted rows, recorded on every materialization; says whether it changed.",
     ROW_COUNT_CHANGE: "Row count within CHECK_ROW_COUNT_TOLERANCE of the previous materialization (warning).",
+    UP_TO_DATE: "Fails on a day whose landing data changed after it was written (late or corrected rows, a product "
+    "version), as found by the late-data detection (restate_late_data or preview_late_data); passes when the day is "
+    "rewritten. Metadata: why, and which batches.",
     LATE_DATA: "Fails on a day that received rows older than the restatement window (RESTATEMENT_WINDOW_DAYS): not "
     "restated automatically; backfill the day by hand, which makes it pass.",
 }
@@ -233,4 +237,6 @@ def evaluate_after_commit(profile: dict, previous: dict, days: list[date]) -> li
                 "tolerance": tolerance,
             })
         )
+        # Just rewritten from what is landed now: no landed change is left unpublished on the day.
+        outcomes.append(Outcome(UP_TO_DATE, day, True, {"stale": False}))
     return outcomes

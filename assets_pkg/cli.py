@@ -159,23 +159,18 @@ def _cmd_stale(args) -> int:
 
 
 def _cmd_restate(args) -> int:
-    from assets_pkg.automation import RESTATE_JOB, RESTATE_OP
-    from assets_pkg.backfill import dagster_instance, step_failures
-    from assets_pkg.definitions import defs
+    from assets_pkg.automation import RESTATE_OP
+    from assets_pkg.backfill import run_restatement, step_failures
 
-    result = defs.resolve_job_def(RESTATE_JOB).execute_in_process(
-        instance=dagster_instance(),
-        raise_on_error=False,
-        run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
-    )
+    result = run_restatement()
     if not result.success:
         for _, message in step_failures(result):
             print(f"restatement failed (run {result.run_id}): {message}")
         return 1
     summary = result.output_for_node(RESTATE_OP)
-    for table, days in summary["restated"].items():
+    for table, days in summary["days_by_table"].items():
         print(f"restated {table}: {len(days)} day(s): {', '.join(days)}")
-    if not summary["restated"]:
+    if not summary["days_by_table"]:
         print("nothing to restate")
     for day in summary["outside_window"]:
         print(f"late rows older than the restatement window on {day}: recorded in late_data_exceptions; backfill it by hand")

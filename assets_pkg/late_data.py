@@ -16,6 +16,7 @@ watermark (seeds 000, 002).
   them (reprocessing, never skipped rows).
 """
 
+import hashlib
 import os
 import uuid
 from collections.abc import Callable
@@ -28,6 +29,8 @@ from pyspark.sql import functions as F
 from assets_pkg import landing, quarantine, transforms
 from assets_pkg.assets import (
     DIM_PRODUCT,
+    LANDING_ORDER_ITEMS,
+    LANDING_PRODUCTS,
     PUBLISH_ORDER,
     QUARANTINE_ORDER_ITEMS,
     STG_ORDER_ITEMS,
@@ -41,6 +44,8 @@ from resources import control
 from resources.delta_io import read_table, table_exists
 
 PIPELINE = "order_items"
+# Which DayChange counters come from which landing dataset.
+_LANDING_COUNTERS = {LANDING_ORDER_ITEMS: ("changed", "moved_out", "quarantined"), LANDING_PRODUCTS: ("product_versions",)}
 _VERSION_COLUMNS = [*ORDER_ITEM_SCHEMA.fieldNames(), "ingest_date", "source_file"]
 
 
@@ -68,6 +73,13 @@ class DayChange:
     changed_products: int = 0  # products ordered that day whose new version applies to it (per batch)
     batches: set[str] = field(default_factory=set)
     pending: bool = False  # left by an interrupted restatement
+    row_hashes: dict[str, str] = field(default_factory=dict)  # counter -> SHA-256 of the day's rows behind it
+
+    def landing_version(self, counters: tuple[str, ...]) -> str | None:
+        """The day's landing data version: a SHA-256 of the new landed rows that change it (None: they don't). The
+        same batches give the same version, so re-observing them reports no change."""
+        parts = [f"{c}={self.row_hashes[c]}" for c in counters if c in self.row_hashes]
+        return hashlib.sha256("|".join(parts).encode()).hexdigest() if parts else None
 
     def describe(self) -> str:
         parts = [
@@ -95,6 +107,20 @@ class Detection:
     def days_by_table(self) -> dict[str, list[date]]:
         order = sorted(self.order_days)
         return {t: sorted(self.product_days) if t == DIM_PRODUCT else order for t in PUBLISH_ORDER}
+
+    def change(self, table: str, day: date) -> DayChange:
+        return (self.product_days if table == DIM_PRODUCT else self.order_days)[day]
+
+    def landing_versions(self) -> dict[str, dict[date, str]]:
+        """Per landing asset, the data version of each day the new batches change (in the window or not)."""
+        versions: dict[str, dict[date, str]] = {LANDING_ORDER_ITEMS: {}, LANDING_PRODUCTS: {}}
+        for days in (self.order_days, self.product_days, self.outside):
+            for day, change in days.items():
+                for asset, counters in _LANDING_COUNTERS.items():
+                    version = change.landing_version(counters)
+                    if version:
+                        versions[asset][day] = version
+        return versions
 
 
 def _batches_to_read(dataset: str, wm: control.Watermark) -> list[str]:
@@ -141,14 +167,17 @@ def _order_item_changes(spark: SparkSession, batches: list[str], days: dict[date
 
 
 def _tally(rows: DataFrame, day_column: str, counter: str, days: dict[date, DayChange]) -> None:
-    """Count `rows` per day into the DayChange `counter`, with the batches they came from."""
+    """Count `rows` per day into the DayChange `counter`, with the batches they came from and a hash of the rows."""
     per_day = rows.groupBy(day_column).agg(
-        F.count(F.lit(1)).alias("n"), F.collect_set(F.col("ingest_date").cast("string")).alias("batches")
+        F.count(F.lit(1)).alias("n"),
+        F.collect_set(F.col("ingest_date").cast("string")).alias("batches"),
+        F.sha2(F.concat_ws(",", F.array_sort(F.collect_list(_row_id(rows.columns)))), 256).alias("row_hash"),
     )
     for r in per_day.collect():
         change = days.setdefault(r[day_column], DayChange())
         setattr(change, counter, getattr(change, counter) + r.n)
         change.batches.update(r.batches)
+        change.row_hashes[counter] = r.row_hash
 
 
 def _product_changes(spark: SparkSession, batches: list[str], product_days: dict, order_days: dict) -> None:
@@ -210,14 +239,17 @@ class Restatement:
 def restate(
     spark: SparkSession,
     run: RunInfo | None = None,
+    on_detection: Callable[[Detection], None] = lambda detection: None,
     on_publication: Callable[[str, Publication], None] = lambda table, publication: None,
     before_watermark: Callable[[], None] = lambda: None,
 ) -> Restatement:
     """Restate exactly the days the new batches change, in every table (one commit per table), then advance the
-    watermark. `before_watermark` runs between the last write and the watermark update (tests inject a crash there)."""
+    watermark. `on_detection` sees what will be written before anything is; `before_watermark` runs between the last
+    write and the watermark update (tests inject a crash there)."""
     run = run or RunInfo(f"restate-{uuid.uuid4().hex[:12]}")
     now = datetime.now(timezone.utc)
     found = detect(spark)
+    on_detection(found)
     control.record_exceptions(
         spark,
         [(d, c.changed + c.quarantined + c.product_versions + c.moved_out, ", ".join(sorted(c.batches)), found.window_start)

@@ -9,7 +9,10 @@ import subprocess
 import sys
 import time
 import urllib.request
+from contextlib import contextmanager
 from pathlib import Path
+
+from dagster import DagsterInstance
 
 from resources.lake import REPO_ROOT
 
@@ -51,6 +54,24 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+@contextmanager
+def instance_at(dagster_home: Path):
+    """The Dagster instance in `dagster_home` (configured by the project's dagster.yaml), for work done in this
+    process that the webserver and daemon must see."""
+    dagster_home.mkdir(parents=True, exist_ok=True)
+    shutil.copy(REPO_ROOT / "dagster.yaml", dagster_home / "dagster.yaml")
+    previous = os.environ.get("DAGSTER_HOME")
+    os.environ["DAGSTER_HOME"] = str(dagster_home)  # the storage paths in dagster.yaml come from it
+    try:
+        with DagsterInstance.get() as instance:
+            yield instance
+    finally:
+        if previous is None:
+            os.environ.pop("DAGSTER_HOME")
+        else:
+            os.environ["DAGSTER_HOME"] = previous
 
 
 class DagsterDev:
@@ -115,12 +136,14 @@ class DagsterDev:
             time.sleep(2)
         raise TimeoutError(f"backfill {backfill_id} still running after {timeout}s")
 
+    def runs(self, job: str) -> list[dict]:
+        return self.graphql(RUNS, {"filter": {"pipelineName": job}})["runsOrError"]["results"]
+
     def wait_for_run(self, job: str, tag: tuple[str, str], timeout: float = 600) -> dict:
         """The first run of `job` carrying `tag`, once it has finished (a sensor launched it: we only wait)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            runs = self.graphql(RUNS, {"filter": {"pipelineName": job}})["runsOrError"]["results"]
-            for run in runs:
+            for run in self.runs(job):
                 if {"key": tag[0], "value": tag[1]} in run["tags"] and run["status"] in ("SUCCESS", "FAILURE", "CANCELED"):
                     return run
             time.sleep(2)

@@ -1,6 +1,6 @@
 """The whole code location loads, and every asset is daily-partitioned with a chunked backfill policy."""
 
-from dagster import Definitions, in_process_executor
+from dagster import AssetKey, Definitions, in_process_executor
 
 from assets_pkg.definitions import ALL_ASSETS_JOB, defs
 from assets_pkg.partitions import chunks, daily_partitions, max_partitions_per_run
@@ -9,15 +9,24 @@ from datetime import date
 
 def test_every_table_is_a_daily_partitioned_asset_with_a_chunked_backfill_policy():
     graph = defs.resolve_asset_graph()
-    names = {k.to_user_string() for k in graph.get_all_asset_keys()}
+    names = {k.to_user_string() for k in graph.materializable_asset_keys}
     assert names == {
         "stg_order_items", "quarantine_order_items", "dim_product", "fact_order_item", "daily_revenue",
         "customer_daily_features",
     }
-    for key in graph.get_all_asset_keys():
+    for key in graph.materializable_asset_keys:
         node = graph.get(key)
         assert node.partitions_def == daily_partitions, key
         assert node.backfill_policy.max_partitions_per_run == max_partitions_per_run(), key
+
+
+def test_the_landing_is_an_observed_daily_partitioned_source_of_the_tables_that_read_it():
+    graph = defs.resolve_asset_graph()
+    landing = {k.to_user_string() for k in graph.get_all_asset_keys() - graph.materializable_asset_keys}
+    assert landing == {"landing_order_items", "landing_products"}
+    assert all(graph.get(AssetKey(name)).partitions_def == daily_partitions for name in landing)
+    assert AssetKey("landing_order_items") in graph.get(AssetKey("stg_order_items")).parent_keys
+    assert AssetKey("landing_products") in graph.get(AssetKey("dim_product")).parent_keys
 
 
 def test_the_code_location_loads_as_the_webserver_loads_it():

@@ -5,83 +5,64 @@ The tests share one lake and run in file order: each lands a new batch on top of
 
 import shutil
 from datetime import date, datetime, timedelta, timezone
-from decimal import Decimal
 
 import pytest
-from dagster import AssetCheckKey, AssetKey
+from dagster import AssetKey, AutomationCondition, Definitions, evaluate_automation_conditions
 from pyspark.sql import functions as F
-from pyspark.sql import types as T
 
 from assets_pkg import landing, late_data
-from assets_pkg.assets import DAY_COLUMN, PUBLISH_ORDER
+from assets_pkg.assets import LANDING_ORDER_ITEMS, PUBLISH_ORDER, STG_ORDER_ITEMS, stg_order_items
+from assets_pkg.automation import PREVIEW_JOB, landing_assets
 from assets_pkg.backfill import run_backfill
-from assets_pkg.checks import LATE_DATA
+from assets_pkg.checks import LATE_DATA, UP_TO_DATE
 from assets_pkg.cli import main
+from assets_pkg.definitions import defs
 from assets_pkg.generate import generate
 from resources import control
 from resources.delta_io import read_days, read_table
-from tests.conftest import files_by_day, rows, versions
+from resources.spark import spark_resource
+from tests.conftest import rows
+from tests.late_batches import (
+    ORDER_TABLES,
+    assert_rewrote_exactly,
+    corrections,
+    land_batch,
+    latest_check_status,
+    new_items,
+    snapshot,
+    three_corrected_and_two_late_days,
+)
 
 START, END = date(2025, 1, 1), date(2025, 2, 9)
-ORDER_TABLES = ["stg_order_items", "fact_order_item", "daily_revenue", "customer_daily_features"]
 
 
 class Lake:
-    """The shared lake: the day the next batch lands, and the days built so far."""
+    """The shared lake: the day the next batch lands."""
 
     def __init__(self, last_batch: date):
         self.next_batch = last_batch + timedelta(days=1)
 
     def land(self, spark, items, dataset=landing.ORDER_ITEMS):
-        """Land `items` (rows of the landing contract, ingested_at left None) as the next daily batch."""
         batch, self.next_batch = self.next_batch, self.next_batch + timedelta(days=1)
-        ingested = datetime.combine(batch, datetime.min.time(), tzinfo=timezone.utc) + timedelta(hours=2)
-        df = spark.createDataFrame(
-            [(*r[:-1], ingested, batch) for r in items],
-            T.StructType([*landing.SCHEMAS[dataset].fields, T.StructField("ingest_date", T.DateType())]),
+        return batch, land_batch(spark, items, batch, dataset)
+
+
+class DagsterStaleness:
+    """Dagster's own view of the landing's data versions: the days of stg_order_items that an automation condition
+    `any_deps_match(data_version_changed())` would request, tick after tick."""
+
+    def __init__(self, instance):
+        self.instance, self.cursor = instance, None
+        condition = AutomationCondition.any_deps_match(AutomationCondition.data_version_changed())
+        watched = stg_order_items.map_asset_specs(
+            lambda spec: spec.replace_attributes(automation_condition=condition) if spec.key == AssetKey(STG_ORDER_ITEMS) else spec
         )
-        landing.land({dataset: df})
-        return batch, ingested
+        self.defs = Definitions(assets=[*landing_assets, watched], resources={"pyspark": spark_resource()})
 
-
-def corrections(spark, day, n):
-    """`n` staged items of `day`, re-sent with one more unit and a later updated_at: a correction."""
-    out = []
-    for r in read_days(spark, "stg_order_items", "order_date", [day]).orderBy("order_id", "order_item_id").limit(n).collect():
-        quantity = r.quantity + 1
-        gross = (r.gross_amount / r.quantity * quantity).quantize(Decimal("0.01"))
-        out.append((r.order_id, r.order_item_id, r.order_date, r.customer_id, r.product_id, r.channel, quantity, gross,
-                    r.discount_amount, r.cost_amount, r.updated_at + timedelta(days=30), None))
-    return out
-
-
-def new_items(day, first_order_id, n):
-    return [(first_order_id + i, 1, day, 7, 1, "web", 2, Decimal("20.00"), Decimal("1.00"), Decimal("12.00"),
-             datetime.combine(day, datetime.min.time(), tzinfo=timezone.utc) + timedelta(hours=9), None) for i in range(n)]
-
-
-def snapshot(spark):
-    return {t: (len(versions(spark, t)), files_by_day(spark, t, DAY_COLUMN[t])) for t in PUBLISH_ORDER}
-
-
-def assert_rewrote_exactly(spark, before, expected_days, tables=ORDER_TABLES):
-    """One new commit in each of `tables`, rewriting exactly `expected_days` (a set, or a set per table); other
-    tables, and other days' files, untouched."""
-    after = snapshot(spark)
-    for table in PUBLISH_ORDER:
-        days_of_table = expected_days.get(table, set()) if isinstance(expected_days, dict) else expected_days
-        n_before, files_before = before[table]
-        n_after, files_after = after[table]
-        if table not in tables:
-            assert n_after == n_before, f"{table}: a table the change does not affect got a commit"
-            continue
-        assert n_after == n_before + 1, f"{table}: one commit for the restatement"
-        for day in set(files_before) | set(files_after):
-            old, new = files_before.get(day, set()), files_after.get(day, set())
-            if date.fromisoformat(day) in days_of_table:
-                assert not (old & new), f"{table} {day}: should have been rewritten"
-            else:
-                assert old == new, f"{table} {day}: a day outside the restatement was touched"
+    def changed_days(self) -> set[date]:
+        result = evaluate_automation_conditions(self.defs, self.instance, cursor=self.cursor)
+        self.cursor = result.cursor
+        return {date.fromisoformat(k) for k in result.get_requested_partitions(AssetKey(STG_ORDER_ITEMS))}
 
 
 @pytest.fixture(scope="module")
@@ -101,31 +82,44 @@ def test_restating_with_no_new_data_rewrites_nothing(spark, lake_state, capsys):
     assert control.read_watermark(spark, late_data.PIPELINE).watermark_ts is not None
 
 
-def test_corrections_on_three_old_days_and_late_rows_on_two_others_restate_exactly_those_five_days(spark, lake_state, capsys):
-    corrected_days = [START + timedelta(days=3), START + timedelta(days=7), START + timedelta(days=12)]
-    late_days = [START + timedelta(days=20), START + timedelta(days=25)]
-    items = [r for d in corrected_days for r in corrections(spark, d, 2)]
-    items += [r for i, d in enumerate(late_days) for r in new_items(d, 9_000_000 + 100 * i, 3)]
+def test_corrections_on_three_old_days_and_late_rows_on_two_others_restate_exactly_those_five_days(spark, lake, lake_state, capsys):
+    _, instance = lake
+    dagster_view = DagsterStaleness(instance)
+    assert dagster_view.changed_days() == set()
+    items, expected = three_corrected_and_two_late_days(spark, START)
     batch, ingested = lake_state.land(spark, items)
-    expected = set(corrected_days) | set(late_days)
 
-    # The preview names the days, why, and the batch, before anything is written.
+    # The preview names the days, why, and the batch, before anything is written: on the terminal...
     found = late_data.detect(spark)
     assert set(found.order_days) == expected and not found.product_days and not found.outside
-    assert all(found.order_days[d].changed == 2 for d in corrected_days)
-    assert all(found.order_days[d].changed == 3 for d in late_days)
+    assert sorted(found.order_days[d].changed for d in expected) == [2, 2, 2, 3, 3]
     assert main(["stale"]) == 0
     out = capsys.readouterr().out
     for day in expected:
         assert f"order tables {day}:" in out and str(batch) in out
-
+    # ... and in Dagster: a new data version on exactly those days of the landing, so Dagster's own automation
+    # would request exactly those days downstream, and each order table's up_to_date_with_landing check fails on them.
     before = snapshot(spark)
+    assert defs.resolve_job_def(PREVIEW_JOB).execute_in_process(instance=instance).success
+    assert_rewrote_exactly(spark, before, set(), tables=[])
+    observed = instance.fetch_observations(AssetKey(LANDING_ORDER_ITEMS), limit=100).records
+    assert {date.fromisoformat(r.partition_key) for r in observed} == expected
+    assert dagster_view.changed_days() == expected
+    untouched = START + timedelta(days=1)
+    for table in ORDER_TABLES:
+        assert {d: latest_check_status(instance, table, UP_TO_DATE, d) for d in expected} == dict.fromkeys(expected, "FAILED")
+        assert latest_check_status(instance, table, UP_TO_DATE, untouched) == "SUCCEEDED"
+
     assert main(["restate"]) == 0
     out = capsys.readouterr().out
     assert "restated fact_order_item: 5 day(s)" in out
     assert_rewrote_exactly(spark, before, expected)
     assert control.read_watermark(spark, late_data.PIPELINE).watermark_ts == ingested.replace(tzinfo=None)
     assert main(["check", "--start", str(START), "--end", str(lake_state.next_batch - timedelta(days=1))]) == 0
+    for table in ORDER_TABLES:
+        assert {d: latest_check_status(instance, table, UP_TO_DATE, d) for d in expected} == dict.fromkeys(expected, "SUCCEEDED")
+    # The restatement observed the same versions: nothing is new to Dagster.
+    assert dagster_view.changed_days() == set()
     corrected = {(r[0], r[1]): r[6] for r in items}
     fact = {(r.order_id, r.order_item_id): r.quantity for r in read_table(spark, "fact_order_item").collect()}
     assert all(fact[key] == quantity for key, quantity in corrected.items())
@@ -255,16 +249,8 @@ def test_rows_older_than_the_window_are_exceptions_until_a_manual_backfill(spark
     assert f"late rows older than the restatement window on {old_day}" in capsys.readouterr().out
     assert_rewrote_exactly(spark, before, set(), tables=[])
     assert [r.day for r in control.open_exceptions(spark)] == [old_day]
-    assert latest_late_data_check(instance, old_day) == "FAILED"
+    assert latest_check_status(instance, STG_ORDER_ITEMS, LATE_DATA, old_day) == "FAILED"
 
     assert run_backfill(old_day, old_day, instance=instance, echo=lambda _: None)
     assert control.open_exceptions(spark) == []
-    assert latest_late_data_check(instance, old_day) == "SUCCEEDED"
-
-
-def latest_late_data_check(instance, day):
-    """Status of the newest late_data_outside_window result on `day`, as the UI's asset-check view shows it."""
-    records = instance.event_log_storage.get_asset_check_execution_history(
-        AssetCheckKey(AssetKey("stg_order_items"), LATE_DATA), limit=1000
-    )
-    return [r for r in records if r.partition == day.isoformat()][0].status.value
+    assert latest_check_status(instance, STG_ORDER_ITEMS, LATE_DATA, old_day) == "SUCCEEDED"

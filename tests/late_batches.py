@@ -1,0 +1,89 @@
+"""Landing late and corrected rows on top of a built lake, and asserting which days a restatement rewrote."""
+
+from datetime import date, datetime, timedelta, timezone
+from decimal import Decimal
+
+from pyspark.sql import types as T
+
+from assets_pkg import landing
+from assets_pkg.assets import DAY_COLUMN, PUBLISH_ORDER
+from resources.delta_io import read_days
+
+ORDER_TABLES = ["stg_order_items", "fact_order_item", "daily_revenue", "customer_daily_features"]
+
+
+def next_batch_day() -> date:
+    """The day after the newest landed order item batch."""
+    newest = max(landing.batch_name(p) for p in landing.batch_dirs(landing.ORDER_ITEMS))
+    return date.fromisoformat(newest) + timedelta(days=1)
+
+
+def land_batch(spark, items, batch: date, dataset=landing.ORDER_ITEMS) -> datetime:
+    """Land `items` (rows of the landing contract, ingested_at left None) as the batch of `batch`; returns its
+    ingested_at."""
+    ingested = datetime.combine(batch, datetime.min.time(), tzinfo=timezone.utc) + timedelta(hours=2)
+    df = spark.createDataFrame(
+        [(*r[:-1], ingested, batch) for r in items],
+        T.StructType([*landing.SCHEMAS[dataset].fields, T.StructField("ingest_date", T.DateType())]),
+    )
+    landing.land({dataset: df})
+    return ingested
+
+
+def corrections(spark, day, n):
+    """`n` staged items of `day`, re-sent with one more unit and a later updated_at: a correction."""
+    out = []
+    for r in read_days(spark, "stg_order_items", "order_date", [day]).orderBy("order_id", "order_item_id").limit(n).collect():
+        quantity = r.quantity + 1
+        gross = (r.gross_amount / r.quantity * quantity).quantize(Decimal("0.01"))
+        out.append((r.order_id, r.order_item_id, r.order_date, r.customer_id, r.product_id, r.channel, quantity, gross,
+                    r.discount_amount, r.cost_amount, r.updated_at + timedelta(days=30), None))
+    return out
+
+
+def new_items(day, first_order_id, n):
+    return [(first_order_id + i, 1, day, 7, 1, "web", 2, Decimal("20.00"), Decimal("1.00"), Decimal("12.00"),
+             datetime.combine(day, datetime.min.time(), tzinfo=timezone.utc) + timedelta(hours=9), None) for i in range(n)]
+
+
+def three_corrected_and_two_late_days(spark, start: date) -> tuple[list, set[date]]:
+    """The issue's scenario: corrections of 2 items on each of 3 old days, 3 late items on each of 2 other days."""
+    corrected_days = [start + timedelta(days=3), start + timedelta(days=7), start + timedelta(days=12)]
+    late_days = [start + timedelta(days=20), start + timedelta(days=25)]
+    items = [r for d in corrected_days for r in corrections(spark, d, 2)]
+    items += [r for i, d in enumerate(late_days) for r in new_items(d, 9_000_000 + 100 * i, 3)]
+    return items, set(corrected_days) | set(late_days)
+
+
+def snapshot(spark):
+    from tests.conftest import files_by_day, versions  # not at import: conftest pins the tests' partitions
+
+    return {t: (len(versions(spark, t)), files_by_day(spark, t, DAY_COLUMN[t])) for t in PUBLISH_ORDER}
+
+
+def assert_rewrote_exactly(spark, before, expected_days, tables=ORDER_TABLES):
+    """One new commit in each of `tables`, rewriting exactly `expected_days` (a set, or a set per table); other
+    tables, and other days' files, untouched."""
+    after = snapshot(spark)
+    for table in PUBLISH_ORDER:
+        days_of_table = expected_days.get(table, set()) if isinstance(expected_days, dict) else expected_days
+        n_before, files_before = before[table]
+        n_after, files_after = after[table]
+        if table not in tables:
+            assert n_after == n_before, f"{table}: a table the change does not affect got a commit"
+            continue
+        assert n_after == n_before + 1, f"{table}: one commit for the restatement"
+        for day in set(files_before) | set(files_after):
+            old, new = files_before.get(day, set()), files_after.get(day, set())
+            if date.fromisoformat(day) in days_of_table:
+                assert not (old & new), f"{table} {day}: should have been rewritten"
+            else:
+                assert old == new, f"{table} {day}: a day outside the restatement was touched"
+
+
+def latest_check_status(instance, table: str, check: str, day: date) -> str | None:
+    """Status of the newest result of `check` on `day`, as the UI's asset-check view shows it."""
+    from dagster import AssetCheckKey, AssetKey
+
+    records = instance.event_log_storage.get_asset_check_execution_history(AssetCheckKey(AssetKey(table), check), limit=1000)
+    return next((r.status.value for r in records if r.partition == day.isoformat()), None)
