@@ -52,31 +52,20 @@ def record_landing_versions(context: OpExecutionContext, found: late_data.Detect
 def record_stale_days(context: OpExecutionContext, found: late_data.Detection) -> None:
     """Before anything is written: a failing up_to_date_with_landing result on each day of each table to restate,
     and a failing late_data_outside_window result on each day too old to restate."""
+
+    def failed(table: str, check: str, day, severity: AssetCheckSeverity, metadata: dict) -> None:
+        context.log_event(AssetCheckEvaluation(asset_key=AssetKey(table), check_name=check, passed=False,
+                                               partition=day.isoformat(), severity=severity, metadata=metadata))
+
     for table, days in found.days_by_table().items():
         for day in days:
             change = found.change(table, day)
-            context.log_event(
-                AssetCheckEvaluation(
-                    asset_key=AssetKey(table),
-                    check_name=checks.UP_TO_DATE,
-                    passed=False,
-                    partition=day.isoformat(),
-                    severity=AssetCheckSeverity.WARN,
-                    metadata={"stale": True, "why": change.describe(), "batches": ", ".join(sorted(change.batches))},
-                )
-            )
+            failed(table, checks.UP_TO_DATE, day, AssetCheckSeverity.WARN,
+                   {"stale": True, "why": change.describe(), "batches": ", ".join(sorted(change.batches))})
     for day, change in sorted(found.outside.items()):
-        context.log_event(
-            AssetCheckEvaluation(
-                asset_key=AssetKey(STG_ORDER_ITEMS),
-                check_name=checks.LATE_DATA,
-                passed=False,
-                partition=day.isoformat(),
-                severity=AssetCheckSeverity.ERROR,
-                metadata={"why": change.describe(), "window_start": str(found.window_start),
-                          "action": f"backfill {day} by hand: python -m assets_pkg backfill --start {day} --end {day}"},
-            )
-        )
+        failed(STG_ORDER_ITEMS, checks.LATE_DATA, day, AssetCheckSeverity.ERROR,
+               {"why": change.describe(), "window_start": str(found.window_start),
+                "action": f"backfill {day} by hand: python -m assets_pkg backfill --start {day} --end {day}"})
 
 
 def _versions(found: late_data.Detection, asset: str) -> DataVersionsByPartition:
