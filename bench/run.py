@@ -10,9 +10,10 @@ Steps, each in its own process as users run them (so each pays its own JVM start
   daemon     `dagster dev`, then a backfill of every asset and check over every day, launched with the GraphQL
              mutation the UI's dialog sends, timed from launch to completion
   inprocess  the same backfill through `python -m assets_pkg backfill`
+  noop       `restate` with no new data, as the sensor runs it after a backfill: the partitions it rewrites
+             (should be 0); it also sets the watermark
   restate3   a batch correcting items on 3 old days (inside the restatement window), then `restate`, timed from
-             detection to the last check
-  noop       `restate` again with no new data: the partitions it rewrites (should be 0)
+             the process start (JVM included) to the last check
 """
 
 import argparse
@@ -204,6 +205,12 @@ def main() -> int:
     step("backfill_daemon_s", seconds)
     step("backfill_inprocess_s", bench.run("-m", "assets_pkg", "backfill")[0])
 
+    # The restatement path with no new data first: what the sensor runs right after a backfill. It also sets the
+    # watermark, so the 3-day restatement below reads only the batches since then, as it would in production.
+    seconds, out = bench.run("-m", "assets_pkg", "restate")
+    result["noop_rewritten_partitions"] = sum(int(n) for n in re.findall(r"restated \w+: (\d+) day", out))
+    step("noop_restate_s", seconds)
+
     # Three old days inside the restatement window (counted back from the newest batch) and the partitions.
     n_days = (last - FIRST_DAY).days + 1
     old_days = [(last - timedelta(days=min(d, n_days * share // 4))).isoformat() for d, share in ((60, 3), (45, 2), (30, 1))]
@@ -214,9 +221,6 @@ def main() -> int:
     if restated.get("fact_order_item") != len(old_days):
         raise RuntimeError(f"restate should have rewritten the {len(old_days)} corrected days {old_days}: {out}")
     step("restate3_s", seconds)
-    seconds, out = bench.run("-m", "assets_pkg", "restate")
-    result["noop_rewritten_partitions"] = sum(int(n) for n in re.findall(r"restated \w+: (\d+) day", out))
-    step("noop_restate_s", seconds)
 
     result.update(bench.counts())
     result["runs_launched"] = bench.runs_in_instance()
