@@ -26,6 +26,7 @@ from dagster import (
     op,
     sensor,
 )
+from dagster._core.definitions.data_version import DATA_VERSION_TAG  # not exported: the tag observations carry
 from dagster._core.execution.backfill import BulkActionStatus  # not exported; the sensor only reads it
 from dagster_pyspark import LazyPySparkResource
 
@@ -38,8 +39,6 @@ RESTATE_JOB = "restate_late_data"
 LANDING_STATE_TAG = "exact_backfills/landing_state"  # on a restatement run: the landing it started from
 RESTATE_OP = "restate_stale_days"
 PREVIEW_JOB = "preview_late_data"
-# Dagster reads an observation's data version from this tag (what an observable source asset records).
-DATA_VERSION_TAG = "dagster/data_version"
 
 
 def record_landing_versions(context: OpExecutionContext, found: late_data.Detection) -> None:

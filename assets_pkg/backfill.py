@@ -11,6 +11,7 @@ from datetime import date
 from dagster import AssetKey, AssetSelection, DagsterInstance
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
+from assets_pkg.automation import LANDING_STATE_TAG, RESTATE_JOB, landing_state
 from assets_pkg.checks import events_max_days
 from assets_pkg.definitions import ALL_ASSETS_JOB, defs
 from assets_pkg.partitions import chunks, first_day, last_day
@@ -103,8 +104,6 @@ def run_backfill(
 def run_restatement(instance: DagsterInstance | None = None):
     """What late_data_sensor launches, run in this process (the `restate` command), tagged with the landing state it
     starts from so that the sensor does not launch it again for that state."""
-    from assets_pkg.automation import LANDING_STATE_TAG, RESTATE_JOB, landing_state
-
     return defs.resolve_job_def(RESTATE_JOB).execute_in_process(
         instance=instance or dagster_instance(),
         tags={LANDING_STATE_TAG: landing_state()},
