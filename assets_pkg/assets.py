@@ -169,7 +169,8 @@ def publish(spark: SparkSession, table: str, days: list[date], run: RunInfo, wri
             return Publication(days, outcomes=[], metadata=metadata)
         source_watermark = _source_watermark(df)
         commit = overwrite_days(df, table, table_checks.day_column, days, {**commit_info, "asset": table})
-        previous = audit.latest_by_partition(spark, table, days)
+        found = audit.latest_before_run(spark, run.run_id)
+        previous = {day: found[(table, day)] for day in days if (table, day) in found}
         outcomes += checks.evaluate_after_commit(profile, previous, days)
         ended = datetime.now(timezone.utc)
         duplicates = {o.day: o.metadata["duplicate_per_1k"] for o in outcomes if o.check == checks.UNIQUE_KEY}

@@ -9,7 +9,6 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.window import Window
 
-from resources.delta_io import day_filter
 from resources.lake import table_path
 
 AUDIT_TABLE = "backfill_audit"
@@ -64,15 +63,24 @@ def read(spark: SparkSession):
     return spark.read.format("delta").load(path)
 
 
-def latest_by_partition(spark: SparkSession, asset: str, days: list[date]) -> dict[date, tuple[int, str]]:
-    """Each day's rows and fingerprint as last written (by any run), for comparisons with a new write."""
-    latest = Window.partitionBy("partition").orderBy(F.col("ended_at").desc(), F.col("run_id").desc())
-    rows = (
-        read(spark)
-        .where((F.col("asset") == asset) & day_filter("partition", days))
-        .withColumn("_n", F.row_number().over(latest))
-        .where("_n = 1")
-        .select("partition", "rows_written", "fingerprint")
-        .collect()
-    )
-    return {r.partition: (r.rows_written, r.fingerprint) for r in rows}
+# run id -> the audit trail's latest row per (asset, day) as that run found it.
+_found_by_run: dict[str, dict[tuple[str, date], tuple[int, str]]] = {}
+
+
+def latest_before_run(spark: SparkSession, run_id: str) -> dict[tuple[str, date], tuple[int, str]]:
+    """Each (asset, day)'s rows and fingerprint as last written before run `run_id` started writing, to compare a
+    new write with. Read once per run: every read of the audit table after an append costs a new Delta snapshot,
+    and a run writes several tables (each one's previous state is the same whether read before or after the
+    others' writes). At most one row per asset per day, so small even for a full history."""
+    if run_id not in _found_by_run:
+        _found_by_run.clear()  # a process runs one run at a time: keep only the current one's
+        latest = Window.partitionBy("asset", "partition").orderBy(F.col("ended_at").desc(), F.col("run_id").desc())
+        rows = (
+            read(spark)
+            .withColumn("_n", F.row_number().over(latest))
+            .where("_n = 1")
+            .select("asset", "partition", "rows_written", "fingerprint")
+            .collect()
+        )
+        _found_by_run[run_id] = {(r.asset, r.partition): (r.rows_written, r.fingerprint) for r in rows}
+    return _found_by_run[run_id]
