@@ -22,7 +22,7 @@ def built(spark, lake):
     _, instance = lake
     summary = generate(spark, START, END, seed=11, rows_per_day=60)
     assert summary.duplicates and summary.corrections and summary.moved_days and summary.late_rows
-    assert run_backfill(START, END, chunk_size=15, instance=instance, echo=lambda _: None)
+    assert run_backfill(START, END, instance=instance, echo=lambda _: None)
     return instance
 
 
