@@ -138,21 +138,27 @@ def _row_id(columns: list[str]):
 def _order_item_changes(spark: SparkSession, batches: list[str], days: dict[date, DayChange]) -> datetime | None:
     """Add the days the order item batches change to `days`; return the batches' highest load time."""
     candidates = landing.read_landing(spark, landing.ORDER_ITEMS, batches).persist()
+    cached = [candidates]
     try:
         valid, rejected = quarantine.split(candidates, first_day(), last_day())
         new = valid.select(*_VERSION_COLUMNS).withColumn("_published", F.lit(False))
+        # Staging is scanned whole (a correction may carry another order date) but once: the staged rows of the
+        # landed keys are kept for the comparison and the old days, then the changes for the tallies.
         published = (
             read_table(spark, STG_ORDER_ITEMS)
             .join(new.select(*ORDER_ITEM_KEY).distinct(), ORDER_ITEM_KEY, "left_semi")
             .select(*_VERSION_COLUMNS)
             .withColumn("_published", F.lit(True))
+            .persist()
         )
+        cached.append(published)
         # The published version wins a tie with an identical landed row: re-reading a batch changes nothing.
         winners = transforms.latest_versions(
             new.unionByName(published), ORDER_ITEM_KEY, ORDER_ITEM_SCHEMA.fieldNames(), then=(F.col("_published").desc(),)
         ).where(~F.col("_published"))
         old_day = published.select(*ORDER_ITEM_KEY, F.col("order_date").alias("old_day"))
-        changed = winners.join(old_day, ORDER_ITEM_KEY, "left")
+        changed = winners.join(old_day, ORDER_ITEM_KEY, "left").persist()
+        cached.append(changed)
         _tally(changed, "order_date", "changed", days)
         _tally(changed.where("old_day IS NOT NULL AND old_day != order_date"), "old_day", "moved_out", days)
 
@@ -163,7 +169,8 @@ def _order_item_changes(spark: SparkSession, batches: list[str], days: dict[date
         _tally(unseen, "quarantine_day", "quarantined", days)
         return candidates.agg(F.max("ingested_at")).first()[0]
     finally:
-        candidates.unpersist()
+        for df in cached:
+            df.unpersist()
 
 
 def _tally(rows: DataFrame, day_column: str, counter: str, days: dict[date, DayChange]) -> None:
