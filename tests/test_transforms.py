@@ -5,7 +5,7 @@ from decimal import Decimal
 
 import pytest
 
-from assets_pkg import transforms
+from assets_pkg import quarantine, transforms
 from assets_pkg.landing import ORDER_ITEM_SCHEMA, PRODUCT_SCHEMA
 from assets_pkg.partitions import days
 from pyspark.sql import types as T
@@ -50,6 +50,21 @@ def test_the_latest_updated_at_wins_then_the_latest_ingested_at(spark, versions_
     out = stg(spark, versions_schema, rows, "2025-01-01", "2025-01-31")
     assert out[(1, 1)].quantity == 5
     assert out[(2, 1)].quantity == 6
+
+
+def test_a_key_whose_latest_version_is_on_a_day_but_in_neither_staging_nor_quarantine_is_lost(spark, versions_schema):
+    rows = [
+        item(1, 1, "2025-01-05", 2, "2025-01-05 10:00:00", "2025-01-06 01:00:00"),  # staged
+        item(2, 1, "2025-01-05", 2, "2025-01-05 10:00:00", "2025-01-06 01:00:00"),  # vanished
+        item(3, 1, "2025-01-05", 2, "2025-01-05 10:00:00", "2025-01-06 01:00:00"),  # quarantined
+        item(4, 1, "2025-01-05", 2, "2025-01-05 10:00:00", "2025-01-06 01:00:00"),  # moved to a day not rebuilt...
+        item(4, 1, "2025-01-20", 2, "2025-01-09 10:00:00", "2025-01-10 01:00:00"),  # ... by this correction
+    ]
+    versions = spark.createDataFrame(rows, versions_schema)
+    staged = versions.where("order_id = 1")
+    quarantined = versions.where("order_id = 3")
+    lost = quarantine.lost_keys(versions, staged, quarantined, [D("2025-01-05")]).collect()
+    assert [(r.day, r.order_id, r.order_item_id) for r in lost] == [(D("2025-01-05"), 2, 1)]
 
 
 def test_equal_timestamps_resolve_the_same_way_whatever_the_row_order(spark, versions_schema):
