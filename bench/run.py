@@ -2,6 +2,7 @@
 
     python bench/run.py --scale 1 --out bench/sf1.json            # the README's performance table
     python bench/run.py --scale 0.01 --days 30 --out /tmp/tiny.json  # minutes: proves the harness end to end
+    python bench/run.py --steps-of LAKE                              # where the runs' time went, run by run, step by step
 
 Steps, each in its own process as users run them (so each pays its own JVM start):
   import     import-tpch through the landing contract
@@ -169,15 +170,40 @@ class Bench:
             return instance.get_runs_count()
 
 
+def step_seconds(home: Path) -> dict[str, dict[str, float]]:
+    """Where each run's time went: per run (oldest first), its length and each step's, from the instance's event log
+    (the first step of a run also pays for the run's JVM start)."""
+    from dagster import DagsterInstance
+
+    os.environ["DAGSTER_HOME"] = str(home)
+    with DagsterInstance.get() as instance:
+        steps = {}
+        for run in reversed(instance.get_runs()):
+            stats = instance.get_run_stats(run.run_id)
+            label = f"{run.job_name} {run.run_id[:8]}"
+            began = stats.launch_time or stats.start_time  # launched by the daemon, or executed in process
+            steps[label] = {"run": round(stats.end_time - began, 1)} if stats.end_time and began else {}
+            for step in instance.get_run_step_stats(run.run_id):
+                if step.start_time and step.end_time:
+                    steps[label][step.step_key] = round(step.end_time - step.start_time, 1)
+        return steps
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--scale", type=float, required=True)
-    parser.add_argument("--out", required=True, help="JSON file for the results")
+    parser.add_argument("--scale", type=float)
+    parser.add_argument("--out", help="JSON file for the results")
     parser.add_argument("--days", type=int, help="partitions: only the first N days of TPC-H's history (tiny runs)")
     parser.add_argument("--lake", help="work folder (default: a new temporary folder)")
+    parser.add_argument("--steps-of", metavar="LAKE", help="only print the run and step times of an earlier run's lake")
     parser.add_argument("--step", choices=["bare", "land-corrections"], help=argparse.SUPPRESS)
     parser.add_argument("--step-days", nargs="*", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.steps_of:
+        print(json.dumps(step_seconds(Path(args.steps_of) / "dagster_home"), indent=2))
+        return 0
+    if args.scale is None or args.out is None:
+        parser.error("--scale and --out are required")
     if args.step == "bare":
         _bare()
         return 0
@@ -224,6 +250,7 @@ def main() -> int:
 
     result.update(bench.counts())
     result["runs_launched"] = bench.runs_in_instance()
+    result["run_steps_s"] = step_seconds(bench.home)
     result["spark_applications"] = bench.spark_apps
     result["peak_memory_mb"] = memory.stop()
     result["daemon_vs_bare"] = round(result["backfill_daemon_s"] / result["bare_s"], 2)
