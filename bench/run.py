@@ -163,20 +163,18 @@ class Bench:
         return {"delta_commits": commits, "files_written": files}
 
     def runs_in_instance(self) -> int:
-        from dagster import DagsterInstance
+        from tests.dagster_ui import instance_at
 
-        os.environ["DAGSTER_HOME"] = str(self.home)
-        with DagsterInstance.get() as instance:
+        with instance_at(self.home) as instance:
             return instance.get_runs_count()
 
 
 def step_seconds(home: Path) -> dict[str, dict[str, float]]:
     """Where each run's time went: per run (oldest first), its length and each step's, from the instance's event log
     (the first step of a run also pays for the run's JVM start)."""
-    from dagster import DagsterInstance
+    from tests.dagster_ui import instance_at
 
-    os.environ["DAGSTER_HOME"] = str(home)
-    with DagsterInstance.get() as instance:
+    with instance_at(home) as instance:
         steps = {}
         for run in reversed(instance.get_runs()):
             stats = instance.get_run_stats(run.run_id)
