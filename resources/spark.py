@@ -17,9 +17,17 @@ from resources.lake import REPO_ROOT, lake_root
 DELTA_PACKAGE = "io.delta:delta-spark_4.2_2.13:4.4.0"
 
 
+# Built by scripts/setup.sh from resources/java/NioLocalFileSystem.java, next to the Delta jars.
+LOCAL_FS_JAR = "exactbackfills-localfs.jar"
+LOCAL_FS_CLASS = "exactbackfills.NioLocalFileSystem"
+
+
+def _jars_dir() -> Path:
+    return Path(os.environ.get("DELTA_JARS_DIR", REPO_ROOT / ".jars"))
+
+
 def _delta_jars() -> str | None:
-    jars_dir = Path(os.environ.get("DELTA_JARS_DIR", REPO_ROOT / ".jars"))
-    jars = sorted(str(p) for p in jars_dir.glob("*.jar"))
+    jars = sorted(str(p) for p in _jars_dir().glob("delta-*.jar"))
     return ",".join(jars) or None
 
 
@@ -42,6 +50,12 @@ def spark_config() -> dict[str, str]:
         conf["spark.remote"] = remote
     else:
         conf["spark.master"] = os.environ.get("SPARK_MASTER", "local[2]")
+        local_fs = _jars_dir() / LOCAL_FS_JAR
+        if conf["spark.master"].startswith("local") and local_fs.exists():
+            # Without it, every file and day folder written costs a `chmod` child process (see the Java source).
+            # On the driver's class path, not spark.jars: spark-submit uses the file system before loading those.
+            conf["spark.driver.extraClassPath"] = str(local_fs)
+            conf["spark.hadoop.fs.file.impl"] = LOCAL_FS_CLASS
         conf["spark.driver.memory"] = os.environ.get("SPARK_DRIVER_MEMORY", "4g")
         jars = _delta_jars()
         if jars:

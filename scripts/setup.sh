@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
-# Idempotent set-up for a fresh machine: virtualenv with the pinned packages, and the Delta jars from Maven Central
-# (Spark's own Ivy resolver cannot reach Maven Central from every network; Maven can).
+# Idempotent set-up for a fresh machine: virtualenv with the pinned packages, the Delta jars from Maven Central
+# (Spark's own Ivy resolver cannot reach Maven Central from every network; Maven can), and the project's local file
+# system class (resources/java), compiled against the Hadoop that pyspark ships.
 # Source it: it exports DAGSTER_HOME and puts .venv/bin first on PATH.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
 need() { command -v "$1" >/dev/null 2>&1; }
-if ! need java || ! need mvn; then
+if ! need java || ! need javac || ! need mvn; then
   if [ "$(id -u)" = 0 ] && need apt-get; then
-    apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless maven >/dev/null
+    apt-get update -qq && apt-get install -y -qq openjdk-17-jdk-headless maven >/dev/null
   else
-    echo "setup: needs Java 17 and Maven on PATH" >&2; exit 1
+    echo "setup: needs a Java 17 JDK (java, javac) and Maven on PATH" >&2; exit 1
   fi
 fi
 
@@ -32,6 +33,16 @@ if [ ! -f "$JARS_DIR/delta-spark_${SPARK_BINARY}_2.13-${DELTA_VERSION}.jar" ]; t
   for artifact in "io.delta:delta-spark_${SPARK_BINARY}_2.13:${DELTA_VERSION}" "io.delta:delta-storage:${DELTA_VERSION}"; do
     mvn -q -B dependency:copy -Dartifact="$artifact" -DoutputDirectory="$JARS_DIR"
   done
+fi
+
+LOCAL_FS_SRC=resources/java/NioLocalFileSystem.java
+LOCAL_FS_JAR="$JARS_DIR/exactbackfills-localfs.jar"
+if [ ! -f "$LOCAL_FS_JAR" ] || [ "$LOCAL_FS_SRC" -nt "$LOCAL_FS_JAR" ]; then
+  classes="$(mktemp -d)"
+  hadoop_api="$(ls .venv/lib/python3*/site-packages/pyspark/jars/hadoop-client-api-*.jar)"
+  javac -nowarn --release 17 -cp "$hadoop_api" -d "$classes" "$LOCAL_FS_SRC"
+  jar cf "$LOCAL_FS_JAR" -C "$classes" .
+  rm -rf "$classes"
 fi
 
 export DAGSTER_HOME="${DAGSTER_HOME:-$ROOT/.dagster_home}"
