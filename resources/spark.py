@@ -31,6 +31,19 @@ def _delta_jars() -> str | None:
     return ",".join(jars) or None
 
 
+def _local_mode_config() -> dict[str, str]:
+    # List folders on the driver: above 32 folders Spark lists them with a job of one task per folder, which takes
+    # 9-14 s for the landing's 2,406 batch folders instead of 0.5 s.
+    conf = {"spark.sql.sources.parallelPartitionDiscovery.threshold": "1000000"}
+    local_fs = _jars_dir() / LOCAL_FS_JAR
+    if local_fs.exists():
+        # Without it, every file and day folder written costs a `chmod` child process (see the Java source). On the
+        # driver's class path, not in spark.jars: spark-submit uses the file system before it loads those.
+        conf["spark.driver.extraClassPath"] = str(local_fs)
+        conf["spark.hadoop.fs.file.impl"] = LOCAL_FS_CLASS
+    return conf
+
+
 def spark_config() -> dict[str, str]:
     conf = {
         "spark.app.name": "exact-backfills",
@@ -50,12 +63,8 @@ def spark_config() -> dict[str, str]:
         conf["spark.remote"] = remote
     else:
         conf["spark.master"] = os.environ.get("SPARK_MASTER", "local[2]")
-        local_fs = _jars_dir() / LOCAL_FS_JAR
-        if conf["spark.master"].startswith("local") and local_fs.exists():
-            # Without it, every file and day folder written costs a `chmod` child process (see the Java source).
-            # On the driver's class path, not spark.jars: spark-submit uses the file system before loading those.
-            conf["spark.driver.extraClassPath"] = str(local_fs)
-            conf["spark.hadoop.fs.file.impl"] = LOCAL_FS_CLASS
+        if conf["spark.master"].startswith("local"):
+            conf.update(_local_mode_config())
         conf["spark.driver.memory"] = os.environ.get("SPARK_DRIVER_MEMORY", "4g")
         jars = _delta_jars()
         if jars:
