@@ -50,6 +50,10 @@ DAY_COLUMN = {
 
 _COUNT = "count(1)"
 
+# Up to this many days, staging reads only the items that have a version on them (their keys broadcast: a year of
+# TPC-H SF1's keys is about 900,000); above it, the whole landing once.
+NARROWED_UP_TO_DAYS = 366
+
 TABLE_CHECKS = {
     # Nothing lost is checked where the landing is read: landing -> staging + quarantine. The fact then reconciles
     # with staging day by day (counts and amounts), so a key cannot vanish anywhere without a check failing.
@@ -323,14 +327,22 @@ def check_published(spark: SparkSession, table: str, days: list[date]) -> list[c
     "quarantine_order_items with the reason.",
 )
 def stg_order_items(spark: SparkSession, days: list[date]) -> Staged:
-    landed = landing.read_landing(spark, landing.ORDER_ITEMS).persist()  # listed and read once per publish
-    versions, rejected = quarantine.split(landed, first_day(), last_day())
-    stg, quarantined = transforms.stg_order_items(versions, days), quarantine.for_days(rejected, days)
+    landed = landing.read_landing(spark, landing.ORDER_ITEMS)
+    if len(days) <= NARROWED_UP_TO_DAYS:
+        # A chunk or a restatement: only the items with a version on the days can be on them. Their versions are
+        # kept for the build and checks instead of the whole landing (at SF1, 3 days: 7,103 rows, not 6,001,233).
+        items = transforms.versions_of_keys_dated_on(landed, days).persist()
+    else:
+        items = landed = landed.persist()  # most of the history: read once
+    versions, _ = quarantine.split(items, first_day(), last_day())
+    _, rejected = quarantine.split(landed, first_day(), last_day())  # by quarantine day, whatever the row's key
+    stg = transforms.stg_order_items(versions, days)
+    quarantined = quarantine.for_days(rejected, days).persist()  # checked and written from one scan of the landing
     return Staged(
         table=stg,
         side_tables={QUARANTINE_ORDER_ITEMS: quarantined},
-        lost=quarantine.lost_keys(landed, stg, quarantined, days),
-        persisted=[landed],
+        lost=quarantine.lost_keys(items, stg, quarantined, days),
+        persisted=[items, quarantined],
     )
 
 

@@ -25,14 +25,21 @@ def latest_versions(versions: DataFrame, key: list[str], columns: list[str], the
 def stg_order_items(versions: DataFrame, days: list[date]) -> DataFrame:
     """The current version of every order item whose current order_date is one of `days`.
 
-    The latest version of a key is decided over all its versions, not only those dated on `days`: a correction
-    that moves an item to another day removes it from its old day.
+    The latest version of an item is decided over all its versions in `versions`, not only those dated on `days`: a
+    correction that moves an item to another day removes it from its old day. `versions` may be narrowed to the
+    items that can be on the days (`versions_of_keys_dated_on`), never to the versions dated on them.
     """
-    in_range = day_filter("order_date", days)
-    keys_in_range = versions.where(in_range).select(*ORDER_ITEM_KEY).distinct()
-    candidates = versions.join(keys_in_range, ORDER_ITEM_KEY, "left_semi")
-    latest = latest_versions(candidates, ORDER_ITEM_KEY, ORDER_ITEM_SCHEMA.fieldNames())
-    return latest.where(in_range).select(*ORDER_ITEM_SCHEMA.fieldNames(), "ingest_date", "source_file")
+    latest = latest_versions(versions, ORDER_ITEM_KEY, ORDER_ITEM_SCHEMA.fieldNames())
+    return latest.where(day_filter("order_date", days)).select(*ORDER_ITEM_SCHEMA.fieldNames(), "ingest_date", "source_file")
+
+
+def versions_of_keys_dated_on(versions: DataFrame, days: list[date]) -> DataFrame:
+    """Every version of the order items that have a version dated on one of `days`: the only items whose latest
+    version can be on those days, with all their versions (the latest may be dated on another day). The keys are
+    broadcast, so the versions are filtered where they are read instead of shuffled: for a limited number of days."""
+    keys = versions.where(day_filter("order_date", days)).select(*ORDER_ITEM_KEY).distinct()
+    return versions.join(F.broadcast(keys), ORDER_ITEM_KEY, "left_semi")
+
 
 def dim_product_changes(versions: DataFrame, first_day: date, days: list[date]) -> DataFrame:
     """Product versions that take effect on each of `days` (`valid_from`), the last one of a day winning.

@@ -84,6 +84,18 @@ def test_a_correction_that_moves_an_item_to_another_day_removes_it_from_its_old_
     assert stg(spark, versions_schema, rows, "2025-01-15", "2025-01-25")[(1, 1)].order_date == D("2025-01-20")
 
 
+def test_narrowed_to_a_days_items_a_moved_item_keeps_all_its_versions_and_leaves_the_day(spark, versions_schema):
+    rows = [
+        item(1, 1, "2025-01-05", 2, "2025-01-05 10:00:00", "2025-01-06 01:00:00"),
+        item(1, 1, "2025-01-20", 2, "2025-01-21 00:30:00", "2025-01-21 01:00:00"),  # moved by this correction
+        item(2, 1, "2025-01-07", 2, "2025-01-07 10:00:00", "2025-01-08 01:00:00"),  # never on the day
+    ]
+    versions = spark.createDataFrame(rows, versions_schema)
+    narrowed = transforms.versions_of_keys_dated_on(versions, [D("2025-01-05")])
+    assert sorted((r.order_id, r.order_date) for r in narrowed.collect()) == [(1, D("2025-01-05")), (1, D("2025-01-20"))]
+    assert transforms.stg_order_items(narrowed, [D("2025-01-05")]).count() == 0
+
+
 def test_an_old_day_rerun_sees_the_product_as_it_was_that_day(spark, versions_schema):
     """Seed 001: the product turned PASSIVE on Jan 10; re-running Jan 5 still says ACTIVE."""
     products = spark.createDataFrame(
