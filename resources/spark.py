@@ -20,6 +20,7 @@ DELTA_PACKAGE = "io.delta:delta-spark_4.2_2.13:4.4.0"
 # Built by scripts/setup.sh from resources/java/NioLocalFileSystem.java, next to the Delta jars.
 LOCAL_FS_JAR = "exactbackfills-localfs.jar"
 LOCAL_FS_CLASS = "exactbackfills.NioLocalFileSystem"
+LOCAL_FS_CONTEXT_CLASS = "exactbackfills.NioLocalFileSystem$Context"  # FileContext, used by Delta's commits
 
 
 def _jars_dir() -> Path:
@@ -37,10 +38,12 @@ def _local_mode_config() -> dict[str, str]:
     conf = {"spark.sql.sources.parallelPartitionDiscovery.threshold": "1000000"}
     local_fs = _jars_dir() / LOCAL_FS_JAR
     if local_fs.exists():
-        # Without it, every file and day folder written costs a `chmod` child process (see the Java source). On the
-        # driver's class path, not in spark.jars: spark-submit uses the file system before it loads those.
+        # Without it, every file and day folder written costs a `chmod` child process, every Delta commit a `readlink`
+        # (see the Java source). On the driver's class path, not in spark.jars: spark-submit uses the file system
+        # before it loads those.
         conf["spark.driver.extraClassPath"] = str(local_fs)
         conf["spark.hadoop.fs.file.impl"] = LOCAL_FS_CLASS
+        conf["spark.hadoop.fs.AbstractFileSystem.file.impl"] = LOCAL_FS_CONTEXT_CLASS
     return conf
 
 

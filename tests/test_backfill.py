@@ -14,7 +14,7 @@ from assets_pkg.backfill import run_backfill
 from assets_pkg.generate import generate
 from resources.delta_io import read_table
 from resources.lake import table_path
-from resources.spark import LOCAL_FS_CLASS
+from resources.spark import LOCAL_FS_CLASS, LOCAL_FS_CONTEXT_CLASS
 from tests.conftest import TABLE_KEYS, duplicate_keys, files_by_day, rows, versions
 
 START, END = date(2025, 1, 1), date(2025, 1, 30)
@@ -94,11 +94,16 @@ def test_rerunning_a_subrange_changes_nothing_and_touches_only_its_days(spark, b
                 assert old == new, f"{table} {day}: a day outside the range was touched"
 
 
-def test_day_folders_and_files_get_the_usual_permissions_from_the_projects_local_file_system(spark, built):
-    # The class that spares a chmod process per file (setup builds it): without it every write is several times slower.
+def test_day_folders_data_and_commit_files_get_the_usual_permissions_from_the_projects_local_file_system(spark, built):
+    # The classes that spare a chmod process per file and a readlink process per Delta commit (setup builds them):
+    # the file system Spark writes data files with, and the FileContext one Delta writes commit files with.
     jvm = spark.sparkContext._jvm
-    fs = jvm.org.apache.hadoop.fs.FileSystem.get(jvm.java.net.URI("file:///"), spark.sparkContext._jsc.hadoopConfiguration())
-    assert fs.getClass().getName() == LOCAL_FS_CLASS
-    day_folder = Path(table_path("fact_order_item")) / "order_date=2025-01-05"
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+    uri = jvm.java.net.URI("file:///")
+    assert jvm.org.apache.hadoop.fs.FileSystem.get(uri, conf).getClass().getName() == LOCAL_FS_CLASS
+    assert jvm.org.apache.hadoop.fs.AbstractFileSystem.get(uri, conf).getClass().getName() == LOCAL_FS_CONTEXT_CLASS
+    table = Path(table_path("fact_order_item"))
+    day_folder = table / "order_date=2025-01-05"
     assert stat.S_IMODE(day_folder.stat().st_mode) == 0o755
     assert {stat.S_IMODE(f.stat().st_mode) for f in day_folder.glob("*.parquet")} == {0o644}
+    assert {stat.S_IMODE(f.stat().st_mode) for f in (table / "_delta_log").glob("*.json")} == {0o644}
