@@ -6,10 +6,15 @@ from dataclasses import dataclass
 from datetime import date, timedelta
 
 from delta.tables import DeltaTable
+from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from resources.lake import table_path
+
+
+# Set by Delta on every commit made through this session: the version it committed.
+_LAST_COMMIT_VERSION = "spark.databricks.delta.lastCommitVersionInSession"
 
 
 class TableNotMaterialized(RuntimeError):
@@ -75,6 +80,7 @@ def overwrite_days(df: DataFrame, table: str, column: str, days: Sequence[date],
     spark = df.sparkSession
     path = table_path(table)
     metadata = json.dumps(commit_info, sort_keys=True, default=str)
+    spark.conf.unset(_LAST_COMMIT_VERSION)  # set again by Delta only if this write commits
     (
         df.repartition(column)  # one file per day instead of one per day per task
         .write.format("delta")
@@ -84,16 +90,41 @@ def overwrite_days(df: DataFrame, table: str, column: str, days: Sequence[date],
         .partitionBy(column)
         .save(path)
     )
-    # Other writers may commit to the same table concurrently (disjoint ranges): find our commit by its metadata.
-    for entry in DeltaTable.forPath(spark, path).history(20).select("version", "userMetadata", "operationMetrics").collect():
-        if entry.userMetadata == metadata:
-            metrics = entry.operationMetrics or {}
-            return Commit(
-                table=table,
-                version=entry.version,
-                rows_written=int(metrics.get("numOutputRows", 0)),
-                files_added=int(metrics.get("numFiles", 0)),
-                files_removed=int(metrics.get("numRemovedFiles", 0)),
-            )
-    # Delta skips recording a commit with no actions (an empty range written empty).
-    return Commit(table=table, version=None, rows_written=0, files_added=0, files_removed=0)
+    version = spark.conf.get(_LAST_COMMIT_VERSION, None)
+    if version is None:  # Delta records no commit with no actions (an empty range written empty)
+        return Commit(table=table, version=None, rows_written=0, files_added=0, files_removed=0)
+    # Our commit's own log entry (one small file, not the table's history), checked by its metadata: in case another
+    # writer in this session committed in between, the recent history tells which commit is ours.
+    entry = _commit_info(spark, path, int(version))
+    if entry.get("userMetadata") != metadata:
+        entry = next(
+            (
+                {"version": e.version, "operationMetrics": e.operationMetrics}
+                for e in DeltaTable.forPath(spark, path).history(20).select("version", "userMetadata", "operationMetrics").collect()
+                if e.userMetadata == metadata
+            ),
+            None,
+        )
+        if entry is None:
+            raise RuntimeError(f"{table}: the commit of this write ({metadata}) is not in the table's last 20 commits")
+    metrics = entry.get("operationMetrics") or {}
+    return Commit(
+        table=table,
+        version=entry["version"],
+        rows_written=int(metrics.get("numOutputRows", 0)),
+        files_added=int(metrics.get("numFiles", 0)),
+        files_removed=int(metrics.get("numRemovedFiles", 0)),
+    )
+
+
+def _commit_info(spark: SparkSession, path: str, version: int) -> dict:
+    """The commitInfo action of commit `version` of the table at `path`, with its version."""
+    try:
+        lines = spark.read.text(f"{path}/_delta_log/{version:020d}.json").collect()
+    except AnalysisException:  # the session's last commit was to another table
+        return {"version": version}
+    for line in lines:
+        action = json.loads(line.value)
+        if "commitInfo" in action:
+            return {**action["commitInfo"], "version": version}
+    return {"version": version}
