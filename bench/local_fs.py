@@ -46,8 +46,10 @@ def _measure(days: int, rows_per_day: int, commits: int, folder: str) -> dict:
     t = time.monotonic()
     for i in range(commits):
         day = f"date_add(date'1992-01-01', {i % days})"
-        one_day = df.where(f"day = {day}").repartition("day").write.format("delta").mode("overwrite")
-        one_day.option("replaceWhere", f"day = {day}").partitionBy("day").save(f"{folder}/delta")
+        (
+            df.where(f"day = {day}").repartition("day").write.format("delta").mode("overwrite")
+            .option("replaceWhere", f"day = {day}").partitionBy("day").save(f"{folder}/delta")
+        )
     seconds["day_commits_s"] = time.monotonic() - t
     df.repartition("day").write.partitionBy("day").parquet(f"{folder}/parquet")
     t = time.monotonic()
