@@ -1,4 +1,4 @@
-"""Partitioned asset checks, evaluated for every day of a run's range in one grouped Spark pass.
+"""Partitioned asset checks, evaluated for every day of a run's range at once: grouped by day, never day by day.
 
 Blocking checks (unique key, keys not null, reconciliation with the upstream table, nothing lost) run on the staged
 result *before* it is committed: a failing day stops the write and the downstream steps (reconcile before publish).
@@ -110,16 +110,23 @@ def _row_hash(df: DataFrame):
 
 
 def day_profile(df: DataFrame, checks: TableChecks, measures: list[str] = ()) -> DataFrame:
-    """Per day, in one pass: rows, distinct keys, rows with a null key, the SHA-256 fingerprint of the day's sorted
-    rows, and the reconciliation measures."""
-    day = checks.day_column
+    """Per day, in one pass: rows, distinct keys, rows with a null key and the reconciliation measures."""
     null_key = F.greatest(*[F.col(c).isNull().cast("int") for c in checks.key]) if len(checks.key) > 1 else F.col(checks.key[0]).isNull().cast("int")
-    return df.groupBy(F.col(day).alias("day")).agg(
+    return df.groupBy(F.col(checks.day_column).alias("day")).agg(
         F.count(F.lit(1)).alias("rows"),
         F.countDistinct(*checks.key).alias("distinct_keys"),
         F.sum(null_key).alias("null_key_rows"),
-        F.sha2(F.concat_ws(",", F.array_sort(F.collect_list(_row_hash(df)))), 256).alias("fingerprint"),
         *[expr.alias(name) for name, expr in measures],
+    )
+
+
+def day_fingerprints(df: DataFrame, day_column: str) -> DataFrame:
+    """Per day: rows and the SHA-256 fingerprint of the day's sorted rows. An aggregation of its own: next to the
+    distinct key count, Spark carries every key's list of row hashes through two shuffles (TPC-H SF1's fact: 20-30 s
+    against 10 s for both apart)."""
+    return df.groupBy(F.col(day_column).alias("day")).agg(
+        F.count(F.lit(1)).alias("rows"),
+        F.sha2(F.concat_ws(",", F.array_sort(F.collect_list(_row_hash(df)))), 256).alias("fingerprint"),
     )
 
 
@@ -145,15 +152,17 @@ def evaluate_blocking(
     """The blocking checks for each of `days`. Returns the outcomes and the per-day profile of `df`."""
     rec = checks.reconciliation
     this_measures = [(name, F.expr(exprs[0])) for name, exprs in rec.measures.items()] if rec else []
-    profile = {r.day: r for r in day_profile(df, checks, this_measures).collect()}
+    profile = {r.day: r.asDict() for r in day_profile(df, checks, this_measures).collect()}
+    for r in day_fingerprints(df, checks.day_column).collect():
+        profile[r.day]["fingerprint"] = r.fingerprint
     outcomes: list[Outcome] = []
 
-    failing_unique = [d for d, r in profile.items() if r.rows != r.distinct_keys]
+    failing_unique = [d for d, r in profile.items() if r["rows"] != r["distinct_keys"]]
     samples = duplicate_samples(df, checks, failing_unique) if failing_unique else {}
     for day in days:
         r = profile.get(day)
-        rows = r.rows if r else 0
-        duplicates = rows - r.distinct_keys if r else 0
+        rows = r["rows"] if r else 0
+        duplicates = rows - r["distinct_keys"] if r else 0
         outcomes.append(
             Outcome(UNIQUE_KEY, day, duplicates == 0, {
                 "rows": rows,
@@ -162,7 +171,7 @@ def evaluate_blocking(
                 "sample_duplicate_keys": "; ".join(samples.get(day, [])),
             })
         )
-        nulls = (r.null_key_rows or 0) if r else 0
+        nulls = (r["null_key_rows"] or 0) if r else 0
         outcomes.append(Outcome(KEYS_NOT_NULL, day, nulls == 0, {"null_key_rows": nulls, "key": ", ".join(checks.key)}))
 
     if rec:
@@ -219,7 +228,7 @@ def evaluate_after_commit(profile: dict, previous: dict, days: list[date]) -> li
     outcomes = []
     for day in days:
         r = profile.get(day)
-        rows, fingerprint = (r.rows, r.fingerprint) if r else (0, None)
+        rows, fingerprint = (r["rows"], r["fingerprint"]) if r else (0, None)
         prev_rows, prev_fp = previous.get(day, (None, None))
         outcomes.append(
             Outcome(FINGERPRINT, day, True, {

@@ -10,7 +10,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from assets_pkg import checks
-from assets_pkg.assets import DAY_COLUMN, TABLE_CHECKS
+from assets_pkg.assets import DAY_COLUMN
 from assets_pkg.partitions import days
 from resources import audit
 from resources.delta_io import TableNotMaterialized, overwrite_days, read_days
@@ -23,7 +23,7 @@ def _range(df: DataFrame, table: str, start: date, end: date) -> DataFrame:
 
 def profile(df: DataFrame, table: str) -> dict[date, tuple[int, str]]:
     """day -> (rows, SHA-256 of the day's sorted rows): the same fingerprint the checks record."""
-    return {r.day: (r.rows, r.fingerprint) for r in checks.day_profile(df, TABLE_CHECKS[table]).collect()}
+    return {r.day: (r.rows, r.fingerprint) for r in checks.day_fingerprints(df, DAY_COLUMN[table]).collect()}
 
 
 def report(spark: SparkSession, table: str, start: date, end: date, against: Path | None = None, version: int | None = None):
