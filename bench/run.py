@@ -257,6 +257,9 @@ def main() -> int:
                 "runs_launched", "spark_applications", "peak_memory_mb", "daemon_vs_bare", "restate3_vs_backfill"):
         print(f"{key:24s} {result[key]}")
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    if result["noop_rewritten_partitions"]:  # a correctness target, unlike the times
+        print(f"FAILED: restate with no new data rewrote {result['noop_rewritten_partitions']} partitions", file=sys.stderr)
+        return 1
     return 0
 
 
