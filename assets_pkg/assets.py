@@ -330,19 +330,23 @@ def stg_order_items(spark: SparkSession, days: list[date]) -> Staged:
     landed = landing.read_landing(spark, landing.ORDER_ITEMS)
     if len(days) <= NARROWED_UP_TO_DAYS:
         # A chunk or a restatement: only the items with a version on the days can be on them. Their versions are
-        # kept for the build and checks instead of the whole landing (at SF1, 3 days: 7,103 rows, not 6,001,233).
-        items = transforms.versions_of_keys_dated_on(landed, days).persist()
+        # kept for the build and checks instead of the whole landing (at SF1, 3 days: 7,103 rows, not 6,001,233),
+        # with every row breaking the contract, which quarantine files by a day of its own: one scan for both.
+        marked = transforms.mark_items_dated_on(landed, days)
+        read = marked.where(F.col(transforms.ITEM_ON_DAYS) | quarantine.breaks_contract(first_day(), last_day())).persist()
+        items = read.where(transforms.ITEM_ON_DAYS).drop(transforms.ITEM_ON_DAYS)
+        landed = read.drop(transforms.ITEM_ON_DAYS)
     else:
-        items = landed = landed.persist()  # most of the history: read once
+        read = items = landed = landed.persist()  # most of the history: read once
     versions, _ = quarantine.split(items, first_day(), last_day())
     _, rejected = quarantine.split(landed, first_day(), last_day())  # by quarantine day, whatever the row's key
     stg = transforms.stg_order_items(versions, days)
-    quarantined = quarantine.for_days(rejected, days).persist()  # checked and written from one scan of the landing
+    quarantined = quarantine.for_days(rejected, days).persist()
     return Staged(
         table=stg,
         side_tables={QUARANTINE_ORDER_ITEMS: quarantined},
         lost=quarantine.lost_keys(items, stg, quarantined, days),
-        persisted=[items, quarantined],
+        persisted=[read, quarantined],
     )
 
 

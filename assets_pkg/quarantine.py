@@ -32,6 +32,10 @@ def _reason(first_day: date, last_day: date):
     )
 
 
+def breaks_contract(first_day: date, last_day: date):
+    return _reason(first_day, last_day).isNotNull()
+
+
 def split(versions: DataFrame, first_day: date, last_day: date) -> tuple[DataFrame, DataFrame]:
     """(rows that meet the contract, rows that do not, with `reason` and `quarantine_day`)."""
     tagged = versions.withColumn("reason", _reason(first_day, last_day))

@@ -27,18 +27,24 @@ def stg_order_items(versions: DataFrame, days: list[date]) -> DataFrame:
 
     The latest version of an item is decided over all its versions in `versions`, not only those dated on `days`: a
     correction that moves an item to another day removes it from its old day. `versions` may be narrowed to the
-    items that can be on the days (`versions_of_keys_dated_on`), never to the versions dated on them.
+    items that can be on the days (`mark_items_dated_on`), never to the versions dated on them.
     """
     latest = latest_versions(versions, ORDER_ITEM_KEY, ORDER_ITEM_SCHEMA.fieldNames())
     return latest.where(day_filter("order_date", days)).select(*ORDER_ITEM_SCHEMA.fieldNames(), "ingest_date", "source_file")
 
 
-def versions_of_keys_dated_on(versions: DataFrame, days: list[date]) -> DataFrame:
-    """Every version of the order items that have a version dated on one of `days`: the only items whose latest
-    version can be on those days, with all their versions (the latest may be dated on another day). The keys are
-    broadcast, so the versions are filtered where they are read instead of shuffled: for a limited number of days."""
-    keys = versions.where(day_filter("order_date", days)).select(*ORDER_ITEM_KEY).distinct()
-    return versions.join(F.broadcast(keys), ORDER_ITEM_KEY, "left_semi")
+# Marks the versions of the items that have a version dated on given days.
+ITEM_ON_DAYS = "_item_on_days"
+
+
+def mark_items_dated_on(versions: DataFrame, days: list[date]) -> DataFrame:
+    """`versions` with ITEM_ON_DAYS true on every version of the order items that have a version dated on one of
+    `days`: the only items whose latest version can be on those days, with all their versions (the latest may be
+    dated on another day). The keys are broadcast, so the versions are marked where they are read instead of
+    shuffled: for a limited number of days."""
+    keys = versions.where(day_filter("order_date", days)).select(*ORDER_ITEM_KEY).distinct().withColumn(ITEM_ON_DAYS, F.lit(True))
+    marked = versions.join(F.broadcast(keys), ORDER_ITEM_KEY, "left")
+    return marked.select(*versions.columns, F.coalesce(ITEM_ON_DAYS, F.lit(False)).alias(ITEM_ON_DAYS))
 
 
 def dim_product_changes(versions: DataFrame, first_day: date, days: list[date]) -> DataFrame:

@@ -91,7 +91,8 @@ def test_narrowed_to_a_days_items_a_moved_item_keeps_all_its_versions_and_leaves
         item(2, 1, "2025-01-07", 2, "2025-01-07 10:00:00", "2025-01-08 01:00:00"),  # never on the day
     ]
     versions = spark.createDataFrame(rows, versions_schema)
-    narrowed = transforms.versions_of_keys_dated_on(versions, [D("2025-01-05")])
+    marked = transforms.mark_items_dated_on(versions, [D("2025-01-05")])
+    narrowed = marked.where(transforms.ITEM_ON_DAYS).drop(transforms.ITEM_ON_DAYS)
     assert sorted((r.order_id, r.order_date) for r in narrowed.collect()) == [(1, D("2025-01-05")), (1, D("2025-01-20"))]
     assert transforms.stg_order_items(narrowed, [D("2025-01-05")]).count() == 0
 
