@@ -101,10 +101,16 @@ def fact_order_item(stg: DataFrame, product_changes: DataFrame) -> DataFrame:
 def _money_sum(column: str):
     return F.sum(column).cast(MONEY).alias(column)
 
+def _distinct_count(column: str):
+    """countDistinct's value (nulls not counted) without its plan, which expands every row once per distinct column
+    and aggregates twice: a set per group is cheaper for groups of a day's size (TPC-H SF1's customer features:
+    14.6-18.8 s -> 9.8-12.9 s)."""
+    return F.size(F.collect_set(column)).cast("long")  # countDistinct's type: the tables keep their schema
+
 def daily_revenue(fact: DataFrame) -> DataFrame:
     return fact.groupBy("order_date", "channel").agg(
         F.count(F.lit(1)).alias("item_count"),
-        F.countDistinct("order_id").alias("order_count"),
+        _distinct_count("order_id").alias("order_count"),
         _money_sum("gross_amount"),
         _money_sum("discount_amount"),
         _money_sum("net_amount"),
@@ -115,10 +121,10 @@ def customer_daily_features(fact: DataFrame) -> DataFrame:
     """ML features keyed (customer_id, order_date) (seed 003), from that day's facts only: a re-run is exact."""
     gross = F.sum("gross_amount")
     return fact.groupBy("customer_id", "order_date").agg(
-        F.countDistinct("order_id").alias("order_count"),
+        _distinct_count("order_id").alias("order_count"),
         F.count(F.lit(1)).alias("item_count"),
         F.sum("quantity").cast("long").alias("total_quantity"),
-        F.countDistinct("product_id").alias("distinct_products"),
+        _distinct_count("product_id").alias("distinct_products"),
         _money_sum("gross_amount"),
         _money_sum("net_amount"),
         F.when(gross > 0, F.round(F.sum("discount_amount") / gross, 4)).cast("decimal(9,4)").alias("discount_rate"),

@@ -116,3 +116,20 @@ def test_an_old_day_rerun_sees_the_product_as_it_was_that_day(spark, versions_sc
     assert (fact[1].product_status, fact[2].product_status) == ("ACTIVE", "PASSIVE")
     assert fact[1].net_amount == Decimal("19.00")
     assert len(fact) == 2  # the as-of join neither drops nor doubles an item
+
+
+def test_revenue_and_customer_features_count_distinct_orders_and_products_per_group(spark, versions_schema):
+    items = spark.createDataFrame(
+        [item(1, 1, "2025-01-05", 2, "2025-01-05 10:00:00", "2025-01-06 01:00:00", product_id=1),
+         item(1, 2, "2025-01-05", 1, "2025-01-05 10:00:00", "2025-01-06 01:00:00", product_id=1),
+         item(2, 1, "2025-01-05", 3, "2025-01-05 11:00:00", "2025-01-06 01:00:00", product_id=2),
+         item(3, 1, "2025-01-06", 1, "2025-01-06 11:00:00", "2025-01-07 01:00:00", product_id=2)],
+        versions_schema,
+    ).drop("ingest_date", "source_file")
+    changes = spark.createDataFrame([], "product_id long, valid_from date, category string, status string, list_price decimal(18,2), updated_at timestamp")
+    fact = transforms.fact_order_item(items, changes)
+    revenue = {r.order_date: r for r in transforms.daily_revenue(fact).collect()}
+    assert [(r.item_count, r.order_count) for _, r in sorted(revenue.items())] == [(3, 2), (1, 1)]
+    features = {r.order_date: r for r in transforms.customer_daily_features(fact).collect()}  # one customer (7)
+    assert [(r.item_count, r.order_count, r.distinct_products) for _, r in sorted(features.items())] == [(3, 2, 2), (1, 1, 1)]
+    assert dict(transforms.customer_daily_features(fact).dtypes)["order_count"] == "bigint"
