@@ -29,6 +29,7 @@ warnings.filterwarnings("ignore")  # partitioned checks and BackfillPolicy are p
 
 PARTITIONS = DailyPartitionsDefinition(start_date="2025-01-01", end_date="2025-01-08")
 KEYS = [AssetKey("upstream"), AssetKey("downstream")]
+NOT_EVALUATED = "2025-01-05"
 STOCK = {"module": "dagster._core.storage.event_log", "class": "ConsolidatedSqliteEventLogStorage"}
 POOLED = {"module": "resources.event_log", "class": "PooledSqliteEventLogStorage"}
 
@@ -43,7 +44,7 @@ def _table(name: str, deps: list[str]):
         can_subset=True,
     )
     def table(context):
-        for day in context.partition_keys:
+        for day in [d for d in context.partition_keys if d != NOT_EVALUATED]:  # that day's row stays as planned
             context.log_event(AssetCheckEvaluation(asset_key=AssetKey(name), check_name="rows_match", passed=day != "2025-01-03", partition=day))
         yield MaterializeResult(asset_key=name, metadata={"days": len(context.partition_keys)})
 
@@ -72,7 +73,7 @@ def _stored(storage: dict, tmp_path, monkeypatch, batch_size: str) -> dict:
                 "planned": sorted(r.partition_key for r in instance.fetch_planned_materializations(key, limit=100).records),
                 "last_run_is_the_run": record.last_run_id == run_id,
                 "last_materialization": record.last_materialization_record.partition_key,
-                "checks": sorted((c.partition, c.status.value) for c in checks),
+                "checks": sorted((c.partition, c.status.value, c.run_id == run_id, c.event.dagster_event_type.value) for c in checks),
             }
         return stored
 
@@ -85,7 +86,8 @@ def test_a_range_runs_events_stored_in_batches_read_back_as_dagster_stores_them_
     days = PARTITIONS.get_partition_keys()[1:-1]
     assert batched[KEYS[1]]["materialized"] == days
     assert batched[KEYS[1]]["last_materialization"] == days[-1]
-    assert ("2025-01-03", "FAILED") in batched[KEYS[0]]["checks"]
+    assert ("2025-01-03", "FAILED", True, "ASSET_CHECK_EVALUATION") in batched[KEYS[0]]["checks"]
+    assert (NOT_EVALUATED, "PLANNED", True, "ASSET_CHECK_EVALUATION_PLANNED") in batched[KEYS[0]]["checks"]
 
 
 @pytest.mark.parametrize("preset", [None, "0"])
