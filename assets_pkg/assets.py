@@ -23,7 +23,7 @@ from pyspark.sql import functions as F
 
 from assets_pkg import checks, landing, quarantine, transforms
 from assets_pkg.checks import Reconciliation, TableChecks
-from assets_pkg.landing import ORDER_ITEM_KEY
+from assets_pkg.landing import ORDER_ITEM_KEY, ORDER_ITEM_VERSION_COLUMNS
 from assets_pkg.partitions import backfill_policy, daily_partitions, first_day, last_day, run_days
 from assets_pkg.partitions import days as all_days
 from resources import audit, control
@@ -106,6 +106,7 @@ class Staged:
     lost: DataFrame | None = None  # keys that should be in the table (or quarantine) but are not
     side_tables: dict[str, DataFrame] = field(default_factory=dict)  # written in the same run, e.g. quarantine
     persisted: list[DataFrame] = field(default_factory=list)  # inputs read once for the build, checks and writes
+    from_landing: bool = True  # built from the whole landing (not from staged rows plus new batches)
 
 
 def _source_watermark(df: DataFrame) -> datetime | None:
@@ -146,16 +147,23 @@ class Publication:
 BUILDS: dict[str, Callable[[SparkSession, list[date]], Staged]] = {}
 
 
-def publish(spark: SparkSession, table: str, days: list[date], run: RunInfo, write_table: bool = True) -> Publication:
-    """Build `table` for `days`, run the blocking checks on the result, and only then replace exactly those days
-    (one Delta commit per table) and record fingerprints and the audit trail. Raises BlockingChecksFailed, having
-    written nothing, when a blocking check fails (reconcile before publish).
+def publish(
+    spark: SparkSession,
+    table: str,
+    days: list[date],
+    run: RunInfo,
+    write_table: bool = True,
+    build: Callable[[SparkSession, list[date]], Staged] | None = None,
+) -> Publication:
+    """Build `table` for `days` (with its build, or `build`), run the blocking checks on the result, and only then
+    replace exactly those days (one Delta commit per table) and record fingerprints and the audit trail. Raises
+    BlockingChecksFailed, having written nothing, when a blocking check fails (reconcile before publish).
 
     Every writer goes through here: an asset run (a backfill's range) and a restatement (scattered days)."""
     started = datetime.now(timezone.utc)
     t0 = time.monotonic()
     table_checks = TABLE_CHECKS[table]
-    staged = BUILDS[table](spark, days)
+    staged = (build or BUILDS[table])(spark, days)
     df = staged.table.persist()  # checked and written from the same computed rows
     try:
         outcomes, profile = checks.evaluate_blocking(df, staged.upstream, staged.lost, table_checks, days)
@@ -200,7 +208,7 @@ def publish(spark: SparkSession, table: str, days: list[date], run: RunInfo, wri
                 for day in days
             ],
         )
-        if table_checks.late_data:  # rewritten from the whole landing: the days' late rows are now published
+        if table_checks.late_data and staged.from_landing:  # the days' late rows, old batches' too, are now published
             resolved = control.open_exceptions(spark, days)
             if resolved:
                 control.resolve_exceptions(spark, [r.day for r in resolved], run.run_id, ended)
@@ -347,6 +355,34 @@ def stg_order_items(spark: SparkSession, days: list[date]) -> Staged:
         side_tables={QUARANTINE_ORDER_ITEMS: quarantined},
         lost=quarantine.lost_keys(items, stg, quarantined, days),
         persisted=[read, quarantined],
+    )
+
+
+def restated_stg_order_items(spark: SparkSession, days: list[date], landed: DataFrame, staged: DataFrame, batches: list[str]) -> Staged:
+    """Staging's `days` for a restatement, from what is published plus the batches just read (`landed`), not from
+    the history: an item's latest version is its staged one unless one of the batches beats it, so it is decided, by
+    the same transform, over the days' staged rows, the staged rows of the keys in the batches (`staged`, wherever
+    they are) and the batches' rows. Quarantine keeps its rows of other batches and takes these batches' afresh (a
+    batch re-read is not quarantined twice). Nothing lost is checked against the same inputs; the landing as a whole
+    is checked by backfills and `check`.
+
+    Exact because staging holds every batch read so far: each restatement stages the days of the batches it reads
+    (the first after a backfill reads them all), and a backfill reads the whole landing. A day rolled back holds an
+    older version until it is backfilled: a restatement builds on what is staged."""
+    on_days = read_days(spark, STG_ORDER_ITEMS, "order_date", days).select(*ORDER_ITEM_VERSION_COLUMNS)
+    valid, rejected = quarantine.split(landed, first_day(), last_day())
+    versions = on_days.unionByName(staged).unionByName(valid.select(*ORDER_ITEM_VERSION_COLUMNS))
+    stg = transforms.stg_order_items(versions, days)
+    read = [date.fromisoformat(b) for b in batches]
+    held = read_days(spark, QUARANTINE_ORDER_ITEMS, "quarantine_day", days).where(~F.col("ingest_date").isin(read))
+    quarantined = quarantine.for_days(held, days).unionByName(quarantine.for_days(rejected, days)).persist()
+    every_version = versions.unionByName(rejected.select(*ORDER_ITEM_VERSION_COLUMNS))
+    return Staged(
+        table=stg,
+        side_tables={QUARANTINE_ORDER_ITEMS: quarantined},
+        lost=quarantine.lost_keys(every_version, stg, quarantined, days),
+        persisted=[quarantined],
+        from_landing=False,
     )
 
 

@@ -33,6 +33,9 @@ ORDER_ITEM_SCHEMA = T.StructType(
     ]
 )
 
+# A landed order item version as staging and quarantine keep it: the row, its batch and its file.
+ORDER_ITEM_VERSION_COLUMNS = [*ORDER_ITEM_SCHEMA.fieldNames(), "ingest_date", "source_file"]
+
 PRODUCT_SCHEMA = T.StructType(
     [
         T.StructField("product_id", T.LongType(), False),

@@ -4,6 +4,7 @@ watermark (seeds 000, 002).
 - The watermark is on the landing's load time (`ingested_at`), never on the event date: a correction of an old order
   carries an old order_date. A restatement reads only the batches landed since the watermark minus a trailing
   reprocess window (WATERMARK_REPROCESS_HOURS), plus any batch folder never read before: never the whole history.
+  Staging's days are then built from what staging holds plus those batches, not from the landing's history.
 - What those batches change is decided against what is published: a landed version changes a day only when it
   beats the version staging holds for its key (or, for a rejected row, when quarantine does not hold it yet). So
   re-reading a batch, or replaying a tick, finds nothing to do; a correction that moves an item to another day
@@ -37,8 +38,9 @@ from assets_pkg.assets import (
     Publication,
     RunInfo,
     publish,
+    restated_stg_order_items,
 )
-from assets_pkg.landing import ORDER_ITEM_KEY, ORDER_ITEM_SCHEMA
+from assets_pkg.landing import ORDER_ITEM_KEY, ORDER_ITEM_SCHEMA, ORDER_ITEM_VERSION_COLUMNS
 from assets_pkg.partitions import first_day, last_day
 from resources import control
 from resources.delta_io import read_table, table_exists
@@ -46,7 +48,6 @@ from resources.delta_io import read_table, table_exists
 PIPELINE = "order_items"
 # Which DayChange counters come from which landing dataset.
 _LANDING_COUNTERS = {LANDING_ORDER_ITEMS: ("changed", "moved_out", "quarantined"), LANDING_PRODUCTS: ("product_versions",)}
-_VERSION_COLUMNS = [*ORDER_ITEM_SCHEMA.fieldNames(), "ingest_date", "source_file"]
 
 
 class RestatementError(RuntimeError):
@@ -95,6 +96,21 @@ class DayChange:
 
 
 @dataclass
+class LandedItems:
+    """What the detection read of the order item batches, kept for the restatement's staging build (see
+    `assets.restated_stg_order_items`), which then reads no history: every row of the batches, and staging's rows of
+    every valid key in them, on whatever day they are staged."""
+
+    batches: list[str]
+    rows: DataFrame
+    staged: DataFrame
+
+    def release(self) -> None:
+        self.rows.unpersist()
+        self.staged.unpersist()
+
+
+@dataclass
 class Detection:
     watermark: control.Watermark
     new_watermark_ts: datetime | None
@@ -103,6 +119,11 @@ class Detection:
     order_days: dict[date, DayChange]  # days of the order tables to restate
     product_days: dict[date, DayChange]  # days of dim_product to restate
     outside: dict[date, DayChange]  # older than the window: exceptions, not restated
+    landed: LandedItems | None = None  # kept only when asked for (restate), until `release`
+
+    def release(self) -> None:
+        if self.landed:
+            self.landed.release()
 
     def days_by_table(self) -> dict[str, list[date]]:
         order = sorted(self.order_days)
@@ -135,23 +156,26 @@ def _row_id(columns: list[str]):
     return F.sha2(F.to_json(F.struct(*columns), {"ignoreNullFields": "false"}), 256)
 
 
-def _order_item_changes(spark: SparkSession, batches: list[str], days: dict[date, DayChange]) -> datetime | None:
-    """Add the days the order item batches change to `days`; return the batches' highest load time."""
+def _order_item_changes(
+    spark: SparkSession, batches: list[str], days: dict[date, DayChange], keep: bool
+) -> tuple[datetime | None, LandedItems | None]:
+    """Add the days the order item batches change to `days`; return the batches' highest load time, and what was
+    read of them when `keep`."""
     candidates = landing.read_landing(spark, landing.ORDER_ITEMS, batches).persist()
     cached = [candidates]
     try:
         valid, rejected = quarantine.split(candidates, first_day(), last_day())
-        new = valid.select(*_VERSION_COLUMNS).withColumn("_published", F.lit(False))
+        new = valid.select(*ORDER_ITEM_VERSION_COLUMNS).withColumn("_published", F.lit(False))
         # Staging is scanned whole (a correction may carry another order date) but once: the staged rows of the
-        # landed keys are kept for the comparison and the old days, then the changes for the tallies.
-        published = (
+        # landed keys are kept for the comparison, the old days and the restatement's staging build.
+        staged = (
             read_table(spark, STG_ORDER_ITEMS)
             .join(new.select(*ORDER_ITEM_KEY).distinct(), ORDER_ITEM_KEY, "left_semi")
-            .select(*_VERSION_COLUMNS)
-            .withColumn("_published", F.lit(True))
+            .select(*ORDER_ITEM_VERSION_COLUMNS)
             .persist()
         )
-        cached.append(published)
+        cached.append(staged)
+        published = staged.withColumn("_published", F.lit(True))
         # The published version wins a tie with an identical landed row: re-reading a batch changes nothing.
         winners = transforms.latest_versions(
             new.unionByName(published), ORDER_ITEM_KEY, ORDER_ITEM_SCHEMA.fieldNames(), then=(F.col("_published").desc(),)
@@ -164,10 +188,14 @@ def _order_item_changes(spark: SparkSession, batches: list[str], days: dict[date
 
         unseen = rejected
         if table_exists(spark, QUARANTINE_ORDER_ITEMS):
-            held = read_table(spark, QUARANTINE_ORDER_ITEMS).select(_row_id(_VERSION_COLUMNS).alias("_id"))
-            unseen = rejected.withColumn("_id", _row_id(_VERSION_COLUMNS)).join(held, "_id", "left_anti")
+            held = read_table(spark, QUARANTINE_ORDER_ITEMS).select(_row_id(ORDER_ITEM_VERSION_COLUMNS).alias("_id"))
+            unseen = rejected.withColumn("_id", _row_id(ORDER_ITEM_VERSION_COLUMNS)).join(held, "_id", "left_anti")
         _tally(unseen, "quarantine_day", "quarantined", days)
-        return candidates.agg(F.max("ingested_at")).first()[0]
+        landed = LandedItems(batches, candidates, staged) if keep else None
+        if landed:
+            cached.remove(candidates)
+            cached.remove(staged)
+        return candidates.agg(F.max("ingested_at")).first()[0], landed
     finally:
         for df in cached:
             df.unpersist()
@@ -212,16 +240,19 @@ def _product_changes(spark: SparkSession, batches: list[str], product_days: dict
         new.unpersist()
 
 
-def detect(spark: SparkSession) -> Detection:
+def detect(spark: SparkSession, keep_landed: bool = False) -> Detection:
     """What the batches landed since the watermark change, day by day, without writing anything (the `stale`
-    preview, and the first half of a restatement)."""
+    preview, and the first half of a restatement). With `keep_landed`, what it read of the order item batches stays
+    cached in `landed` until the caller's `release`."""
     if not table_exists(spark, STG_ORDER_ITEMS):
         raise RestatementError("stg_order_items is not materialized: backfill the tables before restating late data")
     wm = control.read_watermark(spark, PIPELINE)
     batches = {ds: _batches_to_read(ds, wm) for ds in (landing.ORDER_ITEMS, landing.PRODUCTS)}
     order_days: dict[date, DayChange] = {}
     product_days: dict[date, DayChange] = {}
-    new_ts = _order_item_changes(spark, batches[landing.ORDER_ITEMS], order_days) if batches[landing.ORDER_ITEMS] else None
+    new_ts, landed = None, None
+    if batches[landing.ORDER_ITEMS]:
+        new_ts, landed = _order_item_changes(spark, batches[landing.ORDER_ITEMS], order_days, keep_landed)
     _product_changes(spark, batches[landing.PRODUCTS], product_days, order_days)
     for day in wm.pending_days:
         order_days.setdefault(day, DayChange()).pending = True
@@ -234,7 +265,7 @@ def detect(spark: SparkSession) -> Detection:
             for day in [d for d in days if d < window_start and not days[d].pending]:
                 outside[day] = days.pop(day)
     watermark_ts = max((t for t in (wm.watermark_ts, new_ts) if t is not None), default=None)
-    return Detection(wm, watermark_ts, batches, window_start, order_days, product_days, outside)
+    return Detection(wm, watermark_ts, batches, window_start, order_days, product_days, outside, landed)
 
 
 @dataclass
@@ -254,8 +285,24 @@ def restate(
     watermark. `on_detection` sees what will be written before anything is; `before_watermark` runs between the last
     write and the watermark update (tests inject a crash there)."""
     run = run or RunInfo(f"restate-{uuid.uuid4().hex[:12]}")
+    found = detect(spark, keep_landed=True)
+    try:
+        return _restate(spark, run, found, on_detection, on_publication, before_watermark)
+    finally:
+        found.release()
+
+
+def _staging_build(found: Detection):
+    """Staging's days from what is staged plus the order item batches read, when some were (no history scan);
+    otherwise (only product batches, or days left pending) from the landing, as a backfill builds them."""
+    landed = found.landed
+    if landed is None:
+        return None
+    return lambda spark, days: restated_stg_order_items(spark, days, landed.rows, landed.staged, landed.batches)
+
+
+def _restate(spark, run, found, on_detection, on_publication, before_watermark) -> Restatement:
     now = datetime.now(timezone.utc)
-    found = detect(spark)
     on_detection(found)
     control.record_exceptions(
         spark,
@@ -272,7 +319,8 @@ def restate(
         pending = sorted(set(wm.pending_days) | set(found.order_days) | set(found.product_days))
         control.write_watermark(spark, PIPELINE, control.Watermark(wm.watermark_ts, wm.batches_read, pending), run.run_id, now)
         for table, days in to_write.items():
-            publications[table] = publish(spark, table, days, run)
+            build = _staging_build(found) if table == STG_ORDER_ITEMS else None
+            publications[table] = publish(spark, table, days, run, build=build)
             on_publication(table, publications[table])
     before_watermark()
     read = {b for batches in found.batches_read.values() for b in batches}

@@ -10,7 +10,7 @@ from datetime import date
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from assets_pkg.landing import ORDER_ITEM_KEY, ORDER_ITEM_SCHEMA
+from assets_pkg.landing import ORDER_ITEM_KEY, ORDER_ITEM_VERSION_COLUMNS
 from resources.delta_io import day_filter
 
 
@@ -49,9 +49,7 @@ def split(versions: DataFrame, first_day: date, last_day: date) -> tuple[DataFra
 
 
 def for_days(rejected: DataFrame, days: list[date]) -> DataFrame:
-    return rejected.where(day_filter("quarantine_day", days)).select(
-        "quarantine_day", "reason", *ORDER_ITEM_SCHEMA.fieldNames(), "ingest_date", "source_file"
-    )
+    return rejected.where(day_filter("quarantine_day", days)).select("quarantine_day", "reason", *ORDER_ITEM_VERSION_COLUMNS)
 
 
 def lost_keys(versions: DataFrame, table: DataFrame, quarantined: DataFrame, days: list[date]) -> DataFrame:

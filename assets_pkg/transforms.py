@@ -6,7 +6,7 @@ from datetime import date
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from assets_pkg.landing import MONEY, ORDER_ITEM_KEY, ORDER_ITEM_SCHEMA, PRODUCT_KEY
+from assets_pkg.landing import MONEY, ORDER_ITEM_KEY, ORDER_ITEM_SCHEMA, ORDER_ITEM_VERSION_COLUMNS, PRODUCT_KEY
 from resources.delta_io import day_filter
 
 def latest_versions(versions: DataFrame, key: list[str], columns: list[str], then: tuple = ()) -> DataFrame:
@@ -30,7 +30,7 @@ def stg_order_items(versions: DataFrame, days: list[date]) -> DataFrame:
     items that can be on the days (`mark_items_dated_on`), never to the versions dated on them.
     """
     latest = latest_versions(versions, ORDER_ITEM_KEY, ORDER_ITEM_SCHEMA.fieldNames())
-    return latest.where(day_filter("order_date", days)).select(*ORDER_ITEM_SCHEMA.fieldNames(), "ingest_date", "source_file")
+    return latest.where(day_filter("order_date", days)).select(*ORDER_ITEM_VERSION_COLUMNS)
 
 
 # Marks the versions of the items that have a version dated on given days.

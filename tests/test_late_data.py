@@ -11,7 +11,7 @@ from dagster import AssetKey, AutomationCondition, Definitions, evaluate_automat
 from pyspark.sql import functions as F
 
 from assets_pkg import landing, late_data
-from assets_pkg.assets import LANDING_ORDER_ITEMS, PUBLISH_ORDER, STG_ORDER_ITEMS, stg_order_items
+from assets_pkg.assets import LANDING_ORDER_ITEMS, PUBLISH_ORDER, QUARANTINE_ORDER_ITEMS, STG_ORDER_ITEMS, stg_order_items
 from assets_pkg.automation import PREVIEW_JOB, landing_assets
 from assets_pkg.backfill import run_backfill
 from assets_pkg.checks import LATE_DATA, UP_TO_DATE
@@ -132,19 +132,40 @@ def test_replaying_the_same_batch_changes_nothing(spark, lake_state):
     assert_rewrote_exactly(spark, before, set(), tables=[])
 
 
-def test_after_the_restatement_every_table_equals_a_from_scratch_build(spark, lake_state, tmp_path, monkeypatch):
-    from resources.lake import lake_root
+def test_a_restatement_stages_from_staging_and_the_new_batches_without_reading_the_history(spark, lake_state, tmp_path):
+    """With every earlier batch moved out of the landing, a correction still restates its day whole: the day's other
+    items come from staging, not from a rescan of the landing. A row of the batch breaking the contract is
+    quarantined on its day with its reason, once, however often its batch is read again."""
+    day = START + timedelta(days=9)
+    corrected, broken = corrections(spark, day, 2)
+    broken = (*broken[:6], -1, *broken[7:])  # a negative quantity
+    batch, _ = lake_state.land(spark, [corrected, broken])
+    staged_before = {(r.order_id, r.order_item_id): r.quantity for r in read_days(spark, STG_ORDER_ITEMS, "order_date", [day]).collect()}
+    history = tmp_path / "history"
+    history.mkdir()
+    older = [p for p in landing.batch_dirs(landing.ORDER_ITEMS) if landing.batch_name(p) != batch.isoformat()]
+    for p in older:
+        shutil.move(p, history / p.name)
+    try:
+        result = late_data.restate(spark)
+    finally:
+        for p in older:
+            shutil.move(history / p.name, p)
+    assert set(result.detection.order_days) == {day}
+    staged_after = {(r.order_id, r.order_item_id): r.quantity for r in read_days(spark, STG_ORDER_ITEMS, "order_date", [day]).collect()}
+    assert staged_after == {**staged_before, corrected[:2]: corrected[6]}
+    assert all(o.passed for p in result.publications.values() for o in p.outcomes if o.blocking)
+    assert quarantined_from(spark, day, batch) == [(*broken[:2], "negative_or_null_quantity")]
 
-    restated = {t: rows(spark, t) for t in PUBLISH_ORDER}
-    scratch = tmp_path / "scratch"
-    shutil.copytree(lake_root() / "landing", scratch / "landing")
-    monkeypatch.setenv("LAKE_ROOT", str(scratch))
-    from dagster import DagsterInstance
+    # The next batch restates the day again and reads that batch again (the reprocess window): still one row.
+    lake_state.land(spark, corrections(spark, day, 3)[2:])
+    assert batch.isoformat() in late_data.restate(spark).detection.batches_read[landing.ORDER_ITEMS]
+    assert quarantined_from(spark, day, batch) == [(*broken[:2], "negative_or_null_quantity")]
 
-    with DagsterInstance.ephemeral() as instance:
-        assert run_backfill(START, lake_state.next_batch - timedelta(days=1), chunk_size=90, instance=instance, echo=lambda _: None)
-    for table in PUBLISH_ORDER:
-        assert rows(spark, table) == restated[table], f"{table} differs from a from-scratch build"
+
+def quarantined_from(spark, day, batch):
+    rows = read_days(spark, QUARANTINE_ORDER_ITEMS, "quarantine_day", [day]).where(F.col("ingest_date") == batch)
+    return [(r.order_id, r.order_item_id, r.reason) for r in rows.collect()]
 
 
 def test_a_correction_that_moves_an_item_to_another_day_restates_both_days(spark, lake_state):
@@ -254,3 +275,26 @@ def test_rows_older_than_the_window_are_exceptions_until_a_manual_backfill(spark
     assert run_backfill(old_day, old_day, instance=instance, echo=lambda _: None)
     assert control.open_exceptions(spark) == []
     assert latest_check_status(instance, STG_ORDER_ITEMS, LATE_DATA, old_day) == "SUCCEEDED"
+
+
+def test_after_every_restatement_above_every_table_equals_a_from_scratch_build(spark, lake_state, tmp_path, monkeypatch):
+    from resources.lake import lake_root
+
+    restated = {t: content(spark, t) for t in COMPARED}
+    scratch = tmp_path / "scratch"
+    shutil.copytree(lake_root() / "landing", scratch / "landing")
+    monkeypatch.setenv("LAKE_ROOT", str(scratch))
+    from dagster import DagsterInstance
+
+    with DagsterInstance.ephemeral() as instance:
+        assert run_backfill(START, lake_state.next_batch - timedelta(days=1), chunk_size=90, instance=instance, echo=lambda _: None)
+    for table in COMPARED:
+        assert content(spark, table) == restated[table], f"{table} differs from a from-scratch build"
+
+
+COMPARED = [*PUBLISH_ORDER, QUARANTINE_ORDER_ITEMS]
+
+
+def content(spark, table):
+    """A table's rows, without the run that wrote them (quarantine records it)."""
+    return sorted((tuple(r) for r in read_table(spark, table).drop("run_id").collect()), key=repr)
