@@ -33,6 +33,7 @@ from dagster_pyspark import LazyPySparkResource
 from assets_pkg import checks, landing, late_data
 from assets_pkg.assets import LANDING_ORDER_ITEMS, LANDING_PRODUCTS, STG_ORDER_ITEMS, RunInfo, log_publication
 from assets_pkg.partitions import daily_partitions
+from resources.spark import spark_resource
 from resources.lake import table_path
 
 RESTATE_JOB = "restate_late_data"
@@ -115,7 +116,8 @@ def restate_late_data_op(context: OpExecutionContext, pyspark: LazyPySparkResour
     return summary
 
 
-@job(name=RESTATE_JOB, executor_def=in_process_executor)
+# A restatement rewrites a few days: its run is short, and its JVM is set for that (resources.spark).
+@job(name=RESTATE_JOB, executor_def=in_process_executor, resource_defs={"pyspark": spark_resource(short_runs=True)})
 def restate_late_data_job():
     restate_late_data_op()
 

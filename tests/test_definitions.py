@@ -2,7 +2,9 @@
 
 from dagster import AssetKey, Definitions, in_process_executor
 
+from assets_pkg.automation import RESTATE_JOB
 from assets_pkg.definitions import ALL_ASSETS_JOB, defs
+from resources.spark import SHORT_RUN_JAVA_OPTIONS
 from assets_pkg.partitions import chunks, daily_partitions, max_partitions_per_run
 from datetime import date
 
@@ -40,6 +42,15 @@ def test_the_partitions_are_the_configured_days():
 
 def test_steps_of_a_run_share_one_process_and_so_one_spark_session():
     assert defs.resolve_job_def(ALL_ASSETS_JOB).executor_def == in_process_executor
+
+
+def test_restatement_runs_start_a_jvm_for_short_runs_and_backfill_runs_keep_the_default():
+    def java_options(job_name):
+        pyspark = defs.resolve_job_def(job_name).resource_defs["pyspark"]  # the config the run's session starts with
+        return pyspark.config_schema.as_field().default_value["spark_config"].get("spark.driver.extraJavaOptions")
+
+    assert java_options(RESTATE_JOB) == SHORT_RUN_JAVA_OPTIONS
+    assert java_options(ALL_ASSETS_JOB) is None
 
 
 def test_chunks_cover_the_range_exactly_once():
