@@ -4,7 +4,7 @@ from dagster import AssetKey, Definitions, in_process_executor
 
 from assets_pkg.automation import RESTATE_JOB
 from assets_pkg.definitions import ALL_ASSETS_JOB, defs
-from resources.spark import SHORT_RUN_JAVA_OPTIONS
+from resources.spark import LOCAL_JAVA_OPTIONS, SHORT_RUN_JAVA_OPTIONS
 from assets_pkg.partitions import chunks, daily_partitions, max_partitions_per_run
 from datetime import date
 
@@ -49,8 +49,8 @@ def test_restatement_runs_start_a_jvm_for_short_runs_and_backfill_runs_keep_the_
         pyspark = defs.resolve_job_def(job_name).resource_defs["pyspark"]  # the config the run's session starts with
         return pyspark.config_schema.as_field().default_value["spark_config"].get("spark.driver.extraJavaOptions")
 
-    assert java_options(RESTATE_JOB) == SHORT_RUN_JAVA_OPTIONS
-    assert java_options(ALL_ASSETS_JOB) is None
+    assert java_options(RESTATE_JOB) == f"{LOCAL_JAVA_OPTIONS} {SHORT_RUN_JAVA_OPTIONS}"
+    assert java_options(ALL_ASSETS_JOB) == LOCAL_JAVA_OPTIONS
 
 
 def test_chunks_cover_the_range_exactly_once():
