@@ -358,7 +358,9 @@ def stg_order_items(spark: SparkSession, days: list[date]) -> Staged:
     )
 
 
-def restated_stg_order_items(spark: SparkSession, days: list[date], landed: DataFrame, staged: DataFrame, batches: list[str]) -> Staged:
+def restated_stg_order_items(
+    spark: SparkSession, days: list[date], landed: DataFrame, staged: DataFrame, batches: list[str]
+) -> Staged:
     """Staging's `days` for a restatement, from what is published plus the batches just read (`landed`), not from
     the history: an item's latest version is its staged one unless one of the batches beats it, so it is decided, by
     the same transform, over the days' staged rows, the staged rows of the keys in the batches (`staged`, wherever
