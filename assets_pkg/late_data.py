@@ -293,8 +293,8 @@ def restate(
 
 
 def _staging_build(found: Detection):
-    """Staging's days from what is staged plus the order item batches read, when some were (no history scan);
-    otherwise (only product batches, or days left pending) from the landing, as a backfill builds them."""
+    """Staging's days from what is staged plus the order item batches read (no history scan); when none was read
+    (product batches only, or only days left pending), from the landing, as a backfill builds them."""
     landed = found.landed
     if landed is None:
         return None
