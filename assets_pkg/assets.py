@@ -55,8 +55,9 @@ _COUNT = "count(1)"
 NARROWED_UP_TO_DAYS = 366
 
 TABLE_CHECKS = {
-    # Nothing lost is checked where the landing is read: landing -> staging + quarantine. The fact then reconciles
-    # with staging day by day (counts and amounts), so a key cannot vanish anywhere without a check failing.
+    # Nothing lost is checked where the landing is read: landing -> staging + quarantine (in a restatement: staged rows
+    # plus the batches read). The fact then reconciles with staging day by day (counts and amounts), so a key cannot
+    # vanish anywhere without a check failing.
     STG_ORDER_ITEMS: TableChecks(key=ORDER_ITEM_KEY, day_column="order_date", nothing_lost=True, late_data=True),
     DIM_PRODUCT: TableChecks(key=["product_id", "valid_from"], day_column="valid_from"),
     FACT_ORDER_ITEM: TableChecks(
@@ -337,9 +338,10 @@ def check_published(spark: SparkSession, table: str, days: list[date]) -> list[c
 def stg_order_items(spark: SparkSession, days: list[date]) -> Staged:
     landed = landing.read_landing(spark, landing.ORDER_ITEMS)
     if len(days) <= NARROWED_UP_TO_DAYS:
-        # A chunk or a restatement: only the items with a version on the days can be on them. Their versions are
-        # kept for the build and checks instead of the whole landing (at SF1, 3 days: 7,103 rows, not 6,001,233),
-        # with every row breaking the contract, which quarantine files by a day of its own: one scan for both.
+        # A chunk (or a restatement that read no order item batch): only the items with a version on the days can be
+        # on them. Their versions are kept for the build and checks instead of the whole landing (at SF1, 3 days:
+        # 7,103 rows, not 6,001,233), with every row breaking the contract, which quarantine files by a day of its
+        # own: one scan for both.
         marked = transforms.mark_items_dated_on(landed, days)
         read = marked.where(F.col(transforms.ITEM_ON_DAYS) | quarantine.breaks_contract(first_day(), last_day())).persist()
         items = read.where(transforms.ITEM_ON_DAYS).drop(transforms.ITEM_ON_DAYS)
