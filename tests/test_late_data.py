@@ -280,7 +280,7 @@ def test_rows_older_than_the_window_are_exceptions_until_a_manual_backfill(spark
 def test_after_every_restatement_above_every_table_equals_a_from_scratch_build(spark, lake_state, tmp_path, monkeypatch):
     from resources.lake import lake_root
 
-    restated = {t: content(spark, t) for t in COMPARED}
+    restated = {t: rows(spark, t) for t in COMPARED}
     scratch = tmp_path / "scratch"
     shutil.copytree(lake_root() / "landing", scratch / "landing")
     monkeypatch.setenv("LAKE_ROOT", str(scratch))
@@ -289,12 +289,7 @@ def test_after_every_restatement_above_every_table_equals_a_from_scratch_build(s
     with DagsterInstance.ephemeral() as instance:
         assert run_backfill(START, lake_state.next_batch - timedelta(days=1), chunk_size=90, instance=instance, echo=lambda _: None)
     for table in COMPARED:
-        assert content(spark, table) == restated[table], f"{table} differs from a from-scratch build"
+        assert rows(spark, table) == restated[table], f"{table} differs from a from-scratch build"
 
 
 COMPARED = [*PUBLISH_ORDER, QUARANTINE_ORDER_ITEMS]
-
-
-def content(spark, table):
-    """A table's rows, without the run that wrote them (quarantine records it)."""
-    return sorted((tuple(r) for r in read_table(spark, table).drop("run_id").collect()), key=repr)
