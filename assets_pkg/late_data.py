@@ -324,11 +324,7 @@ def _restate(spark, run, found, on_detection, on_publication, before_watermark) 
             on_publication(table, publications[table])
     before_watermark()
     read = {b for batches in found.batches_read.values() for b in batches}
-    control.write_watermark(
-        spark,
-        PIPELINE,
-        control.Watermark(found.new_watermark_ts, sorted(set(wm.batches_read) | read), []),
-        run.run_id,
-        datetime.now(timezone.utc),
-    )
+    advanced = control.Watermark(found.new_watermark_ts, sorted(set(wm.batches_read) | read), [])
+    if to_write or advanced != wm:  # a replayed tick, with nothing new, commits nothing at all
+        control.write_watermark(spark, PIPELINE, advanced, run.run_id, datetime.now(timezone.utc))
     return Restatement(found, publications)

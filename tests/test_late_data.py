@@ -21,7 +21,7 @@ from assets_pkg.generate import generate
 from resources import control
 from resources.delta_io import read_days, read_table
 from resources.spark import spark_resource
-from tests.conftest import rows
+from tests.conftest import rows, versions
 from tests.late_batches import (
     ORDER_TABLES,
     assert_rewrote_exactly,
@@ -127,9 +127,11 @@ def test_corrections_on_three_old_days_and_late_rows_on_two_others_restate_exact
 
 def test_replaying_the_same_batch_changes_nothing(spark, lake_state):
     before = snapshot(spark)
+    watermark_commits = versions(spark, control.WATERMARK_TABLE)
     result = late_data.restate(spark)
     assert result.publications == {}
     assert_rewrote_exactly(spark, before, set(), tables=[])
+    assert versions(spark, control.WATERMARK_TABLE) == watermark_commits, "nothing new: not even the watermark commits"
 
 
 def test_a_restatement_stages_from_staging_and_the_new_batches_without_reading_the_history(spark, lake_state, tmp_path):
