@@ -77,7 +77,11 @@ def write_watermark(spark: SparkSession, pipeline: str, wm: Watermark, run_id: s
 
 
 def record_exceptions(spark: SparkSession, rows: list[tuple[date, int, str, date]], run_id: str, now: datetime) -> None:
-    """Upsert (day, rows, batches, window_start): an open exception for a day is updated, not duplicated."""
+    """Upsert (day, rows, batches, window_start): an open exception for a day is updated, not duplicated, and left
+    as it is when it already says the same (a replayed batch commits nothing)."""
+    if rows:
+        held = {(e.day, e.rows, e.batches, e.window_start) for e in open_exceptions(spark, [r[0] for r in rows])}
+        rows = [r for r in rows if tuple(r) not in held]
     if not rows:
         return
     new = spark.createDataFrame(

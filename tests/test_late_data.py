@@ -129,6 +129,7 @@ def test_replaying_the_same_batch_changes_nothing(spark, lake_state):
     before = snapshot(spark)
     watermark_commits = versions(spark, control.WATERMARK_TABLE)
     result = late_data.restate(spark)
+    assert result.detection.batches_read[landing.ORDER_ITEMS], "the reprocess window re-reads the batch"
     assert result.publications == {}
     assert_rewrote_exactly(spark, before, set(), tables=[])
     assert versions(spark, control.WATERMARK_TABLE) == watermark_commits, "nothing new: not even the watermark commits"
@@ -273,6 +274,10 @@ def test_rows_older_than_the_window_are_exceptions_until_a_manual_backfill(spark
     assert_rewrote_exactly(spark, before, set(), tables=[])
     assert [r.day for r in control.open_exceptions(spark)] == [old_day]
     assert latest_check_status(instance, STG_ORDER_ITEMS, LATE_DATA, old_day) == "FAILED"
+    # Replayed, the batch is read again and its old rows found again: the open exception already says so.
+    commits = {t: versions(spark, t) for t in (control.EXCEPTIONS_TABLE, control.WATERMARK_TABLE)}
+    assert late_data.restate(spark).detection.outside.keys() == {old_day}
+    assert {t: versions(spark, t) for t in commits} == commits
 
     assert run_backfill(old_day, old_day, instance=instance, echo=lambda _: None)
     assert control.open_exceptions(spark) == []
