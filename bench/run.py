@@ -17,8 +17,9 @@ Steps, each in its own process as users run them (so each pays its own JVM start
              the process start (JVM included) to the last check
   idle       `restate` again, with nothing new: what the restatement path costs before it has any day to write
 
-Two floors come out of the same runs: `daemon_overhead_s`, the daemon backfill's time outside its runs (Dagster's
-backfill loop, creating and launching the runs), and `restate_idle_s`. A backfill costing exactly the bare job would
+Two floors come out of the same runs: `daemon_overhead_s`, the daemon backfill's time before its first run's launch
+and after its last run's end (Dagster's backfill loop, creating and launching the run: all of its time outside the
+run, with the one run launched here), and `restate_idle_s`. A backfill costing exactly the bare job would
 still take `daemon_floor_vs_bare` times it through the daemon; a restatement with nothing to write already takes
 `restate_idle_vs_backfill` of the backfill.
 """
