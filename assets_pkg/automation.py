@@ -33,8 +33,8 @@ from dagster_pyspark import LazyPySparkResource
 from assets_pkg import checks, landing, late_data
 from assets_pkg.assets import LANDING_ORDER_ITEMS, LANDING_PRODUCTS, STG_ORDER_ITEMS, RunInfo, log_publication
 from assets_pkg.partitions import daily_partitions
-from resources.spark import spark_resource
 from resources.lake import table_path
+from resources.spark import spark_resource
 
 RESTATE_JOB = "restate_late_data"
 LANDING_STATE_TAG = "exact_backfills/landing_state"  # on a restatement run: the landing it started from

@@ -1,12 +1,13 @@
 """The whole code location loads, and every asset is daily-partitioned with a chunked backfill policy."""
 
+from datetime import date
+
 from dagster import AssetKey, Definitions, in_process_executor
 
 from assets_pkg.automation import RESTATE_JOB
 from assets_pkg.definitions import ALL_ASSETS_JOB, defs
-from resources.spark import LOCAL_JAVA_OPTIONS, SHORT_RUN_JAVA_OPTIONS
 from assets_pkg.partitions import chunks, daily_partitions, max_partitions_per_run
-from datetime import date
+from resources.spark import LOCAL_JAVA_OPTIONS, SHORT_RUN_JAVA_OPTIONS
 
 
 def test_every_table_is_a_daily_partitioned_asset_with_a_chunked_backfill_policy():
