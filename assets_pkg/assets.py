@@ -7,21 +7,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import date, datetime, timezone
 
-from dagster import (
-    AssetCheckEvaluation,
-    AssetExecutionContext,
-    AssetKey,
-    AssetMaterialization,
-    AssetSpec,
-    Failure,
-    MaterializeResult,
-    multi_asset,
-)
+from dagster import AssetExecutionContext, AssetSpec, Failure, multi_asset
 from dagster_pyspark import LazyPySparkResource
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from assets_pkg import checks, landing, quarantine, transforms
+from assets_pkg import checks, landing, quarantine, recording, transforms
 from assets_pkg.checks import Reconciliation, TableChecks
 from assets_pkg.landing import ORDER_ITEM_KEY, ORDER_ITEM_VERSION_COLUMNS
 from assets_pkg.partitions import backfill_policy, daily_partitions, first_day, last_day, run_days
@@ -128,7 +119,7 @@ class RunInfo:
 
 class BlockingChecksFailed(RuntimeError):
     def __init__(self, table: str, days: list[date], outcomes: list[checks.Outcome]):
-        self.outcomes = outcomes
+        self.table, self.days, self.outcomes = table, days, outcomes
         failing = [o for o in outcomes if not o.passed]
         super().__init__(
             f"{table}: blocking checks failed for {len({o.day for o in failing})} day(s); nothing written for "
@@ -137,12 +128,20 @@ class BlockingChecksFailed(RuntimeError):
         )
         self.failing_days = sorted({o.day.isoformat() for o in failing})
 
+    def publication(self) -> "Publication":
+        """What was published: nothing, and the check results that stopped it."""
+        return Publication(self.days, self.outcomes, metadata={})
+
+    def as_failure(self) -> Failure:
+        return Failure(description=str(self), metadata={"failing_days": ", ".join(self.failing_days)})
+
 
 @dataclass
 class Publication:
     days: list[date]
     outcomes: list[checks.Outcome]  # every check result, one per check per day
-    metadata: dict[str, dict]  # per table written (the table and its side tables): materialization metadata
+    metadata: dict[str, dict[date, dict]]  # per table written (the table and its side tables): each day's figures
+    totals: dict[str, dict] = field(default_factory=dict)  # per table written: the run's figures over all its days
 
 
 BUILDS: dict[str, Callable[[SparkSession, list[date]], Staged]] = {}
@@ -171,15 +170,15 @@ def publish(
         if any(not o.passed for o in outcomes):
             raise BlockingChecksFailed(table, days, outcomes)
         commit_info = {"run_id": run.run_id, "backfill_id": run.backfill_id, "days": len(days), "first": days[0], "last": days[-1]}
-        metadata = {}
+        metadata, totals = {}, {}
         for side_table, side_df in staged.side_tables.items():
             # A side table is the other half of the same build (rows accepted vs rows quarantined): rewriting one
             # without the other would leave a row in both or in neither, so they are always written together.
             side_df = side_df.withColumn("run_id", F.lit(run.run_id))  # which run put the row there
             side = overwrite_days(side_df, side_table, DAY_COLUMN[side_table], days, {**commit_info, "asset": side_table})
-            metadata[side_table] = _commit_metadata(side, days)
+            metadata[side_table], totals[side_table] = _commit_metadata(side, days), _commit_totals(side, days)
         if not write_table:
-            return Publication(days, outcomes=[], metadata=metadata)
+            return Publication(days, outcomes=[], metadata=metadata, totals=totals)
         source_watermark = _source_watermark(df)
         commit = overwrite_days(df, table, table_checks.day_column, days, {**commit_info, "asset": table})
         found = audit.latest_before_run(spark, run.run_id)
@@ -188,6 +187,7 @@ def publish(
         ended = datetime.now(timezone.utc)
         duplicates = {o.day: o.metadata["duplicate_per_1k"] for o in outcomes if o.check == checks.UNIQUE_KEY}
         mismatches = {o.day: o.metadata["mismatch_count"] for o in outcomes if o.check == checks.RECONCILES}
+        changed = {o.day: o.metadata["changed"] for o in outcomes if o.check == checks.FINGERPRINT}
         audit.append(
             spark,
             [
@@ -209,81 +209,94 @@ def publish(
                 for day in days
             ],
         )
-        if table_checks.late_data and staged.from_landing:  # the days' late rows, old batches' too, are now published
-            resolved = control.open_exceptions(spark, days)
-            if resolved:
-                control.resolve_exceptions(spark, [r.day for r in resolved], run.run_id, ended)
-            outcomes += [
-                checks.Outcome(checks.LATE_DATA, r.day, True, {"late_rows": r.rows, "batches": r.batches, "resolved_by_run": run.run_id})
-                for r in resolved
-            ]
+        if table_checks.late_data:
+            outcomes += late_data_outcomes(spark, days, run, ended, resolve=staged.from_landing)
         metadata[table] = {
-            **_commit_metadata(commit, days),
-            "partitions_changed": sum(1 for o in outcomes if o.check == checks.FINGERPRINT and o.metadata["changed"]),
-            "duplicate_per_1k": max(duplicates.values(), default=0.0),
-            "mismatch_count": sum(mismatches.values()),
+            day: {
+                **day_metadata,
+                "fingerprint": profile[day]["fingerprint"] if day in profile else "",
+                "fingerprint_changed": changed.get(day, False),
+                "duplicate_per_1k": duplicates.get(day, 0.0),
+                **({"mismatch_count": mismatches[day]} if day in mismatches else {}),
+            }
+            for day, day_metadata in _commit_metadata(commit, days).items()
+        }
+        totals[table] = {
+            **_commit_totals(commit, days),
+            "partitions_changed": sum(changed.values()),
             "duration_s": round(time.monotonic() - t0, 3),
             **({"watermark_lag_s": round((ended - source_watermark).total_seconds(), 1)} if source_watermark else {}),
         }
-        return Publication(days, outcomes=outcomes, metadata=metadata)
+        return Publication(days, outcomes=outcomes, metadata=metadata, totals=totals)
     finally:
         for cached in [df, *staged.persisted]:
             cached.unpersist()
 
 
-def log_publication(context, table: str, publication: Publication, selected: set[str]) -> list[MaterializeResult]:
-    """Record a publication in the run's event log: one check result per check per day, and the materializations.
-    Tables outside the run's selection (a side table, or every table in a restatement) get one materialization
-    event per day, so Dagster knows each partition was rewritten."""
-    outcomes = publication.outcomes
-    n_days = len({o.day for o in outcomes})
-    if n_days > checks.events_max_days():
-        outcomes = [o for o in outcomes if not o.passed]
-        for metadata in publication.metadata.values():
-            metadata["check_results_logged"] = f"failing only ({n_days} days > CHECK_EVENTS_MAX_DAYS)"
-    for o in outcomes:
-        context.log_event(
-            AssetCheckEvaluation(
-                asset_key=AssetKey(table),
-                check_name=o.check,
-                passed=o.passed,
-                partition=o.day.isoformat(),
-                severity=o.severity,
-                metadata=o.metadata,
-            )
-        )
-    results = []
-    for written, metadata in publication.metadata.items():
-        if written in selected:
-            results.append(MaterializeResult(asset_key=written, metadata=metadata))
-        else:
-            for day in publication.days:
-                context.log_event(AssetMaterialization(written, partition=day.isoformat(), metadata=metadata))
-    return results
+def late_data_outcomes(spark: SparkSession, days: list[date], run: RunInfo, now: datetime, resolve: bool) -> list[checks.Outcome]:
+    """late_data_outside_window on each day just written: it passes unless the day holds late rows older than the
+    restatement window that are still unpublished. A build from the whole landing publishes them (and resolves their
+    exceptions); a restatement, which builds from the batches it read, leaves an open exception open."""
+    still_open = control.open_exceptions(spark, days)
+    if resolve and still_open:
+        control.resolve_exceptions(spark, [e.day for e in still_open], run.run_id, now)
+    by_day = {e.day: e for e in still_open}
+    outcomes = []
+    for day in days:
+        e = by_day.get(day)
+        metadata = {"late_rows": e.rows, "batches": e.batches} if e else {"late_rows": 0}
+        if e and resolve:
+            metadata["resolved_by_run"] = run.run_id
+        outcomes.append(checks.Outcome(checks.LATE_DATA, day, e is None or resolve, metadata))
+    return outcomes
 
 
-def _materialize(context: AssetExecutionContext, spark: SparkSession, table: str):
+def _materialize(context: AssetExecutionContext, spark: SparkSession, table: str, side_tables: tuple[str, ...]):
     days = run_days(context)
     selected = {k.to_user_string() for k in context.selected_asset_keys}
     run = RunInfo(context.run.run_id, context.run.tags.get("dagster/backfill"))
+    check_outputs = recording.selected_check_outputs(context, table)
+    if not selected & {table, *side_tables}:
+        # Only checks selected (the UI's "Execute checks", or the `check` command): verify what is published.
+        outcomes = verify_published(spark, table, days, run)
+        yield from recording.publication_events(context, table, Publication(days, outcomes, {}), check_outputs=check_outputs)
+        return
     try:
         publication = publish(spark, table, days, run, write_table=table in selected)
     except BlockingChecksFailed as failed:
-        log_publication(context, table, Publication(days, outcomes=failed.outcomes, metadata={}), selected)
-        raise Failure(description=str(failed), metadata={"failing_days": ", ".join(failed.failing_days)}) from None
-    yield from log_publication(context, table, publication, selected)
+        yield from recording.publication_events(context, table, failed.publication())
+        raise failed.as_failure() from None
+    yield from recording.publication_events(context, table, publication, selected, check_outputs)
+    for written, totals in publication.totals.items():
+        context.log.info(f"{written}: {len(days)} day(s) {_day_ranges(days)} written: {totals}")
 
 
-def _commit_metadata(commit, days: list[date]) -> dict:
+def _day_ranges(days: list[date]) -> str:
+    return ", ".join(f"{a}..{b}" if a != b else str(a) for a, b in day_runs(days))
+
+
+def _commit_metadata(commit, days: list[date]) -> dict[date, dict]:
+    """Each day's figures of one commit (rows and files as Delta's log records them per partition)."""
+    version = commit.version if commit.version is not None else -1
+    return {
+        day: {
+            "rows_written": commit.by_day.get(day.isoformat(), {}).get("rows_written", 0),
+            "files_added": commit.by_day.get(day.isoformat(), {}).get("files_added", 0),
+            "files_removed": commit.by_day.get(day.isoformat(), {}).get("files_removed", 0),
+            "delta_version": version,
+            "written_with_days": _day_ranges(days),  # the run's range, which this day was written with
+        }
+        for day in days
+    }
+
+
+def _commit_totals(commit, days: list[date]) -> dict:
     return {
         "rows_written": commit.rows_written,
         "delta_version": commit.version if commit.version is not None else -1,
         "files_added": commit.files_added,
         "files_removed": commit.files_removed,
-        "first_day": days[0].isoformat(),
-        "last_day": days[-1].isoformat(),
         "partitions": len(days),
-        "days": ", ".join(f"{a}..{b}" if a != b else str(a) for a, b in day_runs(days)),
     }
 
 
@@ -307,15 +320,16 @@ def daily_table(name: str, deps: tuple[str, ...] = (), side_tables: tuple[str, .
             can_subset=True,
         )
         def _asset(context: AssetExecutionContext, pyspark: LazyPySparkResource):
-            yield from _materialize(context, pyspark.spark_session, name)
+            yield from _materialize(context, pyspark.spark_session, name, side_tables)
 
         return _asset
 
     return decorator
 
 
-def check_published(spark: SparkSession, table: str, days: list[date]) -> list[checks.Outcome]:
-    """The blocking checks on what is published now (the same checks a materialization runs before writing)."""
+def check_published(spark: SparkSession, table: str, days: list[date]) -> tuple[list[checks.Outcome], dict]:
+    """The blocking checks on what is published now (the same checks a materialization runs before writing), and
+    the days' profile (rows, fingerprint)."""
     tc = TABLE_CHECKS[table]
     df = read_days(spark, table, tc.day_column, days)
     rec = tc.reconciliation
@@ -324,7 +338,28 @@ def check_published(spark: SparkSession, table: str, days: list[date]) -> list[c
     if tc.nothing_lost:
         quarantined = read_days(spark, QUARANTINE_ORDER_ITEMS, "quarantine_day", days)
         lost = quarantine.lost_keys(landing.read_landing(spark, landing.ORDER_ITEMS), df, quarantined, days)
-    return checks.evaluate_blocking(df, upstream, lost, tc, days)[0]
+    return checks.evaluate_blocking(df, upstream, lost, tc, days)
+
+
+def verify_published(spark: SparkSession, table: str, days: list[date], run: RunInfo) -> list[checks.Outcome]:
+    """Every check of `table` on what is published for `days`, without writing: the blocking checks; the fingerprint
+    and row count against what the pipeline last wrote (a change behind its back fails them); up to date with the
+    landing and late data outside the window, from the late-data detection."""
+    from assets_pkg import late_data  # it builds on this module; only a checks-only run needs its detection
+
+    outcomes, profile = check_published(spark, table, days)
+    found = audit.latest_before_run(spark, run.run_id)
+    recorded = {day: found[(table, day)] for day in days if (table, day) in found}
+    try:
+        detection = late_data.detect(spark)
+        stale, outside = set(detection.days_by_table()[table]), set(detection.outside)
+    except late_data.RestatementError:  # staging not built yet: nothing landed is published, nothing is stale
+        stale, outside = set(), set()
+    outcomes += checks.evaluate_published(profile, recorded, days, stale)
+    if TABLE_CHECKS[table].late_data:
+        late = {e.day for e in control.open_exceptions(spark, days)} | outside
+        outcomes += [checks.Outcome(checks.LATE_DATA, day, day not in late, {"late_rows_unpublished": day in late}) for day in days]
+    return outcomes
 
 
 @daily_table(

@@ -6,15 +6,16 @@ import os
 
 from dagster import (
     AssetCheckEvaluation,
+    AssetObservation,
     AssetSelection,
+    DagsterInstance,
+    DagsterRunStatus,
     DataVersion,
     DataVersionsByPartition,
-    AssetCheckSeverity,
-    AssetKey,
-    AssetObservation,
-    DagsterRunStatus,
     DefaultSensorStatus,
     OpExecutionContext,
+    Out,
+    Output,
     RunRequest,
     RunsFilter,
     SensorEvaluationContext,
@@ -30,8 +31,8 @@ from dagster._core.definitions.data_version import DATA_VERSION_TAG  # not expor
 from dagster._core.execution.backfill import BulkActionStatus  # not exported; the sensor only reads it
 from dagster_pyspark import LazyPySparkResource
 
-from assets_pkg import checks, landing, late_data
-from assets_pkg.assets import LANDING_ORDER_ITEMS, LANDING_PRODUCTS, STG_ORDER_ITEMS, RunInfo, log_publication
+from assets_pkg import checks, landing, late_data, recording
+from assets_pkg.assets import LANDING_ORDER_ITEMS, LANDING_PRODUCTS, STG_ORDER_ITEMS, BlockingChecksFailed, RunInfo
 from assets_pkg.partitions import daily_partitions
 from resources.lake import table_path
 from resources.spark import spark_resource
@@ -42,30 +43,35 @@ RESTATE_OP = "restate_stale_days"
 PREVIEW_JOB = "preview_late_data"
 
 
-def record_landing_versions(context: OpExecutionContext, found: late_data.Detection) -> None:
+def landing_observations(found: late_data.Detection) -> list[AssetObservation]:
     """The data version of each landing day the new batches change, as the landing's observable assets record it."""
-    for asset, versions in found.landing_versions().items():
-        for day, version in sorted(versions.items()):
-            context.log_event(AssetObservation(asset, partition=day.isoformat(), tags={DATA_VERSION_TAG: version}))
+    return [
+        AssetObservation(asset, partition=day.isoformat(), tags={DATA_VERSION_TAG: version})
+        for asset, versions in found.landing_versions().items()
+        for day, version in sorted(versions.items())
+    ]
 
 
-def record_stale_days(context: OpExecutionContext, found: late_data.Detection) -> None:
+def stale_day_evaluations(instance: DagsterInstance, found: late_data.Detection) -> list[AssetCheckEvaluation]:
     """Before anything is written: a failing up_to_date_with_landing result on each day of each table to restate,
-    and a failing late_data_outside_window result on each day too old to restate."""
-
-    def failed(table: str, check: str, day, severity: AssetCheckSeverity, metadata: dict) -> None:
-        context.log_event(AssetCheckEvaluation(asset_key=AssetKey(table), check_name=check, passed=False,
-                                               partition=day.isoformat(), severity=severity, metadata=metadata))
-
+    and a failing late_data_outside_window result on each day too old to restate, each tied to the day's published
+    materialization, so the check's Partitions view shows exactly those days as failed until they are rewritten."""
+    evaluations = []
     for table, days in found.days_by_table().items():
+        outcomes = []
         for day in days:
             change = found.change(table, day)
-            failed(table, checks.UP_TO_DATE, day, AssetCheckSeverity.WARN,
-                   {"stale": True, "why": change.describe(), "batches": ", ".join(sorted(change.batches))})
-    for day, change in sorted(found.outside.items()):
-        failed(STG_ORDER_ITEMS, checks.LATE_DATA, day, AssetCheckSeverity.ERROR,
-               {"why": change.describe(), "window_start": str(found.window_start),
-                "action": f"backfill {day} by hand: python -m assets_pkg backfill --start {day} --end {day}"})
+            outcomes.append(checks.Outcome(checks.UP_TO_DATE, day, False, {
+                "stale": True, "why": change.describe(), "batches": ", ".join(sorted(change.batches))}))
+        if table == STG_ORDER_ITEMS:
+            outcomes += [
+                checks.Outcome(checks.LATE_DATA, day, False, {
+                    "why": change.describe(), "window_start": str(found.window_start),
+                    "action": f"backfill {day} by hand: python -m assets_pkg backfill --start {day} --end {day}"})
+                for day, change in sorted(found.outside.items())
+            ]
+        evaluations += recording.check_evaluations(instance, table, outcomes)
+    return evaluations
 
 
 def _versions(found: late_data.Detection, asset: str) -> DataVersionsByPartition:
@@ -80,7 +86,8 @@ def _versions(found: late_data.Detection, asset: str) -> DataVersionsByPartition
                          "fails up_to_date_with_landing on the days of each table they make stale.")
 def landing_order_items(context: OpExecutionContext, pyspark: LazyPySparkResource) -> DataVersionsByPartition:
     found = late_data.detect(pyspark.spark_session)
-    record_stale_days(context, found)
+    for evaluation in stale_day_evaluations(context.instance, found):
+        context.log_event(evaluation)
     return _versions(found, LANDING_ORDER_ITEMS)
 
 
@@ -102,18 +109,28 @@ def _summary(found: late_data.Detection) -> dict:
     }
 
 
-@op(name=RESTATE_OP)
-def restate_late_data_op(context: OpExecutionContext, pyspark: LazyPySparkResource) -> dict:
-    """Restate the days changed by batches landed since the watermark, in every table, then advance the watermark."""
-    result = late_data.restate(
-        pyspark.spark_session,
-        RunInfo(context.run.run_id, context.run.tags.get("dagster/backfill")),
-        on_detection=lambda found: (record_landing_versions(context, found), record_stale_days(context, found)),
-        on_publication=lambda table, publication: log_publication(context, table, publication, selected=set()),
-    )
-    summary = _summary(result.detection)
+@op(name=RESTATE_OP, out=Out(dict))
+def restate_late_data_op(context: OpExecutionContext, pyspark: LazyPySparkResource):
+    """Restate the days changed by batches landed since the watermark, in every table, then advance the watermark.
+    Dagster records each stage as it happens: the stale days (failing checks) before anything is written, then each
+    table's days and check results after its commit."""
+    run = RunInfo(context.run.run_id, context.run.tags.get("dagster/backfill"))
+    found = None
+    try:
+        for stage in late_data.restatement(pyspark.spark_session, run):
+            if isinstance(stage, late_data.Detection):
+                found = stage
+                yield from landing_observations(found)
+                yield from stale_day_evaluations(context.instance, found)
+            else:
+                table, publication = stage
+                yield from recording.publication_events(context, table, publication)
+    except BlockingChecksFailed as failed:
+        yield from recording.publication_events(context, failed.table, failed.publication())
+        raise failed.as_failure() from None
+    summary = _summary(found)
     context.log.info(f"restated: {summary}")
-    return summary
+    yield Output(summary)
 
 
 # A restatement rewrites a few days: its run is short, and its JVM is set for that (resources.spark).

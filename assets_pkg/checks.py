@@ -81,10 +81,10 @@ class Outcome:
 
 
 _DESCRIPTIONS = {
-    UNIQUE_KEY: "At most one row per natural key on the day (blocking). Metadata: duplicates per 1,000 rows.",
-    KEYS_NOT_NULL: "No key column is null (blocking).",
-    RECONCILES: "Row count and amounts equal the upstream table's for the day (blocking). Metadata: mismatch count.",
-    NOTHING_LOST: "Every key whose latest landed version falls on the day is in the table or in quarantine (blocking).",
+    UNIQUE_KEY: "At most one row per natural key on the day. Metadata: duplicates per 1,000 rows.",
+    KEYS_NOT_NULL: "No key column is null.",
+    RECONCILES: "Row count and amounts equal the upstream table's for the day. Metadata: mismatch count.",
+    NOTHING_LOST: "Every key whose latest landed version falls on the day is in the table or in quarantine.",
     FINGERPRINT: "SHA-256 of the day's sorted rows, recorded on every materialization; says whether it changed.",
     ROW_COUNT_CHANGE: "Row count within CHECK_ROW_COUNT_TOLERANCE of the previous materialization (warning).",
     UP_TO_DATE: "Fails on a day whose landing data changed after it was written (late or corrected rows, a product "
@@ -96,11 +96,13 @@ _DESCRIPTIONS = {
 
 
 def check_specs(table: str, checks: TableChecks) -> list[AssetCheckSpec]:
-    # Not Dagster-`blocking`: Dagster gates only on returned results, which a range run cannot tie to partitions.
-    # The asset enforces them itself, earlier: a failing day stops the write, so nothing downstream runs.
+    # The blocking checks run on the staged rows before the write: a failing day stops it, the step fails, and
+    # nothing downstream runs. Declared blocking so that Dagster shows them so (and would gate on them too).
     names = [*checks.names(), *([LATE_DATA] if checks.late_data else [])]
     return [
-        AssetCheckSpec(name, asset=table, partitions_def=daily_partitions, description=_DESCRIPTIONS[name])
+        AssetCheckSpec(
+            name, asset=table, partitions_def=daily_partitions, description=_DESCRIPTIONS[name], blocking=name in BLOCKING
+        )
         for name in names
     ]
 
@@ -248,4 +250,33 @@ def evaluate_after_commit(profile: dict, previous: dict, days: list[date]) -> li
         )
         # Just rewritten from what is landed now: no landed change is left unpublished on the day.
         outcomes.append(Outcome(UP_TO_DATE, day, True, {"stale": False}))
+    return outcomes
+
+
+def evaluate_published(profile: dict, recorded: dict, days: list[date], stale: set[date]) -> list[Outcome]:
+    """Fingerprint, row count and freshness of what is published, against what the pipeline last wrote (`recorded`:
+    day -> (rows, fingerprint)) and the days the landing has changed since (`stale`)."""
+    tolerance = row_count_tolerance()
+    outcomes = []
+    for day in days:
+        r = profile.get(day)
+        rows, fingerprint = (r["rows"], r["fingerprint"]) if r else (0, None)
+        written_rows, written_fp = recorded.get(day, (None, None))
+        outcomes.append(
+            Outcome(FINGERPRINT, day, written_fp is None or written_fp == fingerprint, {
+                "fingerprint": fingerprint or "",
+                "fingerprint_written": written_fp or "",
+                "changed_since_written": written_fp is not None and written_fp != fingerprint,
+            })
+        )
+        change = None if not written_rows else abs(rows - written_rows) / written_rows
+        outcomes.append(
+            Outcome(ROW_COUNT_CHANGE, day, change is None or change <= tolerance, {
+                "rows": rows,
+                "previous_rows": written_rows if written_rows is not None else -1,
+                "relative_change": round(change, 4) if change is not None else 0.0,
+                "tolerance": tolerance,
+            })
+        )
+        outcomes.append(Outcome(UP_TO_DATE, day, day not in stale, {"stale": day in stale}))
     return outcomes

@@ -65,20 +65,23 @@ def _tables(args) -> list[str]:
 
 
 def _cmd_check(args) -> int:
-    from assets_pkg.assets import check_published
-    from assets_pkg.checks import summary
-    from assets_pkg.partitions import days
-    from resources.spark import get_spark
+    from assets_pkg.backfill import run_checks, step_failures
 
     start, end = args.start or first_day(), args.end or last_day()
-    failed = 0
-    for table in _tables(args):
-        outcomes = check_published(get_spark(), table, days(start, end))
-        bad = [o for o in outcomes if not o.passed]
+    tables = _tables(args)
+    result, evaluations = run_checks(start, end, tables)
+    errors = step_failures(result, failed_checks=False)
+    for step, message in errors:
+        print(f"{step} could not be checked: {message}")
+    failed = len(errors)
+    for table in tables:
+        mine = [e for e in evaluations if e.asset_key.to_user_string() == table]
+        bad = sorted((e for e in mine if not e.passed), key=lambda e: (e.partition, e.check_name))
         failed += len(bad)
-        print(f"{table}: {len(outcomes) - len(bad)}/{len(outcomes)} check results passed over {start}..{end}")
-        for o in bad:
-            print(f"  FAIL {o.check} {o.day}: {summary(o)}")
+        print(f"{table}: {len(mine) - len(bad)}/{len(mine)} check results passed over {start}..{end}")
+        for e in bad:
+            print(f"  FAIL {e.check_name} {e.description}")
+    print(f"recorded in Dagster as run {result.run_id}")
     return 1 if failed else 0
 
 

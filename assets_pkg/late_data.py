@@ -20,7 +20,7 @@ watermark (seeds 000, 002).
 import hashlib
 import os
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, timezone
 
@@ -284,10 +284,28 @@ def restate(
     """Restate exactly the days the new batches change, in every table (one commit per table), then advance the
     watermark. `on_detection` sees what will be written before anything is; `before_watermark` runs between the last
     write and the watermark update (tests inject a crash there)."""
+    found, publications = None, {}
+    for stage in restatement(spark, run, before_watermark):
+        if isinstance(stage, Detection):
+            found = stage
+            on_detection(found)
+        else:
+            table, publication = stage
+            publications[table] = publication
+            on_publication(table, publication)
+    return Restatement(found, publications)
+
+
+def restatement(
+    spark: SparkSession, run: RunInfo | None = None, before_watermark: Callable[[], None] = lambda: None
+) -> Iterator[Detection | tuple[str, Publication]]:
+    """`restate` as the stages it goes through, for a caller that records each as it happens (a Dagster op): first
+    the Detection, before anything is written, then (table, Publication) after each table's commit."""
     run = run or RunInfo(f"restate-{uuid.uuid4().hex[:12]}")
     found = detect(spark, keep_landed=True)
     try:
-        return _restate(spark, run, found, on_detection, on_publication, before_watermark)
+        yield found
+        yield from _restate(spark, run, found, before_watermark)
     finally:
         found.release()
 
@@ -301,9 +319,8 @@ def _staging_build(found: Detection):
     return lambda spark, days: restated_stg_order_items(spark, days, landed.rows, landed.staged, landed.batches)
 
 
-def _restate(spark, run, found, on_detection, on_publication, before_watermark) -> Restatement:
+def _restate(spark, run, found, before_watermark) -> Iterator[tuple[str, Publication]]:
     now = datetime.now(timezone.utc)
-    on_detection(found)
     control.record_exceptions(
         spark,
         [(d, c.changed + c.quarantined + c.product_versions + c.moved_out, ", ".join(sorted(c.batches)), found.window_start)
@@ -312,7 +329,6 @@ def _restate(spark, run, found, on_detection, on_publication, before_watermark) 
         now,
     )
     wm = found.watermark
-    publications = {}
     to_write = {t: days for t, days in found.days_by_table().items() if days}
     if to_write:
         # Intent first: should anything below fail, these days stay pending and are rewritten next time.
@@ -320,11 +336,9 @@ def _restate(spark, run, found, on_detection, on_publication, before_watermark) 
         control.write_watermark(spark, PIPELINE, control.Watermark(wm.watermark_ts, wm.batches_read, pending), run.run_id, now)
         for table, days in to_write.items():
             build = _staging_build(found) if table == STG_ORDER_ITEMS else None
-            publications[table] = publish(spark, table, days, run, build=build)
-            on_publication(table, publications[table])
+            yield table, publish(spark, table, days, run, build=build)
     before_watermark()
     read = {b for batches in found.batches_read.values() for b in batches}
     advanced = control.Watermark(found.new_watermark_ts, sorted(set(wm.batches_read) | read), [])
     if to_write or advanced != wm:  # a replayed tick, with nothing new, commits nothing at all
         control.write_watermark(spark, PIPELINE, advanced, run.run_id, datetime.now(timezone.utc))
-    return Restatement(found, publications)

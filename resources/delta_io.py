@@ -2,7 +2,7 @@
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date, timedelta
 
 from delta.tables import DeltaTable
@@ -28,6 +28,7 @@ class Commit:
     rows_written: int
     files_added: int
     files_removed: int
+    by_day: dict[str, dict[str, int]] = field(default_factory=dict)  # day -> rows_written, files_added, files_removed
 
 
 def day_runs(days: Sequence[date]) -> list[tuple[date, date]]:
@@ -95,18 +96,16 @@ def overwrite_days(df: DataFrame, table: str, column: str, days: Sequence[date],
         return Commit(table=table, version=None, rows_written=0, files_added=0, files_removed=0)
     # Our commit's own log entry (one small file, not the table's history), checked by its metadata: in case another
     # writer in this session committed in between, the recent history tells which commit is ours.
-    entry = _commit_info(spark, path, int(version))
+    entry = _commit_entry(spark, path, int(version))
     if entry.get("userMetadata") != metadata:
-        entry = next(
-            (
-                {"version": e.version, "operationMetrics": e.operationMetrics}
-                for e in DeltaTable.forPath(spark, path).history(20).select("version", "userMetadata", "operationMetrics").collect()
-                if e.userMetadata == metadata
-            ),
+        ours = next(
+            (e.version for e in DeltaTable.forPath(spark, path).history(20).select("version", "userMetadata").collect()
+             if e.userMetadata == metadata),
             None,
         )
-        if entry is None:
+        if ours is None:
             raise RuntimeError(f"{table}: the commit of this write ({metadata}) is not in the table's last 20 commits")
+        entry = _commit_entry(spark, path, ours)
     metrics = entry.get("operationMetrics") or {}
     return Commit(
         table=table,
@@ -114,17 +113,29 @@ def overwrite_days(df: DataFrame, table: str, column: str, days: Sequence[date],
         rows_written=int(metrics.get("numOutputRows", 0)),
         files_added=int(metrics.get("numFiles", 0)),
         files_removed=int(metrics.get("numRemovedFiles", 0)),
+        by_day=entry["by_day"],
     )
 
 
-def _commit_info(spark: SparkSession, path: str, version: int) -> dict:
-    """The commitInfo action of commit `version` of the table at `path`, with its version."""
+def _commit_entry(spark: SparkSession, path: str, version: int) -> dict:
+    """Commit `version` of the table at `path`: its commitInfo action with its version, and per day partition the
+    rows and files it added and the files it removed (from its add and remove actions)."""
+    entry: dict = {"version": version, "by_day": {}}
     try:
         lines = spark.read.text(f"{path}/_delta_log/{version:020d}.json").collect()
     except AnalysisException:  # the session's last commit was to another table
-        return {"version": version}
+        return entry
     for line in lines:
         action = json.loads(line.value)
         if "commitInfo" in action:
-            return {**action["commitInfo"], "version": version}
-    return {"version": version}
+            entry.update({**action["commitInfo"], "version": version})
+        for kind in ("add", "remove"):
+            if kind in action:
+                day = next(iter((action[kind].get("partitionValues") or {None: None}).values()))  # one day column
+                counts = entry["by_day"].setdefault(day, {"rows_written": 0, "files_added": 0, "files_removed": 0})
+                if kind == "add":
+                    counts["files_added"] += 1
+                    counts["rows_written"] += json.loads(action["add"].get("stats") or "{}").get("numRecords", 0)
+                else:
+                    counts["files_removed"] += 1
+    return entry

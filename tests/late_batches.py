@@ -81,9 +81,20 @@ def assert_rewrote_exactly(spark, before, expected_days, tables=ORDER_TABLES):
                 assert old == new, f"{table} {day}: a day outside the restatement was touched"
 
 
-def latest_check_status(instance, table: str, check: str, day: date) -> str | None:
-    """Status of the newest result of `check` on `day`, as the UI's asset-check view shows it."""
+def check_partition_statuses(instance, table: str, check: str) -> dict[str, str]:
+    """Each day's status in the check's Partitions view (SUCCEEDED, FAILED, SKIPPED, ...; a day absent reads as
+    missing), computed as the webserver computes it: a result counts only while it targets the day's latest
+    materialization. The browser tests check the view itself."""
     from dagster import AssetCheckKey, AssetKey
+    from dagster._core.storage.asset_check_state import AssetCheckState, bulk_update_asset_check_state
 
-    records = instance.event_log_storage.get_asset_check_execution_history(AssetCheckKey(AssetKey(table), check), limit=1000)
-    return next((r.status.value for r in records if r.partition == day.isoformat()), None)
+    from assets_pkg.partitions import daily_partitions
+
+    key = AssetCheckKey(AssetKey(table), check)
+    state = bulk_update_asset_check_state(instance, [(key, daily_partitions)], {key: AssetCheckState.empty()})[key]
+    return {day: status.value for status, subset in state.subsets.items() for day in subset.subset_value.get_partition_keys()}
+
+
+def latest_check_status(instance, table: str, check: str, day: date) -> str | None:
+    """Status of `check` on `day` as the check's Partitions view in the UI shows it (None: missing)."""
+    return check_partition_statuses(instance, table, check).get(day.isoformat())

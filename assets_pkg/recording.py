@@ -1,0 +1,109 @@
+"""What Dagster records of a publication, day by day: one materialization per table per day carrying that day's
+figures, and each check's result on the day tied to that day's materialization, so that the check's Partitions view
+colours every day (passed, failed with its numbers, or stale until its restatement).
+
+Dagster ties an `AssetCheckResult` to a materialization only in a single-partition step; a range run records it with
+no partition at all. So results are recorded as `AssetCheckEvaluation`s naming their day and the storage id of the
+day's latest materialization, which is what the UI compares to decide whether a day's result is current."""
+
+from collections.abc import Iterable, Iterator
+from datetime import date
+
+from dagster import (
+    AssetCheckEvaluation,
+    AssetKey,
+    AssetMaterialization,
+    AssetRecordsFilter,
+    DagsterInstance,
+    MaterializeResult,
+    Output,
+)
+
+# Not exported at Dagster's top level, and no public API fills it in for a range run: the pointer from a check result
+# to the materialization it checked. tests/test_recording.py fails loudly if Dagster moves or changes it.
+from dagster._core.definitions.asset_checks.asset_check_evaluation import (
+    AssetCheckEvaluationTargetMaterializationData as CheckedMaterialization,
+)
+
+from assets_pkg import checks
+
+
+def latest_materializations(instance: DagsterInstance, table: str, days: Iterable[date]) -> dict[str, CheckedMaterialization]:
+    """Each day's latest materialization of `table` (days never materialized are absent)."""
+    wanted = sorted({d.isoformat() for d in days})
+    found: dict[str, CheckedMaterialization] = {}
+    cursor = None
+    while wanted and len(found) < len(wanted):
+        page = instance.fetch_materializations(
+            AssetRecordsFilter(asset_key=AssetKey(table), asset_partitions=wanted), limit=1000, cursor=cursor
+        )
+        for record in page.records:  # newest first: the first one seen of a day is its latest
+            if record.partition_key not in found:
+                found[record.partition_key] = CheckedMaterialization(
+                    storage_id=record.storage_id, run_id=record.run_id, timestamp=record.timestamp
+                )
+        if not page.has_more:
+            break
+        cursor = page.cursor
+    return found
+
+
+def check_evaluations(
+    instance: DagsterInstance, table: str, outcomes: list[checks.Outcome]
+) -> list[AssetCheckEvaluation]:
+    """The outcomes as Dagster check results, each on its day and tied to the day's latest materialization: the one
+    just written, or, for a result that stopped a write or found a day stale, the one still published."""
+    targets = latest_materializations(instance, table, {o.day for o in outcomes})
+    return [
+        AssetCheckEvaluation(
+            asset_key=AssetKey(table),
+            check_name=o.check,
+            passed=o.passed,
+            partition=o.day.isoformat(),
+            target_materialization_data=targets.get(o.day.isoformat()),
+            severity=o.severity,
+            blocking=o.blocking,
+            # The run log shows the check, the asset and this line, so it names the day.
+            description=f"{o.day}: " + (checks.summary(o) or ("passed" if o.passed else "failed")),
+            metadata={"day": o.day.isoformat(), **o.metadata},
+        )
+        for o in outcomes
+    ]
+
+
+def publication_events(
+    context, table: str, publication, selected: set[str] = frozenset(), check_outputs: Iterable[str] = ()
+) -> Iterator[AssetMaterialization | MaterializeResult | AssetCheckEvaluation | Output]:
+    """Yield, in this order: every table's materialization of every day written, then the check results tied to
+    them, then an empty output for each of the step's selected check outputs (what Dagster itself yields for a check
+    result; without it the run log reports the checks' outputs as missing).
+
+    A table the step materializes (`selected`) gets Dagster's own materializations, one per day of the range, each
+    with the day's figures added as partition-scoped metadata; any other table written (a side table not selected, or
+    every table of a restatement) gets an AssetMaterialization per day. The results are made after those have been
+    yielded: Dagster stores a yielded event before the generator resumes, so the days' new materializations are their
+    latest when the results look them up."""
+    for written, by_day in publication.metadata.items():
+        if written in selected:
+            for day, metadata in by_day.items():
+                context.add_asset_metadata(metadata, asset_key=written, partition_key=day.isoformat())
+            yield MaterializeResult(asset_key=written)
+        else:
+            for day, metadata in sorted(by_day.items()):
+                yield AssetMaterialization(written, partition=day.isoformat(), metadata=metadata)
+    outcomes = publication.outcomes
+    if len(publication.days) > checks.events_max_days():  # every day's figures stay in backfill_audit
+        outcomes = [o for o in outcomes if not o.passed]
+    yield from check_evaluations(context.instance, table, outcomes)
+    for output_name in check_outputs:
+        yield Output(None, output_name=output_name)
+
+
+def selected_check_outputs(context, table: str) -> list[str]:
+    """The output names of the step's selected checks of `table`."""
+    return [
+        context.assets_def.get_output_name_for_asset_check_key(key)
+        for key in context.selected_asset_check_keys
+        if key.asset_key == AssetKey(table)
+    ]
+
