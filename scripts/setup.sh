@@ -16,6 +16,15 @@ if ! need java || ! need javac || ! need mvn; then
   fi
 fi
 
+# The browser tests drive Debian's Chromium through Playwright (browsers cannot be downloaded by Playwright here).
+if ! need chromium; then
+  if [ "$(id -u)" = 0 ] && need apt-get; then
+    apt-get update -qq && apt-get install -y -qq chromium >/dev/null
+  else
+    echo "setup: the browser tests need Debian's chromium on PATH (apt-get install chromium)" >&2
+  fi
+fi
+
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
