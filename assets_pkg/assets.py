@@ -109,12 +109,21 @@ def _source_watermark(df: DataFrame) -> datetime | None:
     return datetime.fromtimestamp(seconds, tz=timezone.utc) if seconds is not None else None
 
 
+# On each run of a command-line backfill (which is not a Dagster backfill: see backfill.runs_url), its id.
+CLI_BACKFILL_TAG = "exact_backfills/backfill"
+
+
 @dataclass(frozen=True)
 class RunInfo:
     """Who writes: recorded in every Delta commit, the audit trail and quarantine rows."""
 
     run_id: str
     backfill_id: str | None = None
+
+    @classmethod
+    def of(cls, run) -> "RunInfo":
+        """A Dagster run's: its backfill is Dagster's (the UI's) or the command line's."""
+        return cls(run.run_id, run.tags.get("dagster/backfill") or run.tags.get(CLI_BACKFILL_TAG))
 
 
 class BlockingChecksFailed(RuntimeError):
@@ -254,10 +263,10 @@ def late_data_outcomes(spark: SparkSession, days: list[date], run: RunInfo, now:
 def _materialize(context: AssetExecutionContext, spark: SparkSession, table: str, side_tables: tuple[str, ...]):
     days = run_days(context)
     selected = {k.to_user_string() for k in context.selected_asset_keys}
-    run = RunInfo(context.run.run_id, context.run.tags.get("dagster/backfill"))
+    run = RunInfo.of(context.run)
     check_outputs = recording.selected_check_outputs(context, table)
     if not selected & {table, *side_tables}:
-        # Only checks selected (the UI's "Execute checks", or the `check` command): verify what is published.
+        # Only checks selected (the UI's "Execute" on a check, or the `check` command): verify what is published.
         outcomes = verify_published(spark, table, days, run)
         yield from recording.publication_events(context, table, Publication(days, outcomes, {}), check_outputs=check_outputs)
         return

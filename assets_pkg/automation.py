@@ -1,6 +1,6 @@
 """Late-data restatement in Dagster: a job that restates exactly the days new landing batches change (one run, one
-commit per table), a sensor that launches it when a batch lands, and a preview job that only shows those days (as
-landing data versions and failing up_to_date_with_landing checks)."""
+commit per table), a sensor that launches it when a batch lands, and a preview job that observes the landing (every
+landed day's data version) and shows the days a restatement would rewrite as failing up_to_date_with_landing checks."""
 
 import os
 
@@ -30,6 +30,7 @@ from dagster import (
 from dagster._core.definitions.data_version import DATA_VERSION_TAG  # not exported: the tag observations carry
 from dagster._core.execution.backfill import BulkActionStatus  # not exported; the sensor only reads it
 from dagster_pyspark import LazyPySparkResource
+from pyspark.sql import SparkSession
 
 from assets_pkg import checks, landing, late_data, recording
 from assets_pkg.assets import LANDING_ORDER_ITEMS, LANDING_PRODUCTS, STG_ORDER_ITEMS, BlockingChecksFailed, RunInfo
@@ -43,12 +44,17 @@ RESTATE_OP = "restate_stale_days"
 PREVIEW_JOB = "preview_late_data"
 
 
-def landing_observations(found: late_data.Detection) -> list[AssetObservation]:
-    """The data version of each landing day the new batches change, as the landing's observable assets record it."""
+# Which landing dataset each landing asset observes.
+LANDING_DATASETS = {LANDING_ORDER_ITEMS: landing.ORDER_ITEMS, LANDING_PRODUCTS: landing.PRODUCTS}
+
+
+def landing_observations(spark: SparkSession, found: late_data.Detection) -> list[AssetObservation]:
+    """The new data version of each landing day the detected batches add rows to."""
+    landed = found.landed_days()
     return [
         AssetObservation(asset, partition=day.isoformat(), tags={DATA_VERSION_TAG: version})
-        for asset, versions in found.landing_versions().items()
-        for day, version in sorted(versions.items())
+        for asset, dataset in LANDING_DATASETS.items()
+        for day, version in landing.day_versions(spark, dataset, landed[dataset]).items()
     ]
 
 
@@ -74,28 +80,35 @@ def stale_day_evaluations(instance: DagsterInstance, found: late_data.Detection)
     return evaluations
 
 
-def _versions(found: late_data.Detection, asset: str) -> DataVersionsByPartition:
-    return DataVersionsByPartition({d.isoformat(): DataVersion(v) for d, v in found.landing_versions()[asset].items()})
+def _observed(spark: SparkSession, asset: str) -> DataVersionsByPartition:
+    versions = landing.day_versions(spark, LANDING_DATASETS[asset])
+    return DataVersionsByPartition({d.isoformat(): DataVersion(v) for d, v in versions.items()})
 
 
 # The landing as Dagster sees it: observable, daily-partitioned (by order day / the day a product version takes
-# effect). Observing runs the late-data detection, which reads only the batches landed since the watermark.
+# effect). Observing records every landed day's data version; a restatement records the days its batches change.
 @observable_source_asset(name=LANDING_ORDER_ITEMS, partitions_def=daily_partitions, group_name="landing",
                          description="Order item batches ($LAKE_ROOT/landing/order_items/ingest_date=D/), partitioned "
-                         "by order_date. Observing it records a data version for each day new batches change, and "
-                         "fails up_to_date_with_landing on the days of each table they make stale.")
+                         "by order_date. Observing it records each landed day's data version (its batches and their "
+                         "rows), and fails up_to_date_with_landing on the days of each table that batches landed since "
+                         "the last restatement make stale.")
 def landing_order_items(context: OpExecutionContext, pyspark: LazyPySparkResource) -> DataVersionsByPartition:
-    found = late_data.detect(pyspark.spark_session)
-    for evaluation in stale_day_evaluations(context.instance, found):
-        context.log_event(evaluation)
-    return _versions(found, LANDING_ORDER_ITEMS)
+    spark = pyspark.spark_session
+    try:
+        found = late_data.detect(spark)
+    except late_data.RestatementError:
+        found = None  # nothing is published yet, so nothing is stale
+    if found:
+        for evaluation in stale_day_evaluations(context.instance, found):
+            context.log_event(evaluation)
+    return _observed(spark, LANDING_ORDER_ITEMS)
 
 
 @observable_source_asset(name=LANDING_PRODUCTS, partitions_def=daily_partitions, group_name="landing",
                          description="Product batches ($LAKE_ROOT/landing/products/ingest_date=D/), partitioned by the "
-                         "day a version takes effect.")
+                         "day a version takes effect. Observing it records each landed day's data version.")
 def landing_products(pyspark: LazyPySparkResource) -> DataVersionsByPartition:
-    return _versions(late_data.detect(pyspark.spark_session), LANDING_PRODUCTS)
+    return _observed(pyspark.spark_session, LANDING_PRODUCTS)
 
 
 landing_assets = [landing_order_items, landing_products]
@@ -114,13 +127,13 @@ def restate_late_data_op(context: OpExecutionContext, pyspark: LazyPySparkResour
     """Restate the days changed by batches landed since the watermark, in every table, then advance the watermark.
     Dagster records each stage as it happens: the stale days (failing checks) before anything is written, then each
     table's days and check results after its commit."""
-    run = RunInfo(context.run.run_id, context.run.tags.get("dagster/backfill"))
+    run = RunInfo.of(context.run)
     found = None
     try:
         for stage in late_data.restatement(pyspark.spark_session, run):
             if isinstance(stage, late_data.Detection):
                 found = stage
-                yield from landing_observations(found)
+                yield from landing_observations(pyspark.spark_session, found)
                 yield from stale_day_evaluations(context.instance, found)
             else:
                 table, publication = stage

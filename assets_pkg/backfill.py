@@ -7,17 +7,20 @@ import time
 import uuid
 from collections.abc import Callable
 from datetime import date
+from urllib.parse import urlencode
 
 from dagster import AssetKey, AssetSelection, DagsterInstance
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
-from assets_pkg.automation import LANDING_STATE_TAG, RESTATE_JOB, landing_state
+from assets_pkg.assets import CLI_BACKFILL_TAG
+from assets_pkg.automation import LANDING_STATE_TAG, PREVIEW_JOB, RESTATE_JOB, landing_state
 from assets_pkg.checks import events_max_days
 from assets_pkg.definitions import ALL_ASSETS_JOB, defs
 from assets_pkg.partitions import chunks, first_day, last_day
 from resources.lake import REPO_ROOT
 
-BACKFILL_TAG = "exact_backfills/backfill"
+# Runs started from the command line print warnings and errors; each run's full log is in the Dagster UI.
+QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 
 
 def dagster_instance() -> DagsterInstance:
@@ -59,6 +62,14 @@ def step_failures(result, failed_checks: bool = True) -> list[tuple[str, str]]:
     return failures
 
 
+def runs_url(backfill_id: str) -> str:
+    """The UI's run list filtered to one command-line backfill's runs. A command-line backfill is not a Dagster
+    backfill: Dagster's backfills are executed by its daemon, which launches each run in a process of its own, while
+    the command line runs every chunk in this process on one Spark session, so its runs carry CLI_BACKFILL_TAG instead."""
+    base = os.environ.get("DAGSTER_UI_URL", f"http://127.0.0.1:{os.environ.get('DAGSTER_PORT', '3000')}")
+    return f"{base.rstrip('/')}/runs?{urlencode({'q[]': f'tag:{CLI_BACKFILL_TAG}={backfill_id}'})}"
+
+
 def run_backfill(
     start: date,
     end: date,
@@ -79,6 +90,8 @@ def run_backfill(
         # either: Dagster stores a planned row per check per day (~1 s per check for 2,406 days).
         job = job.get_subset(asset_selection=set(keys), asset_check_selection=set())
     echo(f"backfill {backfill_id}: {start}..{end}, {len(ranges)} run(s), assets: {', '.join(k.to_user_string() for k in keys)}")
+    echo(f"  its runs in the Dagster UI: {runs_url(backfill_id)}")
+    started = time.monotonic()
     for i, (a, b) in enumerate(ranges, 1):
         t0 = time.monotonic()
         result = job.execute_in_process(
@@ -87,14 +100,15 @@ def run_backfill(
             tags={
                 ASSET_PARTITION_RANGE_START_TAG: a.isoformat(),
                 ASSET_PARTITION_RANGE_END_TAG: b.isoformat(),
-                BACKFILL_TAG: backfill_id,
+                CLI_BACKFILL_TAG: backfill_id,
             },
             raise_on_error=False,
-            # The per-partition event log goes to the instance (and the UI); the terminal gets one line per run.
-            run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
+            run_config=QUIET,
         )
         status = "ok" if result.success else "FAILED"
-        echo(f"  [{i}/{len(ranges)}] {a}..{b} {status} in {time.monotonic() - t0:.1f}s (run {result.run_id})")
+        left = len(ranges) - i
+        eta = f", about {(time.monotonic() - started) / i * left:.0f}s to go" if left and result.success else ""
+        echo(f"  [{i}/{len(ranges)}] {a}..{b} {status} in {time.monotonic() - t0:.1f}s (run {result.run_id}){eta}")
         if not result.success:
             for step, message in step_failures(result):
                 echo(f"    {step} failed: {message}")
@@ -129,5 +143,15 @@ def run_restatement(instance: DagsterInstance | None = None):
         instance=instance or dagster_instance(),
         tags={LANDING_STATE_TAG: landing_state()},
         raise_on_error=False,
-        run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
+        run_config=QUIET,
+    )
+
+
+def observe_landing(instance: DagsterInstance | None = None):
+    """Observe the landing as a run of the preview job (what the UI's "Observe" button launches), after new batches
+    land: every landed day's data version, and the days they make stale, are recorded in Dagster."""
+    return defs.resolve_job_def(PREVIEW_JOB).execute_in_process(
+        instance=instance or dagster_instance(),
+        raise_on_error=False,
+        run_config=QUIET,
     )

@@ -1,11 +1,16 @@
 """The landing contract: immutable, append-only Parquet batches under $LAKE_ROOT/landing/<dataset>/ingest_date=D/."""
 
+import hashlib
+from collections import defaultdict
+from collections.abc import Iterable
+from datetime import date
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from assets_pkg.partitions import first_day, last_day
 from resources.lake import landing_path
 
 ORDER_ITEMS = "order_items"
@@ -106,3 +111,32 @@ def land(batches: dict[str, DataFrame]) -> dict[str, list[str]]:
             .parquet(landing_path(dataset))
         )
     return landed
+
+
+def event_day(dataset: str):
+    """The day a landed row belongs to, as its landing asset is partitioned: an order item's order date; the day a
+    product version takes effect (versions dated before the first partition take effect on it)."""
+    if dataset == ORDER_ITEMS:
+        return F.col("order_date")
+    return F.greatest(F.to_date("updated_at"), F.lit(first_day()))
+
+
+def day_versions(spark: SparkSession, dataset: str, days: Iterable[date] | None = None) -> dict[date, str]:
+    """The data version of each landed day (of `days`, or every day in the partitions): a SHA-256 of the batches that
+    hold rows for the day and how many each holds. Batches are immutable and only ever added, so a day's version
+    changes exactly when a batch adds rows to it, and observing twice gives the same versions. Reads the day column
+    only; rows with no valid day are quarantine's and have no landing day."""
+    if not batch_dirs(dataset):
+        return {}
+    day = event_day(dataset)
+    rows = read_landing(spark, dataset).where(day.between(first_day(), last_day()))
+    if days is not None:
+        wanted = sorted(set(days))
+        if not wanted:
+            return {}
+        rows = rows.where(day.isin(wanted))
+    counts = rows.groupBy(day.alias("day"), "ingest_date").count().collect()
+    per_day: dict[date, list[str]] = defaultdict(list)
+    for r in counts:
+        per_day[r.day].append(f"{r.ingest_date.isoformat()}:{r['count']}")
+    return {d: hashlib.sha256(";".join(sorted(parts)).encode()).hexdigest() for d, parts in sorted(per_day.items())}

@@ -17,7 +17,6 @@ watermark (seeds 000, 002).
   them (reprocessing, never skipped rows).
 """
 
-import hashlib
 import os
 import uuid
 from collections.abc import Callable, Iterator
@@ -30,8 +29,6 @@ from pyspark.sql import functions as F
 from assets_pkg import landing, quarantine, transforms
 from assets_pkg.assets import (
     DIM_PRODUCT,
-    LANDING_ORDER_ITEMS,
-    LANDING_PRODUCTS,
     PUBLISH_ORDER,
     QUARANTINE_ORDER_ITEMS,
     STG_ORDER_ITEMS,
@@ -46,8 +43,6 @@ from resources import control
 from resources.delta_io import read_table, table_exists
 
 PIPELINE = "order_items"
-# Which DayChange counters come from which landing dataset.
-_LANDING_COUNTERS = {LANDING_ORDER_ITEMS: ("changed", "moved_out", "quarantined"), LANDING_PRODUCTS: ("product_versions",)}
 
 
 class RestatementError(RuntimeError):
@@ -74,13 +69,12 @@ class DayChange:
     changed_products: int = 0  # products ordered that day whose new version applies to it (per batch)
     batches: set[str] = field(default_factory=set)
     pending: bool = False  # left by an interrupted restatement
-    row_hashes: dict[str, str] = field(default_factory=dict)  # counter -> SHA-256 of the day's rows behind it
 
-    def landing_version(self, counters: tuple[str, ...]) -> str | None:
-        """The day's landing data version: a SHA-256 of the new landed rows that change it (None: they don't). The
-        same batches give the same version, so re-observing them reports no change."""
-        parts = [f"{c}={self.row_hashes[c]}" for c in counters if c in self.row_hashes]
-        return hashlib.sha256("|".join(parts).encode()).hexdigest() if parts else None
+    def plus(self, other: "DayChange") -> "DayChange":
+        """Both changes of a day (its order items' and its product versions')."""
+        counters = ("changed", "moved_out", "quarantined", "product_versions", "changed_products")
+        return DayChange(**{c: getattr(self, c) + getattr(other, c) for c in counters},
+                         batches=self.batches | other.batches, pending=self.pending or other.pending)
 
     def describe(self) -> str:
         parts = [
@@ -132,16 +126,13 @@ class Detection:
     def change(self, table: str, day: date) -> DayChange:
         return (self.product_days if table == DIM_PRODUCT else self.order_days)[day]
 
-    def landing_versions(self) -> dict[str, dict[date, str]]:
-        """Per landing asset, the data version of each day the new batches change (in the window or not)."""
-        versions: dict[str, dict[date, str]] = {LANDING_ORDER_ITEMS: {}, LANDING_PRODUCTS: {}}
-        for days in (self.order_days, self.product_days, self.outside):
-            for day, change in days.items():
-                for asset, counters in _LANDING_COUNTERS.items():
-                    version = change.landing_version(counters)
-                    if version:
-                        versions[asset][day] = version
-        return versions
+    def landed_days(self) -> dict[str, list[date]]:
+        """Per landing dataset, the days the new batches add rows to (in the window or not)."""
+        changes = [*self.order_days.items(), *self.product_days.items(), *self.outside.items()]
+        return {
+            landing.ORDER_ITEMS: sorted({d for d, c in changes if c.changed or c.quarantined}),
+            landing.PRODUCTS: sorted({d for d, c in changes if c.product_versions}),
+        }
 
 
 def _batches_to_read(dataset: str, wm: control.Watermark) -> list[str]:
@@ -202,17 +193,14 @@ def _order_item_changes(
 
 
 def _tally(rows: DataFrame, day_column: str, counter: str, days: dict[date, DayChange]) -> None:
-    """Count `rows` per day into the DayChange `counter`, with the batches they came from and a hash of the rows."""
+    """Count `rows` per day into the DayChange `counter`, with the batches they came from."""
     per_day = rows.groupBy(day_column).agg(
-        F.count(F.lit(1)).alias("n"),
-        F.collect_set(F.col("ingest_date").cast("string")).alias("batches"),
-        F.sha2(F.concat_ws(",", F.array_sort(F.collect_list(_row_id(rows.columns)))), 256).alias("row_hash"),
+        F.count(F.lit(1)).alias("n"), F.collect_set(F.col("ingest_date").cast("string")).alias("batches")
     )
     for r in per_day.collect():
         change = days.setdefault(r[day_column], DayChange())
         setattr(change, counter, getattr(change, counter) + r.n)
         change.batches.update(r.batches)
-        change.row_hashes[counter] = r.row_hash
 
 
 def _product_changes(spark: SparkSession, batches: list[str], product_days: dict, order_days: dict) -> None:
@@ -221,7 +209,7 @@ def _product_changes(spark: SparkSession, batches: list[str], product_days: dict
     if not batches:
         return
     versions = landing.read_landing(spark, landing.PRODUCTS, batches)
-    dated = versions.withColumn("valid_from", F.greatest(F.to_date("updated_at"), F.lit(first_day())))
+    dated = versions.withColumn("valid_from", landing.event_day(landing.PRODUCTS))
     if table_exists(spark, DIM_PRODUCT):  # new unless the day already holds this version or a later one
         held = read_table(spark, DIM_PRODUCT).select("product_id", "valid_from", F.col("updated_at").alias("held_at"))
         dated = dated.join(
@@ -263,7 +251,8 @@ def detect(spark: SparkSession, keep_landed: bool = False) -> Detection:
     if window_start:
         for days in (order_days, product_days):
             for day in [d for d in days if d < window_start and not days[d].pending]:
-                outside[day] = days.pop(day)
+                change = days.pop(day)
+                outside[day] = outside[day].plus(change) if day in outside else change
     watermark_ts = max((t for t in (wm.watermark_ts, new_ts) if t is not None), default=None)
     return Detection(wm, watermark_ts, batches, window_start, order_days, product_days, outside, landed)
 

@@ -10,7 +10,7 @@ import pytest
 
 from assets_pkg import landing
 from assets_pkg.assets import DAY_COLUMN
-from assets_pkg.backfill import run_backfill
+from assets_pkg.backfill import run_backfill, runs_url
 from assets_pkg.generate import generate
 from resources.delta_io import read_table
 from resources.lake import table_path
@@ -107,3 +107,18 @@ def test_day_folders_data_and_commit_files_get_the_usual_permissions_from_the_pr
     assert stat.S_IMODE(day_folder.stat().st_mode) == 0o755
     assert {stat.S_IMODE(f.stat().st_mode) for f in day_folder.glob("*.parquet")} == {0o644}
     assert {stat.S_IMODE(f.stat().st_mode) for f in (table / "_delta_log").glob("*.json")} == {0o644}
+
+
+def test_a_command_line_backfill_links_to_its_runs_reports_each_chunk_and_is_audited_under_its_id(spark, built, capsys):
+    from assets_pkg.cli import main
+    from resources import audit
+
+    assert main(["backfill", "--start", "2025-01-10", "--end", "2025-01-12", "--max-partitions-per-run", "2"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    backfill_id = out[0].split()[1].rstrip(":")
+    assert out[1].strip() == f"its runs in the Dagster UI: {runs_url(backfill_id)}"
+    assert "runs?q%5B%5D=tag%3Aexact_backfills%2Fbackfill%3D" + backfill_id in out[1]
+    assert out[2].startswith("  [1/2] 2025-01-10..2025-01-11 ok in ") and out[2].endswith("s to go")
+    assert out[3].startswith("  [2/2] 2025-01-12..2025-01-12 ok in ") and "to go" not in out[3]
+    written = audit.read(spark).where(f"backfill_id = '{backfill_id}'")
+    assert written.select("asset", "partition").distinct().count() == 3 * len(TABLES)

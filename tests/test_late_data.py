@@ -13,7 +13,7 @@ from pyspark.sql import functions as F
 from assets_pkg import landing, late_data
 from assets_pkg.assets import LANDING_ORDER_ITEMS, PUBLISH_ORDER, QUARANTINE_ORDER_ITEMS, STG_ORDER_ITEMS, stg_order_items
 from assets_pkg.automation import PREVIEW_JOB, landing_assets
-from assets_pkg.backfill import run_backfill
+from assets_pkg.backfill import observe_landing, run_backfill
 from assets_pkg.checks import LATE_DATA, UP_TO_DATE
 from assets_pkg.cli import main
 from assets_pkg.definitions import defs
@@ -65,10 +65,19 @@ class DagsterStaleness:
         return {date.fromisoformat(k) for k in result.get_requested_partitions(AssetKey(STG_ORDER_ITEMS))}
 
 
+def landing_versions(instance) -> dict[date, str]:
+    """The latest observed data version of each day of the order item landing."""
+    latest = {}
+    for record in instance.fetch_observations(AssetKey(LANDING_ORDER_ITEMS), limit=10_000).records:  # newest first
+        latest.setdefault(date.fromisoformat(record.partition_key), record.asset_observation.data_version)
+    return latest
+
+
 @pytest.fixture(scope="module")
 def lake_state(spark, lake):
     _, instance = lake
     summary = generate(spark, START, END, seed=31, rows_per_day=30)
+    assert observe_landing(instance).success  # as the `generate` command does
     built_end = date.fromisoformat(max(summary.batches))
     assert run_backfill(START, built_end, chunk_size=62, instance=instance, echo=lambda _: None)
     return Lake(built_end)
@@ -86,6 +95,8 @@ def test_corrections_on_three_old_days_and_late_rows_on_two_others_restate_exact
     _, instance = lake
     dagster_view = DagsterStaleness(instance)
     assert dagster_view.changed_days() == set()
+    versions_before = landing_versions(instance)
+    assert len(versions_before) == (END - START).days + 1  # every landed day, observed as `generate` does
     items, expected = three_corrected_and_two_late_days(spark, START)
     batch, ingested = lake_state.land(spark, items)
 
@@ -102,8 +113,8 @@ def test_corrections_on_three_old_days_and_late_rows_on_two_others_restate_exact
     before = snapshot(spark)
     assert defs.resolve_job_def(PREVIEW_JOB).execute_in_process(instance=instance).success
     assert_rewrote_exactly(spark, before, set(), tables=[])
-    observed = instance.fetch_observations(AssetKey(LANDING_ORDER_ITEMS), limit=100).records
-    assert {date.fromisoformat(r.partition_key) for r in observed} == expected
+    observed = landing_versions(instance)
+    assert {d for d, version in observed.items() if version != versions_before.get(d)} == expected
     assert dagster_view.changed_days() == expected
     untouched = START + timedelta(days=1)
     for table in ORDER_TABLES:
