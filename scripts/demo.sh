@@ -7,4 +7,11 @@ if [ ! -d "${LAKE_ROOT:-$ROOT/.lake}/landing/order_items" ]; then
   python -m assets_pkg generate
 fi
 python -m assets_pkg backfill
-exec dagster dev -w workspace.yaml -h 127.0.0.1 -p "${DAGSTER_PORT:-3000}"
+# Served from the instance's folder: next to the repository's dagster.yaml (a template, copied into DAGSTER_HOME),
+# dagster dev would warn that it is not the one in use. The terminal shows the services' warnings and errors, and
+# each run's messages and warnings (python_logs in dagster.yaml), not one line per event; every event is in the UI.
+export LAKE_ROOT="$(realpath -m "${LAKE_ROOT:-$ROOT/.lake}")" DAGSTER_HOME="$(realpath "$DAGSTER_HOME")"
+cd "$DAGSTER_HOME"
+# `dagster dev` still works as documented; its notice that `dg dev` (another package) supersedes it is not a fault.
+export PYTHONWARNINGS="ignore:Function \`dev_command\` is superseded"
+exec dagster dev -w "$ROOT/workspace.yaml" -h 127.0.0.1 -p "${DAGSTER_PORT:-3000}" --log-level warning
