@@ -82,8 +82,9 @@ class DagsterDev:
         self.log = open(dagster_home / "dagster_dev.log", "w")
         dagster = str(Path(sys.executable).parent / "dagster")
         self.proc = subprocess.Popen(
-            [dagster, "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(self.port)],
-            cwd=REPO_ROOT,
+            # As scripts/demo.sh serves it: from the instance's folder.
+            [dagster, "dev", "-w", str(REPO_ROOT / "workspace.yaml"), "-h", "127.0.0.1", "-p", str(self.port)],
+            cwd=dagster_home,
             env={**os.environ, **env, "DAGSTER_HOME": str(dagster_home)},
             stdout=self.log,
             stderr=subprocess.STDOUT,
@@ -136,15 +137,19 @@ class DagsterDev:
             time.sleep(2)
         raise TimeoutError(f"backfill {backfill_id} still running after {timeout}s")
 
-    def runs(self, job: str) -> list[dict]:
-        return self.graphql(RUNS, {"filter": {"pipelineName": job}})["runsOrError"]["results"]
+    def runs(self, job: str | None = None) -> list[dict]:
+        """Runs of `job` (of every job when None), newest first."""
+        run_filter = {"pipelineName": job} if job else {}
+        return self.graphql(RUNS, {"filter": run_filter})["runsOrError"]["results"]
 
-    def wait_for_run(self, job: str, tag: tuple[str, str], timeout: float = 600) -> dict:
-        """The first run of `job` carrying `tag`, once it has finished (a sensor launched it: we only wait)."""
+    def wait_for_run(self, job: str | None, tag: tuple[str, str] | None = None, run_id: str = "", timeout: float = 600) -> dict:
+        """The first run of `job` carrying `tag` (and whose id starts with `run_id`), once it has finished (a sensor
+        or the UI launched it: we only wait)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             for run in self.runs(job):
-                if {"key": tag[0], "value": tag[1]} in run["tags"] and run["status"] in ("SUCCESS", "FAILURE", "CANCELED"):
+                tagged = tag is None or {"key": tag[0], "value": tag[1]} in run["tags"]
+                if tagged and run["runId"].startswith(run_id) and run["status"] in ("SUCCESS", "FAILURE", "CANCELED"):
                     return run
             time.sleep(2)
         raise TimeoutError(f"no finished run of {job} tagged {tag} after {timeout}s")

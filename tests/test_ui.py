@@ -1,32 +1,45 @@
-"""What users do in the UI, with a real webserver and daemon, on a lake of 90 built days: a partition-range backfill
-runs in chunked runs and changes nothing it re-runs; a late batch is restated by the sensor on exactly the days it
-changes. The tests share the lake and run in file order."""
+"""What a person sees in the Dagster UI, in Chromium, against a real webserver and daemon, on a lake of 90 built days:
+a range backfill launched from the Materialize dialog succeeds in chunked runs, changes nothing it re-runs and shows
+every day materialized and every check passed; a duplicate written behind the pipeline's back shows its day failed
+with the numbers; a late batch shows exactly its days stale, then passed after the sensor's restatement; the landing
+shows as observed. The tests share the lake and run in file order."""
 
 from datetime import date, timedelta
 
 import pytest
+from dagster import AssetKey
 
-from assets_pkg import late_data
+from assets_pkg import cli, late_data
 from assets_pkg.automation import LANDING_STATE_TAG, RESTATE_JOB, landing_state
-from assets_pkg.backfill import run_backfill, run_restatement
-from assets_pkg.checks import RECONCILES, UP_TO_DATE, UNIQUE_KEY
+from assets_pkg.backfill import observe_landing, run_backfill, run_restatement
+from assets_pkg.assets import FACT_ORDER_ITEM
+from assets_pkg.checks import FINGERPRINT, KEYS_NOT_NULL, RECONCILES, ROW_COUNT_CHANGE, UNIQUE_KEY, UP_TO_DATE
 from assets_pkg.definitions import defs
 from assets_pkg.generate import generate
 from resources import control
-from resources.delta_io import read_table
+from resources.delta_io import read_days, read_table
+from resources.lake import table_path
+from tests.browser import dagster_ui
 from tests.conftest import TABLE_KEYS, duplicate_keys, rows
 from tests.dagster_ui import DagsterDev, instance_at
 from tests.late_batches import (
     ORDER_TABLES,
     assert_rewrote_exactly,
     land_batch,
-    latest_check_status,
     next_batch_day,
     snapshot,
     three_corrected_and_two_late_days,
 )
 
 START, DAYS, UI_DAYS, CHUNK = date(2025, 1, 1), 90, 30, 15
+ALL_DAYS = {"Passed": DAYS, "Failed": 0, "Missing": 0}
+
+
+def _checks() -> dict[str, list[str]]:
+    by_table: dict[str, list[str]] = {}
+    for key in sorted(defs.resolve_asset_graph().asset_check_keys, key=lambda k: (k.asset_key.to_user_string(), k.name)):
+        by_table.setdefault(key.asset_key.to_user_string(), []).append(key.name)
+    return by_table
 
 
 @pytest.fixture(scope="module")
@@ -36,66 +49,162 @@ def dagster_dev(spark, lake):
     generate(spark, START, end, seed=5, rows_per_day=20)
     home = root / "dagster_dev_home"
     with instance_at(home) as instance:
-        # The history, built in-process in one run and recorded in the instance the webserver reads; then what the
-        # `restate` command does, which the sensor sees and does not repeat for the same landing.
+        # What `generate`, `backfill` and `restate` do, in-process and recorded in the instance the webserver reads:
+        # the landing observed, the history built in one run, then the restatement the sensor then does not repeat.
+        assert observe_landing(instance).success
         assert run_backfill(START, end, chunk_size=DAYS, instance=instance, echo=lambda _: None)
         assert run_restatement(instance).success
     dev = DagsterDev(home, env={"LAKE_ROOT": str(root), "BACKFILL_MAX_PARTITIONS_PER_RUN": str(CHUNK), "LATE_DATA_SENSOR_INTERVAL_S": "5"})
     try:
         dev.wait_until_up()
+        dev.graphql("mutation { setNuxSeen }")  # the community sign-up dialog, shown once per instance
         yield dev
     finally:
         dev.stop()
 
 
-@pytest.mark.daemon
-def test_a_30_day_ui_backfill_of_every_asset_runs_in_chunks_and_changes_nothing_it_reruns(spark, dagster_dev):
-    days = [(START + timedelta(days=i)).isoformat() for i in range(UI_DAYS)]
-    every_asset = [k.to_user_string() for k in defs.resolve_asset_graph().materializable_asset_keys]
-    before = {table: rows(spark, table) for table in TABLE_KEYS}
-    backfill_id = dagster_dev.launch_backfill(every_asset, days)
-    backfill = dagster_dev.wait_for_backfill(backfill_id)
+@pytest.fixture(scope="module")
+def ui(dagster_dev):
+    with dagster_ui(f"http://127.0.0.1:{dagster_dev.port}") as ui:
+        yield ui
 
-    assert backfill["status"] == "COMPLETED_SUCCESS", backfill
-    runs = backfill["runs"]
-    assert all(r["status"] == "SUCCESS" for r in runs)
+
+@pytest.mark.daemon
+def test_the_landing_shows_as_observed_with_a_data_version_for_every_landed_day(ui, lake):
+    root, _ = lake
+    last = (START + timedelta(days=DAYS - 1)).isoformat()
+    for asset in ("landing_order_items", "landing_products"):
+        ui.open(f"/assets/{asset}")
+        ui.page.get_by_text("Latest observation").wait_for()
+        assert "Never observed" not in ui.page.locator("body").inner_text()
+    ui.open("/assets/landing_order_items?view=events")
+    ui.page.get_by_text(last, exact=True).first.wait_for()  # one observation per landed day, newest first
+    ui.screenshot("landing-observed")
+    with instance_at(root / "dagster_dev_home") as instance:
+        observed = instance.fetch_observations(AssetKey("landing_order_items"), limit=10_000).records
+    versions = {r.partition_key: r.asset_observation.data_version for r in observed}
+    assert len(versions) == DAYS and all(versions.values())
+
+
+@pytest.mark.daemon
+def test_a_30_day_backfill_from_the_materialize_dialog_runs_in_chunks_and_changes_nothing_it_reruns(spark, dagster_dev, ui):
+    before = {table: rows(spark, table) for table in TABLE_KEYS}
+    last = START + timedelta(days=UI_DAYS - 1)
+
+    backfill_id = ui.launch_backfill("orders", START.isoformat(), last.isoformat())
+    page = ui.backfill_page(backfill_id, until="Succeeded")
+    ui.screenshot("backfill-succeeded")
+
+    assert "\nStatus\nSucceeded\n" in page, page[:600]
+    for asset in ["stg_order_items", "quarantine_order_items", "dim_product", "fact_order_item", "daily_revenue", "customer_daily_features"]:
+        assert f"{asset}\n{asset}\n100% completed\n{UI_DAYS}\n0\n{UI_DAYS}\n0" in page, f"{asset} not shown complete"
+    backfill = dagster_dev.wait_for_backfill(backfill_id)
     # Chunked: a few runs of at most CHUNK days, never one run per day.
     ranges = set()
-    for run in runs:
+    for run in backfill["runs"]:
         tags = {t["key"]: t["value"] for t in run["tags"]}
         first = date.fromisoformat(tags["dagster/asset_partition_range_start"])
-        last = date.fromisoformat(tags["dagster/asset_partition_range_end"])
-        assert (last - first).days + 1 <= CHUNK
-        ranges.add((first, last))
-    assert len(runs) < UI_DAYS // 2
-    covered = {first + timedelta(days=i) for first, last in ranges for i in range((last - first).days + 1)}
-    assert covered == {date.fromisoformat(d) for d in days}
+        end = date.fromisoformat(tags["dagster/asset_partition_range_end"])
+        assert (end - first).days + 1 <= CHUNK
+        ranges.add((first, end))
+    assert len(backfill["runs"]) < UI_DAYS // 2
+    covered = {first + timedelta(days=i) for first, end in ranges for i in range((end - first).days + 1)}
+    assert covered == {START + timedelta(days=i) for i in range(UI_DAYS)}
 
     for table in TABLE_KEYS:
         assert duplicate_keys(spark, table) == 0, table
         assert rows(spark, table) == before[table], f"{table}: re-running the range changed its content"
-    assert read_table(spark, "daily_revenue").select("order_date").distinct().count() == DAYS
     # The sensor waited for the backfill and did not repeat the restatement `restate` did for this landing.
     assert len(dagster_dev.runs(RESTATE_JOB)) == 1
 
 
 @pytest.mark.daemon
-def test_late_rows_on_five_days_are_restated_by_the_sensor_on_exactly_those_days(spark, dagster_dev, lake):
+def test_every_table_shows_every_day_materialized_and_every_check_every_day_passed(ui):
+    for table, checks in _checks().items():
+        assert ui.asset_partitions(table, {"Materialized": DAYS, "Missing": 0}) == {
+            "Failed": 0, "Materialized": DAYS, "Materializing": 0, "Missing": 0}, table
+        for check in checks:
+            seen = ui.check_partitions(table, check, ALL_DAYS)
+            assert {k: seen.get(k) for k in ALL_DAYS} == ALL_DAYS, (table, check, seen)
+    ui.check_partitions("fact_order_item", UNIQUE_KEY, ALL_DAYS)
+    ui.screenshot("check-partitions-passed")
+
+
+@pytest.mark.daemon
+def test_the_checks_that_gate_a_publish_show_as_blocking_and_the_others_do_not(ui):
+    for check in (UNIQUE_KEY, KEYS_NOT_NULL, RECONCILES):
+        assert "This is a blocking asset check" in ui.check_overview("fact_order_item", check), check
+    for check in (FINGERPRINT, ROW_COUNT_CHANGE, UP_TO_DATE):
+        assert "This is a non-blocking asset check" in ui.check_overview("fact_order_item", check), check
+
+
+@pytest.mark.daemon
+def test_each_days_materialization_shows_that_days_own_rows(spark, ui):
+    day = START + timedelta(days=7)
+    panel = ui.asset_day(FACT_ORDER_ITEM, day.isoformat())
+    rows_on_day = read_days(spark, FACT_ORDER_ITEM, "order_date", [day]).count()
+    assert f"rows_written\n{rows_on_day}\n" in panel, panel
+
+
+@pytest.mark.daemon
+def test_a_duplicate_written_behind_the_pipelines_back_shows_its_day_failed_with_the_numbers(spark, lake, ui, capsys):
     root, _ = lake
+    day = START + timedelta(days=40)
+    read_days(spark, "fact_order_item", "order_date", [day]).limit(1).write.format("delta").mode("append").save(
+        table_path("fact_order_item"))
+
+    with instance_at(root / "dagster_dev_home"):
+        exit_code = cli.main(["check", "--asset", "fact_order_item", "--start", str(day), "--end", str(day)])
+    printed = capsys.readouterr().out
+    assert exit_code == 1
+    assert f"FAIL {UNIQUE_KEY} {day}: " in printed, printed
+
+    seen = ui.check_partitions("fact_order_item", UNIQUE_KEY, {"Failed": 1, "Passed": DAYS - 1})
+    assert (seen["Failed"], seen["Passed"]) == (1, DAYS - 1), seen
+    status, panel = ui.day_result(day.isoformat())
+    ui.screenshot("check-day-failed")
+    assert status == "Failed"
+    assert "duplicate_rows\n1\n" in panel, panel
+
+    # Rebuilding the day puts it right, and the view says so.
+    with instance_at(root / "dagster_dev_home") as instance:
+        assert run_backfill(day, day, instance=instance, echo=lambda _: None)
+    seen = ui.check_partitions("fact_order_item", UNIQUE_KEY, ALL_DAYS)
+    assert (seen["Failed"], seen["Passed"]) == (0, DAYS), seen
+
+
+@pytest.mark.daemon
+def test_a_late_batch_shows_exactly_its_days_stale_then_passed_after_the_sensors_restatement(spark, dagster_dev, lake, ui):
+    root, _ = lake
+    ui.set_sensor("late_data_sensor", running=False)
     items, expected = three_corrected_and_two_late_days(spark, START + timedelta(days=40))
+    stale_days = sorted(d.isoformat() for d in expected)
     before = snapshot(spark)
     ingested = land_batch(spark, items, next_batch_day())
 
+    # Observing the landing (its "Observe" button) shows, before anything is rewritten, exactly the stale days.
+    observation = dagster_dev.wait_for_run(None, run_id=ui.observe("landing_order_items"))
+    assert observation["status"] == "SUCCESS"
+    for table in ORDER_TABLES:
+        seen = ui.check_partitions(table, UP_TO_DATE, {"Failed": len(expected), "Passed": DAYS - len(expected)})
+        assert (seen["Failed"], seen["Passed"]) == (len(expected), DAYS - len(expected)), (table, seen)
+        for day in stale_days:
+            status, panel = ui.day_result(day)
+            assert status == "Failed", (table, day, panel)
+            assert "key(s) added or corrected" in panel, panel  # and why
+    ui.check_partitions("fact_order_item", UP_TO_DATE, {"Failed": len(expected)})
+    ui.screenshot("late-batch-stale-days")
+
+    ui.set_sensor("late_data_sensor", running=True)
     run = dagster_dev.wait_for_run(RESTATE_JOB, (LANDING_STATE_TAG, landing_state()))
 
     assert run["status"] == "SUCCESS"
-    # One restatement, whichever sensor run picked the batch up: one commit per order table, on exactly the 5 days.
+    # One restatement: one commit per order table, on exactly the 5 days.
     assert_rewrote_exactly(spark, before, expected)
     quantities = {(r.order_id, r.order_item_id): r.quantity for r in read_table(spark, "fact_order_item").collect()}
     assert all(quantities[(r[0], r[1])] == r[6] for r in items)
     assert control.read_watermark(spark, late_data.PIPELINE).watermark_ts == ingested.replace(tzinfo=None)
-    with instance_at(root / "dagster_dev_home") as instance:
-        for table in ORDER_TABLES:
-            for check in (UNIQUE_KEY, UP_TO_DATE, *([RECONCILES] if table != "stg_order_items" else [])):
-                statuses = {d: latest_check_status(instance, table, check, d) for d in expected}
-                assert statuses == dict.fromkeys(expected, "SUCCEEDED"), (table, check, statuses)
+    for table in ORDER_TABLES:
+        seen = ui.check_partitions(table, UP_TO_DATE, ALL_DAYS)
+        assert (seen["Failed"], seen["Passed"]) == (0, DAYS), (table, seen)
+    ui.screenshot("late-batch-restated")

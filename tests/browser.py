@@ -1,0 +1,169 @@
+"""The Dagster UI as a person sees it: Debian's Chromium driven by Playwright against a real `dagster dev`.
+
+Every helper reads what is on the screen (the counts beside a Partitions bar, a backfill's status, a day's result),
+not the GraphQL behind it. Screenshots go to $UI_SCREENSHOTS (default .artifacts/ui, git-ignored); the README's are
+copies of them."""
+
+import os
+import re
+import shutil
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+from playwright.sync_api import Page, sync_playwright
+
+from resources.lake import REPO_ROOT
+
+SCREENSHOTS = Path(os.environ.get("UI_SCREENSHOTS", REPO_ROOT / ".artifacts" / "ui"))
+# The labels beside a Partitions bar, longest first so that "Execution Failed" is not read as "Failed".
+_COUNT = re.compile(r"(Execution Failed|Materializing|Materialized|In Progress|Failed|Missing|Skipped|Passed)\s*\((\d+)\)")
+
+
+def chromium_path() -> str:
+    path = shutil.which("chromium") or shutil.which("chromium-browser")
+    if not path:
+        raise RuntimeError("the browser tests need Debian's chromium: apt-get install chromium (scripts/setup.sh does as root)")
+    return path
+
+
+@contextmanager
+def dagster_ui(base_url: str):
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium_path(), args=["--no-sandbox"])
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 950})
+            page.set_default_timeout(60_000)
+            yield DagsterUI(page, base_url)
+        finally:
+            browser.close()
+
+
+def counts(text: str) -> dict[str, int]:
+    return {label: int(n) for label, n in _COUNT.findall(text)}
+
+
+class DagsterUI:
+    def __init__(self, page: Page, base_url: str):
+        self.page, self.base_url = page, base_url
+
+    def open(self, path: str) -> None:
+        self.page.goto(self.base_url + path)
+
+    def screenshot(self, name: str) -> Path:
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        path = SCREENSHOTS / f"{name}.png"
+        self.page.screenshot(path=path)
+        return path
+
+    def _wait_for_counts(self, expected: dict[str, int], timeout: float) -> dict[str, int]:
+        """The counts beside the Partitions bar once they equal `expected` (they load, then refresh), or the last
+        counts read when `timeout` passes, for the caller's assertion to show."""
+        deadline = time.monotonic() + timeout
+        seen: dict[str, int] = {}
+        while time.monotonic() < deadline:
+            seen = counts(self.page.locator("body").inner_text())
+            if all(seen.get(label) == n for label, n in expected.items()):
+                return seen
+            self.page.wait_for_timeout(500)
+        return seen
+
+    def launch_backfill(self, group: str, first_day: str, last_day: str) -> str:
+        """What a person does: the group's "Materialize all", a custom partition range, "Launch backfill"."""
+        self.open(f"/asset-groups/{group}")
+        self.page.get_by_role("button", name="Materialize all").click()
+        partitions = self.page.get_by_placeholder("ex: 2025-01-01")
+        partitions.fill(f"[{first_day}...{last_day}]")
+        partitions.press("Enter")
+        dialog = self.page.get_by_role("dialog")
+        dialog.get_by_text(f"{_days_between(first_day, last_day)} partitions").wait_for()
+        self.screenshot("launch-backfill")
+        dialog.get_by_role("button", name="Launch backfill").click()
+        toast = self.page.get_by_text(re.compile(r"Created backfill \w+"))
+        return toast.inner_text().split()[-1]
+
+    def backfill_page(self, backfill_id: str, until: str, timeout: float = 900) -> str:
+        """The backfill's page once its status reads `until` (it refreshes itself); its text."""
+        self.open(f"/runs/b/{backfill_id}")
+        status = self.page.get_by_text("Status", exact=True).locator("xpath=following-sibling::*[1]")
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if status.count() and status.first.inner_text().strip() == until:
+                break
+            self.page.wait_for_timeout(2000)
+        return self.page.locator("body").inner_text()
+
+    def asset_partitions(self, asset: str, expected: dict[str, int], timeout: float = 60) -> dict[str, int]:
+        """The counts of the asset's Partitions view (Materialized, Failed, Missing...)."""
+        self.open(f"/assets/{asset}?view=partitions")
+        return self._wait_for_counts(expected, timeout)
+
+    def check_partitions(self, asset: str, check: str, expected: dict[str, int], timeout: float = 60) -> dict[str, int]:
+        """The counts of a check's own Partitions view (Passed, Failed, Missing...): Checks, the check, Partitions."""
+        self.open(f"/assets/{asset}?view=checks&checkDetail={check}")
+        self.page.get_by_role("tab", name="Partitions").nth(1).click()  # the first is the asset's own tab
+        return self._wait_for_counts(expected, timeout)
+
+    def _select_day(self, day: str) -> None:
+        """Click `day` in a Partitions view's list, then scroll back up, where the day's panel is (clicking scrolls
+        the list's day into view, the panel out of it)."""
+        # The list renders only the days in view: narrow it to the day first (a check's view has a filter box; an
+        # asset's, the partition selection).
+        check_filter = self.page.get_by_placeholder("Filter by partition")
+        if check_filter.count():
+            check_filter.fill(day)
+        else:
+            selection = self.page.get_by_placeholder("ex: 2025-01-01")
+            selection.fill(day)
+            selection.press("Enter")
+        self.page.get_by_text(day, exact=True).filter(visible=True).last.click()
+        self.page.evaluate("() => { for (const e of document.querySelectorAll('*')) if (e.scrollTop) e.scrollTop = 0; }")
+
+    def check_overview(self, asset: str, check: str) -> str:
+        """The check's own Overview: what it is (blocking or not), its description and latest result."""
+        self.open(f"/assets/{asset}?view=checks&checkDetail={check}")
+        self.page.get_by_text(re.compile(r"This is a (non-)?blocking asset check")).first.wait_for()
+        return self.page.locator("body").inner_text()
+
+    def asset_day(self, asset: str, day: str) -> str:
+        """On the asset's Partitions view, the panel of `day`: its latest materialization and that one's metadata."""
+        self.open(f"/assets/{asset}?view=partitions")
+        self._select_day(day)
+        self.page.get_by_text("rows_written").first.wait_for()
+        text = re.sub(r"\s*\n\s*", "\n", self.page.locator("body").inner_text())  # a table's cells, one per line
+        return text[text.rindex(day):]
+
+    def day_result(self, day: str) -> tuple[str, str]:
+        """On a check's Partitions view: the status shown for `day` (Passed, Failed...) and the result's panel
+        (its run, description and metadata)."""
+        self._select_day(day)
+        self.page.get_by_text("Latest execution").first.wait_for()
+        self.page.wait_for_timeout(500)
+        text = self.page.locator("body").inner_text()
+        panel = text[text.rindex("Latest execution"):]
+        status = text[: text.rindex("Latest execution")].rstrip().splitlines()[-1]
+        return status, panel
+
+    def observe(self, asset: str) -> str:
+        """The source asset's "Observe" button: Dagster launches an observation run; the start of its id."""
+        self.open(f"/assets/{asset}")
+        self.page.get_by_role("button", name="Observe").click()
+        toast = self.page.get_by_text(re.compile(r"Launched run \w+"))
+        return toast.inner_text().split()[-1]
+
+    def set_sensor(self, sensor: str, running: bool, location: str = "exact_backfills") -> None:
+        """The "Running" switch on the sensor's page."""
+        self.open(f"/locations/{location}/sensors/{sensor}")
+        switch = self.page.get_by_role("checkbox").first
+        switch.wait_for(state="attached")
+        if switch.is_checked() != running:
+            switch.locator("xpath=ancestor::label[1]").click()
+        self.page.wait_for_function(
+            "([running]) => document.querySelector('input[type=checkbox]').checked === running", arg=[running]
+        )
+
+
+def _days_between(first_day: str, last_day: str) -> int:
+    from datetime import date
+
+    return (date.fromisoformat(last_day) - date.fromisoformat(first_day)).days + 1
