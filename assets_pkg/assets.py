@@ -12,7 +12,7 @@ from dagster_pyspark import LazyPySparkResource
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from assets_pkg import checks, landing, quarantine, recording, transforms
+from assets_pkg import checks, landing, liveness, quarantine, recording, transforms
 from assets_pkg.checks import Reconciliation, TableChecks
 from assets_pkg.landing import ORDER_ITEM_KEY, ORDER_ITEM_VERSION_COLUMNS
 from assets_pkg.partitions import backfill_policy, daily_partitions, first_day, last_day, run_days
@@ -261,6 +261,7 @@ def late_data_outcomes(spark: SparkSession, days: list[date], run: RunInfo, now:
 
 
 def _materialize(context: AssetExecutionContext, spark: SparkSession, table: str, side_tables: tuple[str, ...]):
+    liveness.record(context)
     days = run_days(context)
     selected = {k.to_user_string() for k in context.selected_asset_keys}
     run = RunInfo.of(context.run)

@@ -32,7 +32,7 @@ from dagster._core.execution.backfill import BulkActionStatus  # not exported; t
 from dagster_pyspark import LazyPySparkResource
 from pyspark.sql import SparkSession
 
-from assets_pkg import checks, landing, late_data, recording
+from assets_pkg import checks, landing, late_data, liveness, recording
 from assets_pkg.assets import LANDING_ORDER_ITEMS, LANDING_PRODUCTS, STG_ORDER_ITEMS, BlockingChecksFailed, RunInfo
 from assets_pkg.partitions import daily_partitions
 from resources.lake import table_path
@@ -93,6 +93,7 @@ def _observed(spark: SparkSession, asset: str) -> DataVersionsByPartition:
                          "rows), and fails up_to_date_with_landing on the days of each table that batches landed since "
                          "the last restatement make stale.")
 def landing_order_items(context: OpExecutionContext, pyspark: LazyPySparkResource) -> DataVersionsByPartition:
+    liveness.record(context)
     spark = pyspark.spark_session
     try:
         found = late_data.detect(spark)
@@ -107,7 +108,8 @@ def landing_order_items(context: OpExecutionContext, pyspark: LazyPySparkResourc
 @observable_source_asset(name=LANDING_PRODUCTS, partitions_def=daily_partitions, group_name="landing",
                          description="Product batches ($LAKE_ROOT/landing/products/ingest_date=D/), partitioned by the "
                          "day a version takes effect. Observing it records each landed day's data version.")
-def landing_products(pyspark: LazyPySparkResource) -> DataVersionsByPartition:
+def landing_products(context: OpExecutionContext, pyspark: LazyPySparkResource) -> DataVersionsByPartition:
+    liveness.record(context)
     return _observed(pyspark.spark_session, LANDING_PRODUCTS)
 
 
@@ -127,6 +129,7 @@ def restate_late_data_op(context: OpExecutionContext, pyspark: LazyPySparkResour
     """Restate the days changed by batches landed since the watermark, in every table, then advance the watermark.
     Dagster records each stage as it happens: the stale days (failing checks) before anything is written, then each
     table's days and check results after its commit."""
+    liveness.record(context)
     run = RunInfo.of(context.run)
     found = None
     try:
@@ -156,10 +159,6 @@ def restate_late_data_job():
 preview_late_data_job = define_asset_job(PREVIEW_JOB, selection=AssetSelection.assets(LANDING_ORDER_ITEMS, LANDING_PRODUCTS))
 
 
-_ACTIVE = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING, DagsterRunStatus.STARTED,
-           DagsterRunStatus.CANCELING]
-
-
 def landing_state() -> str:
     """Which batches have landed: changes when any batch folder appears (even one dated in the past)."""
     parts = []
@@ -179,10 +178,15 @@ def landing_state() -> str:
 def late_data_sensor(context: SensorEvaluationContext):
     if not os.path.isdir(os.path.join(table_path(STG_ORDER_ITEMS), "_delta_log")):
         return SkipReason("stg_order_items is not built yet: backfill it first")
+    # A run whose process died stays STARTED for Dagster: closed here, it no longer holds late data back.
+    closed, active = liveness.close_dead_runs(context.instance)
+    for dead in closed:
+        context.log.warning(f"closed a dead run: {dead.describe()}")
     if context.instance.get_backfills(status=BulkActionStatus.REQUESTED, limit=1):
         return SkipReason("a backfill is running: late batches are restated after it")
-    if context.instance.get_runs_count(RunsFilter(statuses=_ACTIVE)):
-        return SkipReason("a run is in progress: late batches are restated after it (one writer per day at a time)")
+    if active:
+        return SkipReason(f"waiting for {active[0].describe()}: late batches are restated after it (one writer per "
+                          "day at a time)")
     state = landing_state()
     if state == context.cursor:
         return SkipReason("no new landing batch")

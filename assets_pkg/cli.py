@@ -192,6 +192,24 @@ def _cmd_restate(args) -> int:
     return 0
 
 
+def _cmd_runs(args) -> int:
+    from assets_pkg import liveness
+    from assets_pkg.backfill import dagster_instance
+
+    instance = dagster_instance()
+    closed, active = liveness.close_dead_runs(instance) if args.close_dead else ([], liveness.active_runs(instance))
+    for run in closed:
+        print(f"marked failed: {run.describe()}")
+    for run in active:
+        print(run.describe())
+    dead = [r for r in active if r.alive is False]
+    if dead:
+        print(f"{len(dead)} run(s) whose process is gone: `runs --close-dead` marks them failed")
+    if not closed and not active:
+        print("no active runs")
+    return 1 if dead else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="assets-pkg", description="Exact, idempotent backfills on Spark + Delta")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -240,6 +258,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("restate", help="restate the days late or corrected rows change, in every table (what the sensor does)")
     p.set_defaults(func=_cmd_restate)
+
+    p = sub.add_parser("runs", help="the active runs in the Dagster instance, and whether their process is alive")
+    p.add_argument("--close-dead", action="store_true", help="mark the runs whose process is gone failed")
+    p.set_defaults(func=_cmd_runs)
 
     p = sub.add_parser("metrics", help="p95 run time, watermark lag, duplicate % and mismatch count per asset")
     p.set_defaults(func=_cmd_metrics)

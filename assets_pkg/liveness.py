@@ -1,0 +1,94 @@
+"""Which runs are alive. A run records the process that executes it (host, pid and the process's start time, so that a
+reused pid is not taken for it) as a run tag when a step starts; a run still STARTED whose process is gone is dead,
+and is closed with Dagster's `report_run_failed`, saying what was found.
+
+Dagster's run monitoring (dagster.yaml) fails runs stuck starting, but it cannot see a run's process die: the default
+run launcher does not support run worker health checks, and the command line executes its runs in its own process,
+with no launcher at all. So guards that wait for a run (the late-data sensor) ask here first."""
+
+import os
+import socket
+import time
+from dataclasses import dataclass
+
+from dagster import DagsterInstance, DagsterRun, DagsterRunStatus, RunsFilter
+
+PROCESS_TAG = "exact_backfills/process"  # host:pid:start time of the process executing the run
+
+ACTIVE = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING, DagsterRunStatus.STARTED,
+          DagsterRunStatus.CANCELING]
+
+
+def _start_time(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (field 22 of /proc/PID/stat); None when there is none."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return None
+
+
+def this_process() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{_start_time(os.getpid())}"
+
+
+_recorded: set[str] = set()  # runs whose process this process recorded
+
+
+def record(context) -> None:
+    """Record the run's process on the run, once (called where a step starts)."""
+    run_id = context.run.run_id
+    if run_id not in _recorded and context.run.tags.get(PROCESS_TAG) != this_process():
+        context.instance.add_run_tags(run_id, {PROCESS_TAG: this_process()})
+    _recorded.add(run_id)
+
+
+@dataclass
+class ActiveRun:
+    run: DagsterRun
+    age_s: float
+    process: str | None
+    alive: bool | None  # None: not known here (no process recorded yet, or another host's)
+
+    def describe(self) -> str:
+        where = f"process {self.process}" if self.process else "no process recorded yet"
+        state = {True: "alive", False: "gone", None: "not checked"}[self.alive]
+        return f"run {self.run.run_id} ({self.run.job_name}, {self.run.status.value}, {self.age_s:.0f}s): {where}, {state}"
+
+
+def _alive(process: str) -> bool | None:
+    host, pid, started = process.rsplit(":", 2)
+    if host != socket.gethostname():
+        return None
+    return _start_time(int(pid)) == started
+
+
+def active_runs(instance: DagsterInstance) -> list[ActiveRun]:
+    found = []
+    now = time.time()
+    for record in instance.get_run_records(RunsFilter(statuses=ACTIVE)):
+        process = record.dagster_run.tags.get(PROCESS_TAG)
+        alive = _alive(process) if process and record.dagster_run.status != DagsterRunStatus.QUEUED else None
+        since = record.start_time or record.create_timestamp.timestamp()
+        found.append(ActiveRun(record.dagster_run, now - since, process, alive))
+    return found
+
+
+def close(instance: DagsterInstance, active: ActiveRun) -> None:
+    instance.report_run_failed(
+        active.run,
+        message=f"Marked failed: the process that executed this run ({active.process}) is gone, found after "
+        f"{active.age_s:.0f}s; its days are repaired by re-running the same range (writes replace whole days).",
+    )
+
+
+def close_dead_runs(instance: DagsterInstance) -> tuple[list[ActiveRun], list[ActiveRun]]:
+    """Close every active run whose process is gone; returns (closed, still active)."""
+    closed, active = [], []
+    for run in active_runs(instance):
+        if run.alive is False:
+            close(instance, run)
+            closed.append(run)
+        else:
+            active.append(run)
+    return closed, active
