@@ -310,6 +310,12 @@ def _commit_totals(commit, days: list[date]) -> dict:
     }
 
 
+# Every step that writes the lake claims this Dagster concurrency pool, whose limit dagster.yaml sets to 1: steps of
+# any runs (the UI's, the sensor's, and the command line's, which Dagster enforces too) write one at a time, so two
+# runs over the same days wait for each other instead of failing on Delta's conflict detection half-way.
+LAKE_WRITES_POOL = "lake_writes"
+
+
 def daily_table(name: str, deps: tuple[str, ...] = (), side_tables: tuple[str, ...] = (), description: str = ""):
     """Declare a daily-partitioned Delta table built by `build(spark, days) -> Staged`, with its checks."""
     specs = [
@@ -328,6 +334,7 @@ def daily_table(name: str, deps: tuple[str, ...] = (), side_tables: tuple[str, .
             partitions_def=daily_partitions,
             backfill_policy=backfill_policy,
             can_subset=True,
+            pool=LAKE_WRITES_POOL,
         )
         def _asset(context: AssetExecutionContext, pyspark: LazyPySparkResource):
             yield from _materialize(context, pyspark.spark_session, name, side_tables)

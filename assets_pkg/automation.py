@@ -33,7 +33,14 @@ from dagster_pyspark import LazyPySparkResource
 from pyspark.sql import SparkSession
 
 from assets_pkg import checks, landing, late_data, liveness, recording
-from assets_pkg.assets import LANDING_ORDER_ITEMS, LANDING_PRODUCTS, STG_ORDER_ITEMS, BlockingChecksFailed, RunInfo
+from assets_pkg.assets import (
+    LAKE_WRITES_POOL,
+    LANDING_ORDER_ITEMS,
+    LANDING_PRODUCTS,
+    STG_ORDER_ITEMS,
+    BlockingChecksFailed,
+    RunInfo,
+)
 from assets_pkg.partitions import daily_partitions
 from resources.lake import table_path
 from resources.spark import spark_resource
@@ -124,7 +131,7 @@ def _summary(found: late_data.Detection) -> dict:
     }
 
 
-@op(name=RESTATE_OP, out=Out(dict))
+@op(name=RESTATE_OP, out=Out(dict), pool=LAKE_WRITES_POOL)
 def restate_late_data_op(context: OpExecutionContext, pyspark: LazyPySparkResource):
     """Restate the days changed by batches landed since the watermark, in every table, then advance the watermark.
     Dagster records each stage as it happens: the stale days (failing checks) before anything is written, then each

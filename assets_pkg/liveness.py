@@ -75,6 +75,8 @@ def active_runs(instance: DagsterInstance) -> list[ActiveRun]:
 
 
 def close(instance: DagsterInstance, active: ActiveRun) -> None:
+    """Mark the run failed, saying why, and free the concurrency slots its dead process held."""
+    instance.event_log_storage.free_concurrency_slots_for_run(active.run.run_id)
     instance.report_run_failed(
         active.run,
         message=f"Marked failed: the process that executed this run ({active.process}) is gone, found after "

@@ -1,5 +1,5 @@
-"""A crashed run never stops the pipeline silently: a run whose process died is found, closed with a message, and no
-longer holds late data back."""
+"""Crashes and concurrent writers never stop the pipeline silently: a run whose process died is found, closed with a
+message, and no longer holds late data back; two runs over the same days write one step at a time."""
 
 import os
 import signal
@@ -8,14 +8,17 @@ import sys
 import time
 from datetime import date
 
+import pytest
 from dagster import DagsterEventType, DagsterRunStatus, RunsFilter, SkipReason, build_sensor_context
 
 from assets_pkg import liveness
+from assets_pkg.assets import CLI_BACKFILL_TAG
 from assets_pkg.automation import late_data_sensor
 from assets_pkg.backfill import run_backfill
 from assets_pkg.cli import main
 from assets_pkg.generate import generate
 from resources.lake import REPO_ROOT
+from tests.conftest import TABLE_KEYS, rows
 
 START, END = date(2025, 1, 1), date(2025, 1, 6)
 
@@ -31,15 +34,26 @@ def _started_run(instance, timeout: float = 300):
     raise TimeoutError("no run started its first step")
 
 
-def test_a_live_run_holds_late_data_back_by_name_and_once_killed_is_closed_and_holds_nothing(spark, lake, capsys):
-    root, instance = lake
+@pytest.fixture(scope="module")
+def built(spark, lake):
+    _, instance = lake
     generate(spark, START, END, seed=2, rows_per_day=5)
     assert run_backfill(START, END, instance=instance, echo=lambda _: None)
-    backfill = subprocess.Popen(
-        [sys.executable, "-m", "assets_pkg", "backfill", "--start", str(START), "--end", str(END),
-         "--max-partitions-per-run", "1"],
-        cwd=REPO_ROOT, env=dict(os.environ), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    return instance
+
+
+def _backfill(*args: str) -> subprocess.Popen:
+    """`python -m assets_pkg backfill` over START..END in a process of its own, as a user starts it."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "assets_pkg", "backfill", "--start", str(START), "--end", str(END), *args],
+        cwd=REPO_ROOT, env=dict(os.environ), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        start_new_session=True,
     )
+
+
+def test_a_live_run_holds_late_data_back_by_name_and_once_killed_is_closed_and_holds_nothing(built, capsys):
+    instance = built
+    backfill = _backfill("--max-partitions-per-run", "1")
     try:
         run = _started_run(instance)
         # While it runs, the sensor waits for it, and says for which run and for how long.
@@ -64,3 +78,35 @@ def test_a_live_run_holds_late_data_back_by_name_and_once_killed_is_closed_and_h
     # The sensor went on to look at the landing instead of waiting for the dead run.
     assert not (isinstance(tick, SkipReason) and "waiting for" in tick.skip_message), tick
     assert main(["runs"]) == 0
+
+
+def _write_intervals(instance, backfill_id: str) -> list[tuple[float, float, str]]:
+    """(start, end, step) of every step of the command-line backfill's runs."""
+    intervals = []
+    for run in instance.get_runs(RunsFilter(tags={CLI_BACKFILL_TAG: backfill_id})):
+        started = {}
+        for record in instance.get_records_for_run(run.run_id).records:
+            entry = record.event_log_entry
+            kind = entry.dagster_event_type
+            if kind == DagsterEventType.STEP_START:
+                started[entry.step_key] = entry.timestamp
+            elif kind in (DagsterEventType.STEP_SUCCESS, DagsterEventType.STEP_FAILURE):
+                intervals.append((started[entry.step_key], entry.timestamp, entry.step_key))
+    return intervals
+
+
+def test_two_backfills_over_the_same_days_at_once_write_one_step_at_a_time_and_both_succeed(spark, built):
+    instance = built
+    before = {table: rows(spark, table) for table in TABLE_KEYS}
+    first, second = _backfill(), _backfill()
+    outputs = [p.communicate(timeout=900)[0] for p in (first, second)]
+
+    assert [p.returncode for p in (first, second)] == [0, 0], outputs
+    ids = [out.split()[1].rstrip(":") for out in outputs]
+    mine, theirs = (_write_intervals(instance, backfill_id) for backfill_id in ids)
+    assert mine and theirs
+    for a_start, a_end, a_step in mine:
+        for b_start, b_end, b_step in theirs:
+            assert a_end <= b_start or b_end <= a_start, f"{a_step} and {b_step} wrote at the same time"
+    for table in TABLE_KEYS:
+        assert rows(spark, table) == before[table], f"{table}: two runs of the same days changed its content"
