@@ -104,6 +104,10 @@ class DagsterUI:
         self.page.get_by_role("tab", name="Partitions").nth(1).click()  # the first is the asset's own tab
         return self._wait_for_counts(expected, timeout)
 
+    def _text(self) -> str:
+        """The page's text, a line per cell (a table's cells come with tabs and blank lines around them)."""
+        return re.sub(r"\s*\n\s*", "\n", self.page.locator("body").inner_text())
+
     def _select_day(self, day: str) -> None:
         """Click `day` in a Partitions view's list, then scroll back up, where the day's panel is (clicking scrolls
         the list's day into view, the panel out of it)."""
@@ -130,7 +134,7 @@ class DagsterUI:
         self.open(f"/assets/{asset}?view=partitions")
         self._select_day(day)
         self.page.get_by_text("rows_written").first.wait_for()
-        text = re.sub(r"\s*\n\s*", "\n", self.page.locator("body").inner_text())  # a table's cells, one per line
+        text = self._text()
         return text[text.rindex(day):]
 
     def day_result(self, day: str) -> tuple[str, str]:
@@ -139,7 +143,7 @@ class DagsterUI:
         self._select_day(day)
         self.page.get_by_text("Latest execution").first.wait_for()
         self.page.wait_for_timeout(500)
-        text = self.page.locator("body").inner_text()
+        text = self._text()
         panel = text[text.rindex("Latest execution"):]
         status = text[: text.rindex("Latest execution")].rstrip().splitlines()[-1]
         return status, panel

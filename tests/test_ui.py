@@ -144,6 +144,8 @@ def test_each_days_materialization_shows_that_days_own_rows(spark, ui):
     panel = ui.asset_day(FACT_ORDER_ITEM, day.isoformat())
     rows_on_day = read_days(spark, FACT_ORDER_ITEM, "order_date", [day]).count()
     assert f"rows_written\n{rows_on_day}\n" in panel, panel
+    for figure in ("files_added", "delta_version", "fingerprint"):
+        assert f"\n{figure}\n" in panel, (figure, panel)
 
 
 @pytest.mark.daemon
@@ -164,7 +166,7 @@ def test_a_duplicate_written_behind_the_pipelines_back_shows_its_day_failed_with
     status, panel = ui.day_result(day.isoformat())
     ui.screenshot("check-day-failed")
     assert status == "Failed"
-    assert "duplicate_rows\n1\n" in panel, panel
+    assert "duplicate_rows\n1\n" in panel and "sample_duplicate_keys\norder_id=" in panel, panel
 
     # Rebuilding the day puts it right, and the view says so.
     with instance_at(root / "dagster_dev_home") as instance:
@@ -180,7 +182,8 @@ def test_a_late_batch_shows_exactly_its_days_stale_then_passed_after_the_sensors
     items, expected = three_corrected_and_two_late_days(spark, START + timedelta(days=40))
     stale_days = sorted(d.isoformat() for d in expected)
     before = snapshot(spark)
-    ingested = land_batch(spark, items, next_batch_day())
+    batch = next_batch_day()
+    ingested = land_batch(spark, items, batch)
 
     # Observing the landing (its "Observe" button) shows, before anything is rewritten, exactly the stale days.
     observation = dagster_dev.wait_for_run(None, run_id=ui.observe("landing_order_items"))
@@ -191,7 +194,7 @@ def test_a_late_batch_shows_exactly_its_days_stale_then_passed_after_the_sensors
         for day in stale_days:
             status, panel = ui.day_result(day)
             assert status == "Failed", (table, day, panel)
-            assert "key(s) added or corrected" in panel, panel  # and why
+            assert "key(s) added or corrected" in panel and str(batch) in panel, panel  # why, and which batch
     ui.check_partitions("fact_order_item", UP_TO_DATE, {"Failed": len(expected)})
     ui.screenshot("late-batch-stale-days")
 
@@ -208,3 +211,11 @@ def test_a_late_batch_shows_exactly_its_days_stale_then_passed_after_the_sensors
         seen = ui.check_partitions(table, UP_TO_DATE, ALL_DAYS)
         assert (seen["Failed"], seen["Passed"]) == (0, DAYS), (table, seen)
     ui.screenshot("late-batch-restated")
+
+
+@pytest.mark.daemon
+def test_the_terminal_of_dagster_dev_shows_no_line_per_event(dagster_dev, lake):
+    root, _ = lake
+    printed = (root / "dagster_dev_home" / "dagster_dev.log").read_text()
+    assert " - DEBUG - " not in printed and "STEP_START" not in printed
+    assert "Found a dagster instance configuration value" not in printed
