@@ -224,6 +224,16 @@ def summary(o: Outcome) -> str:
     return ", ".join(f"{k}={o.metadata[k]}" for k in keys if o.metadata.get(k) not in (None, "", 0))
 
 
+def _row_count_change(day: date, rows: int, previous_rows: int | None, tolerance: float) -> Outcome:
+    change = None if not previous_rows else abs(rows - previous_rows) / previous_rows
+    return Outcome(ROW_COUNT_CHANGE, day, change is None or change <= tolerance, {
+        "rows": rows,
+        "previous_rows": previous_rows if previous_rows is not None else -1,
+        "relative_change": round(change, 4) if change is not None else 0.0,
+        "tolerance": tolerance,
+    })
+
+
 def evaluate_after_commit(profile: dict, previous: dict, days: list[date]) -> list[Outcome]:
     """Fingerprint and row-count change against each day's previous materialization (`previous`: day -> (rows, fp))."""
     tolerance = row_count_tolerance()
@@ -239,15 +249,7 @@ def evaluate_after_commit(profile: dict, previous: dict, days: list[date]) -> li
                 "changed": prev_fp is not None and prev_fp != fingerprint,
             })
         )
-        change = None if not prev_rows else abs(rows - prev_rows) / prev_rows
-        outcomes.append(
-            Outcome(ROW_COUNT_CHANGE, day, change is None or change <= tolerance, {
-                "rows": rows,
-                "previous_rows": prev_rows if prev_rows is not None else -1,
-                "relative_change": round(change, 4) if change is not None else 0.0,
-                "tolerance": tolerance,
-            })
-        )
+        outcomes.append(_row_count_change(day, rows, prev_rows, tolerance))
         # Just rewritten from what is landed now: no landed change is left unpublished on the day.
         outcomes.append(Outcome(UP_TO_DATE, day, True, {"stale": False}))
     return outcomes
@@ -269,14 +271,6 @@ def evaluate_published(profile: dict, recorded: dict, days: list[date], stale: s
                 "changed_since_written": written_fp is not None and written_fp != fingerprint,
             })
         )
-        change = None if not written_rows else abs(rows - written_rows) / written_rows
-        outcomes.append(
-            Outcome(ROW_COUNT_CHANGE, day, change is None or change <= tolerance, {
-                "rows": rows,
-                "previous_rows": written_rows if written_rows is not None else -1,
-                "relative_change": round(change, 4) if change is not None else 0.0,
-                "tolerance": tolerance,
-            })
-        )
+        outcomes.append(_row_count_change(day, rows, written_rows, tolerance))
         outcomes.append(Outcome(UP_TO_DATE, day, day not in stale, {"stale": day in stale}))
     return outcomes
