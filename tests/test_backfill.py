@@ -17,6 +17,8 @@ from resources.lake import table_path
 from resources.spark import LOCAL_FS_CLASS, LOCAL_FS_CONTEXT_CLASS
 from tests.conftest import TABLE_KEYS, duplicate_keys, files_by_day, rows, versions
 
+pytestmark = pytest.mark.slow  # builds a lake and runs backfills: minutes, not seconds
+
 START, END = date(2025, 1, 1), date(2025, 1, 30)
 TABLES = list(TABLE_KEYS)
 

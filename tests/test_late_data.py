@@ -33,6 +33,8 @@ from tests.late_batches import (
     three_corrected_and_two_late_days,
 )
 
+pytestmark = pytest.mark.slow  # builds a lake and runs backfills: minutes, not seconds
+
 START, END = date(2025, 1, 1), date(2025, 2, 9)
 
 

@@ -17,6 +17,8 @@ from resources.delta_io import read_days, read_table
 from resources.lake import table_path
 from tests.late_batches import check_partition_statuses
 
+pytestmark = pytest.mark.slow  # builds a lake and runs backfills: minutes, not seconds
+
 START, END = date(2025, 1, 1), date(2025, 1, 10)
 DAY = date(2025, 1, 5)
 

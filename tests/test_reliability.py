@@ -20,6 +20,8 @@ from assets_pkg.generate import generate
 from resources.lake import REPO_ROOT
 from tests.conftest import TABLE_KEYS, rows
 
+pytestmark = pytest.mark.slow  # builds a lake and runs backfills: minutes, not seconds
+
 START, END = date(2025, 1, 1), date(2025, 1, 6)
 
 

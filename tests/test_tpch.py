@@ -12,6 +12,8 @@ from assets_pkg.tpch import tpch_dir
 from resources.delta_io import read_table
 from resources.lake import REPO_ROOT
 
+pytestmark = pytest.mark.slow  # builds a lake and runs backfills: minutes, not seconds
+
 SCALE = 0.1
 
 

@@ -19,6 +19,8 @@ from resources.lake import table_path
 from tests.conftest import files_by_day, versions
 from tests.late_batches import check_partition_statuses
 
+pytestmark = pytest.mark.slow  # builds a lake and runs backfills: minutes, not seconds
+
 START, END = date(2025, 1, 1), date(2025, 1, 12)
 BUILT_END = date(2025, 1, 27)
 DAY = date(2025, 1, 5)

@@ -31,6 +31,8 @@ from tests.late_batches import (
     three_corrected_and_two_late_days,
 )
 
+pytestmark = [pytest.mark.slow, pytest.mark.daemon]
+
 START, DAYS, UI_DAYS, CHUNK = date(2025, 1, 1), 90, 30, 15
 ALL_DAYS = {"Passed": DAYS, "Failed": 0, "Missing": 0}
 
@@ -69,7 +71,6 @@ def ui(dagster_dev):
         yield ui
 
 
-@pytest.mark.daemon
 def test_the_landing_shows_as_observed_with_a_data_version_for_every_landed_day(ui, lake):
     root, _ = lake
     last = (START + timedelta(days=DAYS - 1)).isoformat()
@@ -86,7 +87,6 @@ def test_the_landing_shows_as_observed_with_a_data_version_for_every_landed_day(
     assert len(versions) == DAYS and all(versions.values())
 
 
-@pytest.mark.daemon
 def test_a_30_day_backfill_from_the_materialize_dialog_runs_in_chunks_and_changes_nothing_it_reruns(spark, dagster_dev, ui):
     before = {table: rows(spark, table) for table in TABLE_KEYS}
     last = START + timedelta(days=UI_DAYS - 1)
@@ -118,7 +118,6 @@ def test_a_30_day_backfill_from_the_materialize_dialog_runs_in_chunks_and_change
     assert len(dagster_dev.runs(RESTATE_JOB)) == 1
 
 
-@pytest.mark.daemon
 def test_every_table_shows_every_day_materialized_and_every_check_every_day_passed(ui):
     for table, checks in _checks().items():
         assert ui.asset_partitions(table, {"Materialized": DAYS, "Missing": 0}) == {
@@ -130,7 +129,6 @@ def test_every_table_shows_every_day_materialized_and_every_check_every_day_pass
     ui.screenshot("check-partitions-passed")
 
 
-@pytest.mark.daemon
 def test_the_checks_that_gate_a_publish_show_as_blocking_and_the_others_do_not(ui):
     for check in (UNIQUE_KEY, KEYS_NOT_NULL, RECONCILES):
         assert "This is a blocking asset check" in ui.check_overview("fact_order_item", check), check
@@ -138,7 +136,6 @@ def test_the_checks_that_gate_a_publish_show_as_blocking_and_the_others_do_not(u
         assert "This is a non-blocking asset check" in ui.check_overview("fact_order_item", check), check
 
 
-@pytest.mark.daemon
 def test_each_days_materialization_shows_that_days_own_rows(spark, ui):
     day = START + timedelta(days=7)
     panel = ui.asset_day(FACT_ORDER_ITEM, day.isoformat())
@@ -148,7 +145,6 @@ def test_each_days_materialization_shows_that_days_own_rows(spark, ui):
         assert f"\n{figure}\n" in panel, (figure, panel)
 
 
-@pytest.mark.daemon
 def test_a_duplicate_written_behind_the_pipelines_back_shows_its_day_failed_with_the_numbers(spark, lake, ui, capsys):
     root, _ = lake
     day = START + timedelta(days=40)
@@ -175,7 +171,6 @@ def test_a_duplicate_written_behind_the_pipelines_back_shows_its_day_failed_with
     assert (seen["Failed"], seen["Passed"]) == (0, DAYS), seen
 
 
-@pytest.mark.daemon
 def test_a_late_batch_shows_exactly_its_days_stale_then_passed_after_the_sensors_restatement(spark, dagster_dev, lake, ui):
     root, _ = lake
     ui.set_sensor("late_data_sensor", running=False)
@@ -213,7 +208,6 @@ def test_a_late_batch_shows_exactly_its_days_stale_then_passed_after_the_sensors
     ui.screenshot("late-batch-restated")
 
 
-@pytest.mark.daemon
 def test_the_terminal_of_dagster_dev_shows_no_line_per_event(dagster_dev, lake):
     root, _ = lake
     printed = (root / "dagster_dev_home" / "dagster_dev.log").read_text()
