@@ -68,8 +68,9 @@ class DagsterUI:
             self.page.wait_for_timeout(500)
         return seen
 
-    def launch_backfill(self, group: str, first_day: str, last_day: str) -> str:
-        """What a person does: the group's "Materialize all", a custom partition range, "Launch backfill"."""
+    def launch_backfill(self, group: str, first_day: str, last_day: str) -> tuple[str, str]:
+        """What a person does: the group's "Materialize all", a custom partition range, "Launch backfill". Returns
+        the backfill's id and what the dialog said."""
         self.open(f"/asset-groups/{group}")
         self.page.get_by_role("button", name="Materialize all").click()
         partitions = self.page.get_by_placeholder("ex: 2025-01-01")
@@ -78,9 +79,10 @@ class DagsterUI:
         dialog = self.page.get_by_role("dialog")
         dialog.get_by_text(f"{_days_between(first_day, last_day)} partitions").wait_for()
         self.screenshot("launch-backfill")
+        said = dialog.inner_text()
         dialog.get_by_role("button", name="Launch backfill").click()
         toast = self.page.get_by_text(re.compile(r"Created backfill \w+"))
-        return toast.inner_text().split()[-1]
+        return toast.inner_text().split()[-1], said
 
     def backfill_page(self, backfill_id: str, until: str, timeout: float = 900) -> str:
         """The backfill's page once its status reads `until` (it refreshes itself); its text."""
