@@ -2,9 +2,11 @@
 reused pid is not taken for it) as a run tag when a step starts; a run still STARTED whose process is gone is dead,
 and is closed with Dagster's `report_run_failed`, saying what was found.
 
-Dagster's run monitoring (dagster.yaml) fails runs stuck starting, but it cannot see a run's process die: the default
-run launcher does not support run worker health checks, and the command line executes its runs in its own process,
-with no launcher at all. So guards that wait for a run (the late-data sensor) ask here first."""
+Dagster covers part of this: run monitoring (dagster.yaml) fails runs stuck starting, and the code server that
+launched a run marks it failed when the run's process dies. Nothing in Dagster notices when the command line's
+process dies (it executes its runs in-process, with no launcher) or when the code server died with its run (the
+default run launcher supports no run worker health checks). So guards that wait for a run (the late-data sensor) ask
+here first."""
 
 import os
 import socket

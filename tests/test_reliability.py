@@ -16,20 +16,22 @@ from assets_pkg.assets import CLI_BACKFILL_TAG
 from assets_pkg.automation import late_data_sensor
 from assets_pkg.backfill import run_backfill
 from assets_pkg.cli import main
+from assets_pkg.definitions import defs
 from assets_pkg.generate import generate
 from resources.lake import REPO_ROOT
 from tests.conftest import TABLE_KEYS, rows
+from tests.dagster_ui import DagsterDev
 
 pytestmark = pytest.mark.slow  # builds a lake and runs backfills: minutes, not seconds
 
 START, END = date(2025, 1, 1), date(2025, 1, 6)
 
 
-def _started_run(instance, timeout: float = 300):
-    """The first run that has recorded its process (it is executing a step)."""
+def _started_run(instance, tags: dict[str, str] | None = None, timeout: float = 300):
+    """The first run (carrying `tags`) that has recorded its process (it is executing a step)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        for run in instance.get_runs(RunsFilter(statuses=[DagsterRunStatus.STARTED])):
+        for run in instance.get_runs(RunsFilter(statuses=[DagsterRunStatus.STARTED], tags=tags or {})):
             if liveness.PROCESS_TAG in run.tags:
                 return run
         time.sleep(0.5)
@@ -112,3 +114,28 @@ def test_two_backfills_over_the_same_days_at_once_write_one_step_at_a_time_and_b
             assert a_end <= b_start or b_end <= a_start, f"{a_step} and {b_step} wrote at the same time"
     for table in TABLE_KEYS:
         assert rows(spark, table) == before[table], f"{table}: two runs of the same days changed its content"
+
+
+def test_a_killed_daemon_run_is_closed_with_its_cause_and_its_backfill_ends(built, lake):
+    """The code server that launched the run sees its process die and closes it (Dagster's own mechanism); the
+    sensor's liveness check is the net for when nothing else is left to notice."""
+    root, instance = lake
+    dev = DagsterDev(root / "dagster_home", env={"LAKE_ROOT": str(root), "LATE_DATA_SENSOR_INTERVAL_S": "2"})
+    try:
+        dev.wait_until_up()
+        every_asset = [k.to_user_string() for k in defs.resolve_asset_graph().materializable_asset_keys]
+        backfill_id = dev.launch_backfill(every_asset, [str(START)])
+        run = _started_run(instance, tags={"dagster/backfill": backfill_id})
+        pid = int(run.tags[liveness.PROCESS_TAG].rsplit(":", 2)[1])
+        os.kill(pid, signal.SIGKILL)  # the run's own process, launched by the daemon
+
+        deadline = time.monotonic() + 120
+        while instance.get_run_by_id(run.run_id).status != DagsterRunStatus.FAILURE:
+            assert time.monotonic() < deadline, "the dead run was not closed"
+            time.sleep(1)
+        said = [r.event_log_entry.message for r in instance.get_records_for_run(run.run_id).records]
+        assert any(f"Run execution process for {run.run_id}" in m or "the process that executed this run" in m
+                   for m in said), said[-5:]
+        assert dev.wait_for_backfill(backfill_id, timeout=300)["status"] != "REQUESTED"
+    finally:
+        dev.stop()
