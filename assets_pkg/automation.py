@@ -183,12 +183,13 @@ def landing_state() -> str:
     "costs: Spark starts only in the run.",
 )
 def late_data_sensor(context: SensorEvaluationContext):
-    if not os.path.isdir(os.path.join(table_path(STG_ORDER_ITEMS), "_delta_log")):
-        return SkipReason("stg_order_items is not built yet: backfill it first")
-    # A run whose process died stays STARTED for Dagster: closed here, it no longer holds late data back.
+    # A command-line run whose process died (or a run whose code server died with it) stays STARTED for Dagster:
+    # closed here, it no longer holds late data back.
     closed, active = liveness.close_dead_runs(context.instance)
     for dead in closed:
         context.log.warning(f"closed a dead run: {dead.describe()}")
+    if not os.path.isdir(os.path.join(table_path(STG_ORDER_ITEMS), "_delta_log")):
+        return SkipReason("stg_order_items is not built yet: backfill it first")
     if context.instance.get_backfills(status=BulkActionStatus.REQUESTED, limit=1):
         return SkipReason("a backfill is running: late batches are restated after it")
     if active:
