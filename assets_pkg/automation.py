@@ -6,6 +6,8 @@ import os
 
 from dagster import (
     AssetCheckEvaluation,
+    AssetCheckResult,
+    AssetCheckSeverity,
     AssetObservation,
     AssetSelection,
     DagsterInstance,
@@ -25,22 +27,19 @@ from dagster import (
     job,
     observable_source_asset,
     op,
+    asset_check,
     sensor,
 )
 from dagster._core.definitions.data_version import DATA_VERSION_TAG  # not exported: the tag observations carry
 from dagster._core.execution.backfill import BulkActionStatus  # not exported; the sensor only reads it
+from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG, PARTITION_NAME_TAG
 from dagster_pyspark import LazyPySparkResource
 from pyspark.sql import SparkSession
 
 from assets_pkg import checks, landing, late_data, liveness, recording
-from assets_pkg.assets import (
-    LAKE_WRITES_POOL,
-    LANDING_ORDER_ITEMS,
-    LANDING_PRODUCTS,
-    STG_ORDER_ITEMS,
-    BlockingChecksFailed,
-    RunInfo,
-)
+from assets_pkg.assets import ALL_ASSETS_JOB, LAKE_WRITES_POOL, PUBLISHED_TAG, all_assets_job, failed_publication
+from assets_pkg.publish import GraphNotPublished, PartlyPublished, RunInfo
+from assets_pkg.tables import LANDING_ORDER_ITEMS, LANDING_PRODUCTS, STG_ORDER_ITEMS
 from assets_pkg.partitions import daily_partitions
 from resources.lake import table_path
 from resources.spark import spark_resource
@@ -120,13 +119,37 @@ def landing_products(context: OpExecutionContext, pyspark: LazyPySparkResource) 
     return _observed(pyspark.spark_session, LANDING_PRODUCTS)
 
 
+LANDING_CONTRACT = "landing_contract"
+
+
+def _landing_contract_check(asset: str):
+    dataset = LANDING_DATASETS[asset]
+
+    @asset_check(asset=asset, name=LANDING_CONTRACT, description=(
+        "Every landed file meets the landing contract (columns and their types, a batch folder named by its date). A "
+        "refused file is not read: order item files are held in quarantine as one row each. Fails while any is "
+        "landed; take one out with `python -m assets_pkg withdraw`."))
+    def check() -> AssetCheckResult:
+        refused = landing.refused_files(dataset)
+        return AssetCheckResult(
+            passed=not refused,
+            severity=AssetCheckSeverity.ERROR,
+            description=f"{len(refused)} file(s) refused" if refused else "every landed file meets the contract",
+            metadata={"refused_files": len(refused), "refused": "\n".join(f"{dataset}/{r.describe()}" for r in refused[:50])},
+        )
+
+    return check
+
+
 landing_assets = [landing_order_items, landing_products]
+landing_checks = [_landing_contract_check(asset) for asset in LANDING_DATASETS]
 
 
 def _summary(found: late_data.Detection) -> dict:
     return {
         "days_by_table": {table: [d.isoformat() for d in days] for table, days in found.days_by_table().items() if days},
         "outside_window": [d.isoformat() for d in sorted(found.outside)],
+        "refused_files": [r.describe() for r in found.refused],
         "watermark": found.new_watermark_ts.isoformat() if found.new_watermark_ts else None,
     }
 
@@ -134,8 +157,8 @@ def _summary(found: late_data.Detection) -> dict:
 @op(name=RESTATE_OP, out=Out(dict), pool=LAKE_WRITES_POOL)
 def restate_late_data_op(context: OpExecutionContext, pyspark: LazyPySparkResource):
     """Restate the days changed by batches landed since the watermark, in every table, then advance the watermark.
-    Dagster records each stage as it happens: the stale days (failing checks) before anything is written, then each
-    table's days and check results after its commit."""
+    Dagster records each stage as it happens: the stale days (failing checks) before anything is written, then every
+    table's days and check results once all are committed."""
     liveness.record(context)
     run = RunInfo.of(context.run)
     found = None
@@ -143,14 +166,16 @@ def restate_late_data_op(context: OpExecutionContext, pyspark: LazyPySparkResour
         for stage in late_data.restatement(pyspark.spark_session, run):
             if isinstance(stage, late_data.Detection):
                 found = stage
+                for refused in found.refused:
+                    context.log.warning(f"refused by the landing contract, not read: {refused.describe()} (order item "
+                                        "files are held in quarantine; `withdraw` takes a file out of the landing)")
                 yield from landing_observations(pyspark.spark_session, found)
                 yield from stale_day_evaluations(context.instance, found)
             else:
                 table, publication = stage
                 yield from recording.publication_events(context, table, publication)
-    except BlockingChecksFailed as failed:
-        yield from recording.publication_events(context, failed.table, failed.publication())
-        raise failed.as_failure() from None
+    except (GraphNotPublished, PartlyPublished) as error:
+        yield from failed_publication(context, error)
     summary = _summary(found)
     context.log.info(f"restated: {summary}")
     yield Output(summary)
@@ -175,8 +200,41 @@ def landing_state() -> str:
     return "|".join(parts)
 
 
+REPAIR_OF_TAG = "exact_backfills/repair_of"  # on a run launched to repair a failed one: the failed run's id
+_RANGE_TAGS = (ASSET_PARTITION_RANGE_START_TAG, ASSET_PARTITION_RANGE_END_TAG, PARTITION_NAME_TAG)
+# The jobs whose runs write the lake: this project's and the one Dagster runs the UI's backfills and materializations as.
+_WRITING_JOBS = (ALL_ASSETS_JOB, RESTATE_JOB, "__ASSET_JOB")
+
+
+def run_to_repair(instance: DagsterInstance) -> RunRequest | None:
+    """A run that failed after writing part of its days, or died, is run again, once, over the same days: writes
+    replace whole days, so the repair publishes every table of those days exactly once. A run that failed having
+    published nothing (a blocking check, a refused batch) is not: running it again would fail the same way."""
+    for record in instance.get_run_records(RunsFilter(statuses=[DagsterRunStatus.FAILURE]), limit=20):
+        failed = record.dagster_run
+        tags = failed.tags
+        if (failed.job_name not in _WRITING_JOBS or tags.get(PUBLISHED_TAG) == "nothing" or REPAIR_OF_TAG in tags
+                or liveness.PROCESS_TAG not in tags  # its step never started: it wrote nothing
+                or failed.asset_selection == frozenset()):  # a checks-only run writes nothing
+            continue
+        same_days = {k: v for k, v in tags.items() if k in _RANGE_TAGS}
+        if instance.get_runs_count(RunsFilter(tags={REPAIR_OF_TAG: failed.run_id})):
+            continue
+        later = instance.get_runs(RunsFilter(job_name=failed.job_name, statuses=[DagsterRunStatus.SUCCESS],
+                                             tags=same_days, created_after=record.create_timestamp), limit=1)
+        if later:
+            continue
+        repair_tags = {REPAIR_OF_TAG: failed.run_id, **same_days}
+        if failed.job_name == RESTATE_JOB:  # its days are pending in the watermark: a restatement rewrites them
+            return RunRequest(run_key=f"repair:{failed.run_id}", job_name=RESTATE_JOB,
+                              tags={**repair_tags, LANDING_STATE_TAG: landing_state()})
+        return RunRequest(run_key=f"repair:{failed.run_id}", job_name=ALL_ASSETS_JOB, tags=repair_tags,
+                          asset_selection=list(failed.asset_selection) if failed.asset_selection else None)
+    return None
+
+
 @sensor(
-    job=restate_late_data_job,
+    jobs=[restate_late_data_job, all_assets_job],
     minimum_interval_seconds=int(os.environ.get("LATE_DATA_SENSOR_INTERVAL_S", "30")),
     default_status=DefaultSensorStatus.RUNNING,
     description="Launches restate_late_data when a landing batch arrives. Listing the landing folders is all a tick "
@@ -195,6 +253,10 @@ def late_data_sensor(context: SensorEvaluationContext):
     if active:
         return SkipReason(f"waiting for {active[0].describe()}: late batches are restated after it (one writer per "
                           "day at a time)")
+    repair = run_to_repair(context.instance)
+    if repair:
+        context.log.warning(f"running again the days of failed run {repair.tags[REPAIR_OF_TAG]}")
+        return repair
     state = landing_state()
     if state == context.cursor:
         return SkipReason("no new landing batch")
@@ -203,4 +265,4 @@ def late_data_sensor(context: SensorEvaluationContext):
                                                   tags={LANDING_STATE_TAG: state})):
         return SkipReason("this landing state was restated already (e.g. by the `restate` command)")
     # The run key makes a replayed tick for the same landing state launch nothing.
-    return RunRequest(run_key=state, tags={LANDING_STATE_TAG: state})
+    return RunRequest(run_key=state, job_name=RESTATE_JOB, tags={LANDING_STATE_TAG: state})

@@ -12,7 +12,8 @@ from urllib.parse import urlencode
 from dagster import AssetKey, AssetSelection, DagsterInstance
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
-from assets_pkg.assets import CLI_BACKFILL_TAG
+from assets_pkg.assets import PUBLISHED_TAG
+from assets_pkg.publish import CLI_BACKFILL_TAG
 from assets_pkg.automation import LANDING_STATE_TAG, PREVIEW_JOB, RESTATE_JOB, landing_state
 from assets_pkg.checks import events_max_days
 from assets_pkg.definitions import ALL_ASSETS_JOB, defs
@@ -56,7 +57,7 @@ def step_failures(result, failed_checks: bool = True) -> list[tuple[str, str]]:
             error = event.step_failure_data.error
             if not failed_checks and error.cls_name == "DagsterAssetCheckFailedError":
                 continue
-            while error.cause:
+            while error.cause and error.cls_name != "Failure":  # a Failure is the project's own account of it
                 error = error.cause
             failures.append((event.step_key, error.message.strip()))
     return failures
@@ -77,6 +78,7 @@ def run_backfill(
     chunk_size: int | None = None,
     instance: DagsterInstance | None = None,
     echo: Callable[[str], None] = print,
+    tags: dict[str, str] | None = None,
 ) -> bool:
     if start < first_day() or end > last_day() or end < start:
         raise ValueError(f"range {start}..{end} is not within the partitions {first_day()}..{last_day()}")
@@ -101,6 +103,7 @@ def run_backfill(
                 ASSET_PARTITION_RANGE_START_TAG: a.isoformat(),
                 ASSET_PARTITION_RANGE_END_TAG: b.isoformat(),
                 CLI_BACKFILL_TAG: backfill_id,
+                **(tags or {}),
             },
             raise_on_error=False,
             run_config=QUIET,
@@ -110,9 +113,13 @@ def run_backfill(
         eta = f", about {(time.monotonic() - started) / i * left:.0f}s to go" if left and result.success else ""
         echo(f"  [{i}/{len(ranges)}] {a}..{b} {status} in {time.monotonic() - t0:.1f}s (run {result.run_id}){eta}")
         if not result.success:
-            for step, message in step_failures(result):
-                echo(f"    {step} failed: {message}")
-            echo(f"backfill {backfill_id} stopped: days from {a} on were not materialized")
+            for _, message in step_failures(result):
+                echo(f"    {message}")
+            if instance.get_run_by_id(result.run_id).tags.get(PUBLISHED_TAG) == "partly":
+                echo(f"backfill {backfill_id} stopped: {a}..{b} is published in the tables named above only, days after "
+                     f"{b} were not run; run the same command again (late_data_sensor also runs {a}..{b} again)")
+            else:
+                echo(f"backfill {backfill_id} stopped: nothing of {a}..{b} was published, days from {a} on were not run")
             return False
     echo(f"backfill {backfill_id} done")
     return True

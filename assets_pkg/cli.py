@@ -7,6 +7,9 @@ from datetime import date
 from assets_pkg.partitions import first_day, last_day
 
 
+WITHDRAWN_TAG = "exact_backfills/withdrawn"  # on the runs that publish again the days of a withdrawn file
+
+
 def _day(value: str) -> date:
     try:
         return date.fromisoformat(value)
@@ -68,7 +71,7 @@ def _cmd_backfill(args) -> int:
 
 
 def _tables(args) -> list[str]:
-    from assets_pkg.assets import TABLE_CHECKS
+    from assets_pkg.tables import TABLE_CHECKS
 
     if args.asset and args.asset not in TABLE_CHECKS:
         raise ValueError(f"unknown asset {args.asset!r}; one of: {', '.join(TABLE_CHECKS)}")
@@ -93,7 +96,36 @@ def _cmd_check(args) -> int:
         for e in bad:
             print(f"  FAIL {e.check_name} {e.description}")
     print(f"recorded in Dagster as run {result.run_id}")
+    failed += _report_refused_files()
     return 1 if failed else 0
+
+
+def _report_refused_files() -> int:
+    from assets_pkg import landing
+
+    refused = [(dataset, r) for dataset in landing.SCHEMAS for r in landing.refused_files(dataset)]
+    for dataset, r in refused:
+        print(f"REFUSED {dataset}/{r.describe()}")
+    if refused:
+        print(f"{len(refused)} landed file(s) refused by the landing contract (order item files are held in quarantine "
+              "as one row each); take one out with `withdraw --file <dataset>/<file> --reason ...`")
+    return len(refused)
+
+
+def _cmd_withdraw(args) -> int:
+    from assets_pkg.backfill import run_backfill
+    from assets_pkg.operations import withdraw
+    from resources.delta_io import day_runs
+    from resources.spark import get_spark
+
+    done = withdraw(get_spark(), args.file, args.reason)
+    print(f"withdrew {done.dataset}/{done.file} to {done.moved_to}")
+    if not done.days:
+        print("no published day holds its rows: nothing to publish again")
+        return 0
+    print(f"publishing again {len(done.days)} day(s) its rows are or could be on")
+    ok = all(run_backfill(a, b, tags={WITHDRAWN_TAG: f"{done.dataset}/{done.file}"}) for a, b in day_runs(done.days))
+    return 0 if ok else 1
 
 
 def _cmd_report(args) -> int:
@@ -159,6 +191,8 @@ def _print_detection(found) -> None:
             print(f"  {name} {day}: {change.describe()}")
     for day, change in sorted(found.outside.items()):
         print(f"  OUTSIDE WINDOW {day}: {change.describe()}: not restated automatically; backfill it by hand")
+    for refused in found.refused:
+        print(f"  REFUSED {refused.describe()}: not read (order item files are held in quarantine)")
 
 
 def _cmd_stale(args) -> int:
@@ -186,6 +220,8 @@ def _cmd_restate(args) -> int:
         print(f"restated {table}: {len(days)} day(s): {', '.join(days)}")
     if not summary["days_by_table"]:
         print("nothing to restate")
+    for refused in summary["refused_files"]:
+        print(f"refused by the landing contract, not read: {refused}")
     for day in summary["outside_window"]:
         print(f"late rows older than the restatement window on {day}: recorded in late_data_exceptions; backfill it by hand")
     print(f"watermark: {summary['watermark']} (run {result.run_id})")
@@ -252,6 +288,12 @@ def build_parser() -> argparse.ArgumentParser:
     to.add_argument("--version", type=int, help="the Delta version to restore the range to")
     to.add_argument("--before-run", help="restore the range to what it was before this Dagster run wrote it")
     p.set_defaults(func=_cmd_rollback)
+
+    p = sub.add_parser("withdraw", help="take a landed file out of the landing (moved aside, with why) and publish "
+                       "again the days it touched")
+    p.add_argument("--file", required=True, help="the file, as `check` names it: <dataset>/ingest_date=D/<name>")
+    p.add_argument("--reason", required=True, help="why it is withdrawn, kept beside the file")
+    p.set_defaults(func=_cmd_withdraw)
 
     p = sub.add_parser("stale", help="preview: which days of which tables the landed batches would restate, and why")
     p.set_defaults(func=_cmd_stale)

@@ -3,6 +3,7 @@
 import hashlib
 from collections import defaultdict
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
 
@@ -59,32 +60,188 @@ class LandingError(RuntimeError):
     pass
 
 
+BATCH_PREFIX = "ingest_date="
+REFUSED_FILE = "refused_file"  # the quarantine reason of an order item file the contract refuses
+
+
+def _batch_day(name: str) -> date | None:
+    if not name.startswith(BATCH_PREFIX):
+        return None
+    try:
+        return date.fromisoformat(name[len(BATCH_PREFIX):])
+    except ValueError:
+        return None
+
+
 def batch_dirs(dataset: str) -> list[Path]:
+    """The batch folders: `ingest_date=YYYY-MM-DD`. Anything else under the dataset's folder is not read, and
+    `refused_files` reports it."""
     root = Path(landing_path(dataset))
-    return sorted(p for p in root.glob("ingest_date=*") if p.is_dir()) if root.exists() else []
+    return sorted(p for p in root.iterdir() if p.is_dir() and _batch_day(p.name)) if root.exists() else []
 
 
 def batch_name(batch_dir: Path) -> str:
     return batch_dir.name.split("=", 1)[1]
 
 
+@dataclass(frozen=True)
+class Refusal:
+    """A landed file the contract refuses: never read, reported with the reason (`check`, the landing_contract
+    check), and, for order items, held in quarantine as one row naming the file."""
+
+    file: str  # relative to the dataset's folder, as source_file records it
+    batch: str | None  # None: not in a batch folder
+    reason: str
+
+    def describe(self) -> str:
+        return f"{self.file}: {self.reason}"
+
+
+@dataclass
+class LandedFiles:
+    """A dataset's landed files, as the contract sorts them."""
+
+    plain: list[str] = field(default_factory=list)  # read as they are
+    nanos: dict[tuple[str, ...], list[str]] = field(default_factory=dict)  # INT64 nanosecond timestamp columns -> files
+    refused: list[Refusal] = field(default_factory=list)
+
+
+def _arrow_mismatch(expected: T.DataType, column, arrow_type) -> str | None:
+    """Why a file's column cannot be read as the contract's type (None: it can; "nanos": as INT64 nanoseconds)."""
+    import pyarrow as pa
+
+    if isinstance(expected, T.TimestampType):
+        if column.physical_type == "INT96":
+            return None
+        if pa.types.is_timestamp(arrow_type):
+            return "nanos" if arrow_type.unit == "ns" else None
+    ok = {
+        T.LongType: lambda t: pa.types.is_int64(t),
+        T.IntegerType: lambda t: pa.types.is_int32(t),
+        T.DateType: lambda t: pa.types.is_date32(t),
+        T.StringType: lambda t: pa.types.is_string(t) or pa.types.is_large_string(t),
+        T.DecimalType: lambda t: pa.types.is_decimal(t) and (t.precision, t.scale) == (expected.precision, expected.scale),
+    }.get(type(expected), lambda t: False)
+    if ok(arrow_type):
+        return None
+    return f"column {column.name} is {arrow_type}, the contract says {expected.simpleString()}"
+
+
+_verdicts: dict[tuple[str, int, int], tuple[str, tuple[str, ...]]] = {}  # (path, size, mtime) -> verdict; files are immutable
+
+
+def _file_verdict(path: Path, dataset: str) -> tuple[str, tuple[str, ...]]:
+    """("", nanosecond columns) for a file the contract accepts, (reason, ()) for one it refuses."""
+    import pyarrow.parquet as pq
+
+    stat = path.stat()
+    cache_key = (str(path), stat.st_size, stat.st_mtime_ns)
+    if cache_key in _verdicts:
+        return _verdicts[cache_key]
+    if stat.st_size == 0:
+        verdict = ("zero-byte file", ())
+    else:
+        try:
+            footer = pq.read_metadata(path)
+            arrow = footer.schema.to_arrow_schema()
+        except Exception as e:  # pyarrow raises several kinds for a file that is not Parquet
+            verdict = (f"not a readable Parquet file ({str(e).splitlines()[0][:200]})", ())
+        else:
+            contract = SCHEMAS[dataset]
+            columns = {footer.schema.column(i).path: footer.schema.column(i) for i in range(len(footer.schema))}
+            missing = [f.name for f in contract.fields if f.name not in columns]
+            extra = [name for name in columns if name not in contract.fieldNames()]
+            problems = [f"missing column {c}" for c in missing] + [f"unexpected column {c}" for c in extra]
+            nanos = []
+            for f in contract.fields:
+                if f.name in columns:
+                    why = _arrow_mismatch(f.dataType, columns[f.name], arrow.field(f.name).type)
+                    if why == "nanos":
+                        nanos.append(f.name)
+                    elif why:
+                        problems.append(why)
+            verdict = ("; ".join(problems), ()) if problems else ("", tuple(nanos))
+    _verdicts[cache_key] = verdict
+    return verdict
+
+
+def landed_files(dataset: str, batches: list[str] | None = None) -> LandedFiles:
+    """Every landed file of the dataset (of `batches` only, when given), sorted by the contract: checked when a batch
+    is read, from each file's Parquet footer, before anything is built from it."""
+    root = Path(landing_path(dataset))
+    found = LandedFiles()
+    if not root.exists():
+        return found
+    wanted = None if batches is None else {f"{BATCH_PREFIX}{b}" for b in batches}
+    for entry in sorted(root.iterdir()):
+        if entry.name.startswith((".", "_")):  # writers' markers (_SUCCESS, .crc files)
+            continue
+        if not (entry.is_dir() and _batch_day(entry.name)):
+            if batches is None:
+                found.refused.append(Refusal(entry.name, None, f"not a batch folder: its name is not {BATCH_PREFIX}YYYY-MM-DD"))
+            continue
+        if wanted is not None and entry.name not in wanted:
+            continue
+        for path in sorted(entry.rglob("*")):
+            if path.is_dir() or path.name.startswith((".", "_")):
+                continue
+            reason, nanos = _file_verdict(path, dataset)
+            if reason:
+                found.refused.append(Refusal(f"{entry.name}/{path.relative_to(entry)}", batch_name(entry), reason))
+            elif nanos:
+                found.nanos.setdefault(nanos, []).append(str(path))
+            else:
+                found.plain.append(str(path))
+    return found
+
+
+def refused_files(dataset: str) -> list[Refusal]:
+    return landed_files(dataset).refused
+
+
 def read_landing(spark: SparkSession, dataset: str, batches: list[str] | None = None) -> DataFrame:
-    """Every landed row version with its batch (`ingest_date`) and file (`source_file`, relative to the landing root).
-    With `batches`, only those batch folders are read (a restatement reads what landed lately, not the history)."""
+    """Every landed row version with its batch (`ingest_date`) and file (`source_file`, relative to the dataset's
+    folder). With `batches`, only those batch folders are read (a restatement reads what landed lately, not the
+    history). Files the contract refuses are not read; for order items each is one row of its batch, with every
+    column null and `refused` saying why, which quarantine keeps (nothing disappears without a trace)."""
     if not batch_dirs(dataset):
         raise LandingError(f"no landed batches under {landing_path(dataset)}: run `python -m assets_pkg generate`")
     root = landing_path(dataset)
-    schema = T.StructType([*SCHEMAS[dataset].fields, T.StructField("ingest_date", T.DateType())])
-    if batches is None:
-        df = spark.read.schema(schema).parquet(root)
+    contract = SCHEMAS[dataset]
+    schema = T.StructType([*contract.fields, T.StructField("ingest_date", T.DateType())])
+    files = landed_files(dataset, batches)
+    def with_file(df: DataFrame) -> DataFrame:
+        # The file name relative to the dataset's folder, so the same landing copied to another lake gives the same
+        # rows.
+        return df.withColumn("source_file", F.substring_index(F.col("_metadata.file_path"), f"/{dataset}/", -1))
+
+    reader = spark.read.option("basePath", root)
+    if files.plain and not files.refused and not files.nanos:
+        # Every file as the contract says: Spark lists the folders itself.
+        paths = [root] if batches is None else [f"{root}/{BATCH_PREFIX}{b}" for b in batches]
+        parts = [with_file(reader.schema(schema).parquet(*paths))]
     else:
-        paths = [f"{root}/ingest_date={b}" for b in batches] or [root]
-        df = spark.read.schema(schema).option("basePath", root).parquet(*paths)
-        df = df if batches else df.where(F.lit(False))
-    # The file name relative to the landing root, so the same landing copied to another lake gives the same rows.
-    return df.withColumn(
-        "source_file", F.substring_index(F.col("_metadata.file_path"), f"/{dataset}/", -1)
-    )
+        parts = [with_file(reader.schema(schema).parquet(*files.plain))] if files.plain else []
+        for columns, paths in files.nanos.items():
+            as_numbers = T.StructType([T.StructField(f.name, T.LongType()) if f.name in columns else f for f in schema.fields])
+            df = with_file(reader.schema(as_numbers).parquet(*paths))
+            for c in columns:
+                df = df.withColumn(c, F.expr(f"timestamp_micros(div({c}, 1000))"))
+            parts.append(df)
+    if not parts:
+        parts = [spark.createDataFrame([], T.StructType([*schema.fields, T.StructField("source_file", T.StringType())]))]
+    df = parts[0]
+    for part in parts[1:]:
+        df = df.unionByName(part)
+    df = df.withColumn("refused", F.lit(None).cast("string"))
+    refused = [r for r in files.refused if r.batch is not None]
+    if dataset == ORDER_ITEMS and refused:
+        held = spark.createDataFrame(
+            [(date.fromisoformat(r.batch), r.file, f"{REFUSED_FILE}: {r.reason}") for r in refused],
+            "ingest_date date, source_file string, refused string",
+        )
+        df = df.unionByName(held, allowMissingColumns=True)
+    return df
 
 
 def assert_new_batches(df: DataFrame, dataset: str) -> list[str]:

@@ -27,20 +27,12 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from assets_pkg import landing, quarantine, transforms
-from assets_pkg.assets import (
-    DIM_PRODUCT,
-    PUBLISH_ORDER,
-    QUARANTINE_ORDER_ITEMS,
-    STG_ORDER_ITEMS,
-    Publication,
-    RunInfo,
-    publish,
-    restated_stg_order_items,
-)
 from assets_pkg.landing import ORDER_ITEM_KEY, ORDER_ITEM_SCHEMA, ORDER_ITEM_VERSION_COLUMNS
 from assets_pkg.partitions import first_day, last_day
+from assets_pkg.publish import Publication, RunInfo, fault_point, publish
+from assets_pkg.tables import BY_NAME, DAY_COLUMN, DIM_PRODUCT, DIMENSION, PUBLISH_ORDER, QUARANTINE_ORDER_ITEMS, STG_ORDER_ITEMS, Read, Staged
 from resources import control
-from resources.delta_io import read_table, table_exists
+from resources.delta_io import read_days, read_table, table_exists
 
 PIPELINE = "order_items"
 
@@ -92,7 +84,7 @@ class DayChange:
 @dataclass
 class LandedItems:
     """What the detection read of the order item batches, kept for the restatement's staging build (see
-    `assets.restated_stg_order_items`), which then reads no history: every row of the batches, and staging's rows of
+    `restated_stg_order_items`), which then reads no history: every row of the batches, and staging's rows of
     every valid key in them, on whatever day they are staged."""
 
     batches: list[str]
@@ -114,17 +106,21 @@ class Detection:
     product_days: dict[date, DayChange]  # days of dim_product to restate
     outside: dict[date, DayChange]  # older than the window: exceptions, not restated
     landed: LandedItems | None = None  # kept only when asked for (restate), until `release`
+    refused: list[landing.Refusal] = field(default_factory=list)  # files of the batches read the contract refuses
 
     def release(self) -> None:
         if self.landed:
             self.landed.release()
 
+    def _days(self, table: str) -> dict[date, DayChange]:
+        # A dimension's days are the days its versions take effect; every other table is by order day.
+        return self.product_days if BY_NAME[table].role == DIMENSION else self.order_days
+
     def days_by_table(self) -> dict[str, list[date]]:
-        order = sorted(self.order_days)
-        return {t: sorted(self.product_days) if t == DIM_PRODUCT else order for t in PUBLISH_ORDER}
+        return {t: sorted(self._days(t)) for t in PUBLISH_ORDER}
 
     def change(self, table: str, day: date) -> DayChange:
-        return (self.product_days if table == DIM_PRODUCT else self.order_days)[day]
+        return self._days(table)[day]
 
     def landed_days(self) -> dict[str, list[date]]:
         """Per landing dataset, the days the new batches add rows to (in the window or not)."""
@@ -254,7 +250,8 @@ def detect(spark: SparkSession, keep_landed: bool = False) -> Detection:
                 change = days.pop(day)
                 outside[day] = outside[day].plus(change) if day in outside else change
     watermark_ts = max((t for t in (wm.watermark_ts, new_ts) if t is not None), default=None)
-    return Detection(wm, watermark_ts, batches, window_start, order_days, product_days, outside, landed)
+    refused = [r for dataset, names in batches.items() for r in landing.landed_files(dataset, names).refused]
+    return Detection(wm, watermark_ts, batches, window_start, order_days, product_days, outside, landed, refused)
 
 
 @dataclass
@@ -299,13 +296,37 @@ def restatement(
         found.release()
 
 
-def _staging_build(found: Detection):
-    """Staging's days from what is staged plus the order item batches read (no history scan); when none was read
-    (product batches only, or only days left pending), from the landing, as a backfill builds them."""
-    landed = found.landed
-    if landed is None:
-        return None
-    return lambda spark, days: restated_stg_order_items(spark, days, landed.rows, landed.staged, landed.batches)
+def restated_stg_order_items(landed: LandedItems):
+    """Staging's days for a restatement, from what is published plus the batches just read, not from the history:
+    an item's latest version is its staged one unless one of the batches beats it, so it is decided, by the same
+    transform, over the days' staged rows, the staged rows of the keys in the batches (wherever they are) and the
+    batches' rows. Quarantine keeps its rows of other batches and takes these batches' afresh (a batch re-read is not
+    quarantined twice). Nothing lost is checked against the same inputs; the landing as a whole is checked by
+    backfills and `check`.
+
+    Exact because staging holds every batch read so far: each restatement stages the days of the batches it reads
+    (the first after a backfill reads them all), and a backfill reads the whole landing. A day rolled back holds an
+    older version until it is backfilled: a restatement builds on what is staged."""
+
+    def build(spark: SparkSession, days: list[date], read: Read) -> Staged:
+        on_days = read_days(spark, STG_ORDER_ITEMS, DAY_COLUMN[STG_ORDER_ITEMS], days).select(*ORDER_ITEM_VERSION_COLUMNS)
+        valid, rejected = quarantine.split(landed.rows, first_day(), last_day())
+        versions = on_days.unionByName(landed.staged).unionByName(valid.select(*ORDER_ITEM_VERSION_COLUMNS))
+        stg = transforms.stg_order_items(versions, days)
+        read_batches = [date.fromisoformat(b) for b in landed.batches]
+        held = read_days(spark, QUARANTINE_ORDER_ITEMS, DAY_COLUMN[QUARANTINE_ORDER_ITEMS], days).where(
+            ~F.col("ingest_date").isin(read_batches))
+        quarantined = quarantine.for_days(held, days).unionByName(quarantine.for_days(rejected, days)).persist()
+        every_version = versions.unionByName(rejected.select(*ORDER_ITEM_VERSION_COLUMNS))
+        return Staged(
+            table=stg,
+            side_tables={QUARANTINE_ORDER_ITEMS: quarantined},
+            lost=quarantine.lost_keys(every_version, stg, quarantined, days),
+            persisted=[quarantined],
+            from_landing=False,
+        )
+
+    return build
 
 
 def _restate(spark, run, found, before_watermark) -> Iterator[tuple[str, Publication]]:
@@ -323,10 +344,12 @@ def _restate(spark, run, found, before_watermark) -> Iterator[tuple[str, Publica
         # Intent first: should anything below fail, these days stay pending and are rewritten next time.
         pending = sorted(set(wm.pending_days) | set(found.order_days) | set(found.product_days))
         control.write_watermark(spark, PIPELINE, control.Watermark(wm.watermark_ts, wm.batches_read, pending), run.run_id, now)
-        for table, days in to_write.items():
-            build = _staging_build(found) if table == STG_ORDER_ITEMS else None
-            yield table, publish(spark, table, days, run, build=build)
+        # Staging from what is staged plus the order item batches read (no history scan); when none was read
+        # (product batches only, or only days left pending), from the landing, as a backfill builds it.
+        builds = {STG_ORDER_ITEMS: restated_stg_order_items(found.landed)} if found.landed else {}
+        yield from publish(spark, to_write, run, builds).items()
     before_watermark()
+    fault_point("before-watermark")
     read = {b for batches in found.batches_read.values() for b in batches}
     advanced = control.Watermark(found.new_watermark_ts, sorted(set(wm.batches_read) | read), [])
     if to_write or advanced != wm:  # a replayed tick, with nothing new, commits nothing at all

@@ -2,6 +2,8 @@
 the minimal metrics (seed 000)."""
 
 import json
+import shutil
+from dataclasses import dataclass
 from datetime import date, datetime, timezone
 from pathlib import Path
 
@@ -9,12 +11,12 @@ from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from assets_pkg import checks
-from assets_pkg.assets import DAY_COLUMN
-from assets_pkg.partitions import days
+from assets_pkg import checks, landing
+from assets_pkg.partitions import days, first_day, last_day
+from assets_pkg.tables import DAY_COLUMN, QUARANTINE_ORDER_ITEMS, STG_ORDER_ITEMS
 from resources import audit
-from resources.delta_io import TableNotMaterialized, overwrite_days, read_days
-from resources.lake import table_path
+from resources.delta_io import TableNotMaterialized, overwrite_days, read_days, read_table, table_exists
+from resources.lake import lake_root, landing_path, table_path
 
 
 def _range(df: DataFrame, table: str, start: date, end: date) -> DataFrame:
@@ -117,3 +119,60 @@ def metrics(spark: SparkSession, now: datetime | None = None) -> list[dict]:
             "mismatch_count": asset_rows.latest.mismatch_count,
         })
     return out
+
+
+@dataclass
+class Withdrawal:
+    file: str  # as source_file records it, relative to the dataset's folder
+    dataset: str
+    moved_to: Path
+    days: list[date]  # the days to publish again: every day the file's rows are, or could be, on
+
+
+def _landed_file(file: str) -> tuple[str, Path]:
+    """(dataset, path) of a landed file given as a path, or relative to the landing ("order_items/ingest_date=..")."""
+    root = Path(landing_path(landing.ORDER_ITEMS)).parent
+    path = Path(file) if Path(file).is_absolute() else root / file
+    path = path.resolve()
+    try:
+        dataset, *_ = path.relative_to(root).parts
+    except ValueError:
+        raise ValueError(f"{file}: not a file of the landing ({root})") from None
+    if dataset not in landing.SCHEMAS or not path.is_file():
+        raise ValueError(f"{file}: no such landed file under {root}/<{'|'.join(landing.SCHEMAS)}>/")
+    return dataset, path
+
+
+def withdraw(spark: SparkSession, file: str, reason: str) -> Withdrawal:
+    """Take a landed file out of the landing: move it to $LAKE_ROOT/withdrawn/ with a note of why, and return the
+    days to publish again, so that no published row is left that no landed file explains. For order items: the days
+    its rows are published or quarantined on, and the days of every other version of its keys (one of which becomes
+    the latest); for products: every day from the first its versions take effect (facts join the product as of
+    their day)."""
+    if not reason.strip():
+        raise ValueError("say why the file is withdrawn (--reason)")
+    dataset, path = _landed_file(file)
+    rel = str(path.relative_to(Path(landing_path(dataset))))
+    first, last = first_day(), last_day()
+    if dataset == landing.ORDER_ITEMS:
+        affected: set[date] = set()
+        for table, column in ((STG_ORDER_ITEMS, "order_date"), (QUARANTINE_ORDER_ITEMS, "quarantine_day")):
+            if table_exists(spark, table):
+                rows = read_table(spark, table).where(F.col("source_file") == rel).select(column).distinct().collect()
+                affected |= {r[0] for r in rows}
+        landed = landing.read_landing(spark, dataset)
+        keys = landed.where(F.col("source_file") == rel).where("order_id IS NOT NULL AND order_item_id IS NOT NULL")
+        versions = landed.join(keys.select(*landing.ORDER_ITEM_KEY).distinct(), landing.ORDER_ITEM_KEY, "left_semi")
+        affected |= {r.order_date for r in versions.select("order_date").distinct().collect() if r.order_date}
+    else:
+        versions = landing.read_landing(spark, dataset).where(F.col("source_file") == rel)
+        since = versions.agg(F.min(landing.event_day(dataset))).first()[0]
+        affected = set(days(max(since, first), last)) if since else set()
+    to = lake_root() / "withdrawn" / dataset / rel
+    to.parent.mkdir(parents=True, exist_ok=True)
+    shutil.move(str(path), str(to))
+    wanted = sorted(d for d in affected if first <= d <= last)
+    note = {"file": rel, "dataset": dataset, "reason": reason, "withdrawn_at": datetime.now(timezone.utc).isoformat(),
+            "days": [d.isoformat() for d in wanted]}
+    to.with_name(to.name + ".withdrawn.json").write_text(json.dumps(note, indent=2))
+    return Withdrawal(rel, dataset, to, wanted)

@@ -17,12 +17,14 @@ from resources.delta_io import day_filter
 def _reason(first_day: date, last_day: date):
     c = F.col
     return (
-        F.when(c("order_id").isNull() | c("order_item_id").isNull(), "null_key")
+        F.when(c("refused").isNotNull(), c("refused"))  # a file the landing contract refuses (see landing.py)
+        .when(c("order_id").isNull() | c("order_item_id").isNull(), "null_key")
         .when(c("order_date").isNull(), "null_order_date")
         .when(c("updated_at").isNull() | c("ingested_at").isNull(), "null_timestamp")
         .when((c("order_date") < F.lit(first_day)) | (c("order_date") > F.lit(last_day)), "order_date_out_of_range")
         .when(c("order_date") > F.to_date("ingested_at"), "order_date_after_landing")
         .when(c("customer_id").isNull() | c("product_id").isNull(), "null_reference")
+        .when(c("channel").isNull(), "null_channel")  # daily_revenue's key: a null would fail it for the whole day
         .when(c("quantity").isNull() | (c("quantity") < 0), "negative_or_null_quantity")
         .when(
             (c("gross_amount") < 0) | (c("discount_amount") < 0) | (c("cost_amount") < 0)
@@ -37,15 +39,16 @@ def breaks_contract(first_day: date, last_day: date):
 
 
 def split(versions: DataFrame, first_day: date, last_day: date) -> tuple[DataFrame, DataFrame]:
-    """(rows that meet the contract, rows that do not, with `reason` and `quarantine_day`)."""
+    """(rows that meet the contract, rows that do not, with `reason` and `quarantine_day`), from landed rows."""
     tagged = versions.withColumn("reason", _reason(first_day, last_day))
     in_partitions = F.greatest(F.least(F.col("ingest_date"), F.lit(last_day)), F.lit(first_day))
     rejected = tagged.where(F.col("reason").isNotNull()).withColumn(
         "quarantine_day",
-        F.when(F.col("reason").isin("null_key", "null_order_date", "null_timestamp", "order_date_out_of_range",
-                                    "order_date_after_landing"), in_partitions).otherwise(F.col("order_date")),
+        F.when(F.col("refused").isNotNull() | F.col("reason").isin(
+            "null_key", "null_order_date", "null_timestamp", "order_date_out_of_range", "order_date_after_landing"),
+            in_partitions).otherwise(F.col("order_date")),
     )
-    return tagged.where(F.col("reason").isNull()).drop("reason"), rejected
+    return tagged.where(F.col("reason").isNull()).drop("reason", "refused"), rejected
 
 
 def for_days(rejected: DataFrame, days: list[date]) -> DataFrame:

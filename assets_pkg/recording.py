@@ -107,3 +107,24 @@ def selected_check_outputs(context, table: str) -> list[str]:
         if key.asset_key == AssetKey(table)
     ]
 
+
+
+def partly_published_events(context, partly) -> Iterator[AssetMaterialization | AssetCheckEvaluation]:
+    """A run that failed after committing some tables: a materialization of each day of each table committed (it
+    holds this run's rows), then, on each table not committed, a failing up_to_date_with_landing result on each day,
+    so that the UI shows those days as behind until the days are run again."""
+    from assets_pkg.publish import commit_metadata
+    from assets_pkg.tables import BY_NAME
+
+    for table, commit in partly.commits.items():
+        days = partly.plan[table]
+        for day, metadata in sorted(commit_metadata(commit, days).items()):
+            yield AssetMaterialization(table, partition=day.isoformat(), metadata=metadata)
+    committed = ", ".join(partly.commits)
+    for table in [t for t in partly.not_committed if t in BY_NAME]:  # side tables have no checks
+        outcomes = [
+            checks.Outcome(checks.UP_TO_DATE, day, False, {
+                "stale": True, "why": f"the run failed after committing {committed}, not {table}: run these days again"})
+            for day in partly.plan[table]
+        ]
+        yield from check_evaluations(context.instance, table, outcomes)

@@ -66,6 +66,9 @@ def spark_config(short_runs: bool = False) -> dict[str, str]:
         # Dates are partition keys: they must not depend on the machine's time zone.
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.shuffle.partitions": "8",
+        # Parquet INT64 nanosecond timestamps (what pandas writes) are read as numbers, which landing.py converts:
+        # Spark cannot read them as timestamps.
+        "spark.sql.legacy.parquet.nanosAsLong": "true",
         # Delta's default of 50 tasks to replay a table's log is built for clusters.
         "spark.databricks.delta.snapshotPartitions": "2",
         "spark.ui.showConsoleProgress": "false",

@@ -6,7 +6,7 @@ from decimal import Decimal
 from pyspark.sql import types as T
 
 from assets_pkg import landing
-from assets_pkg.assets import DAY_COLUMN, PUBLISH_ORDER
+from assets_pkg.tables import DAY_COLUMN, PUBLISH_ORDER
 from resources.delta_io import read_days
 
 ORDER_TABLES = ["stg_order_items", "fact_order_item", "daily_revenue", "customer_daily_features"]

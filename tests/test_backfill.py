@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from assets_pkg import landing
-from assets_pkg.assets import DAY_COLUMN
+from assets_pkg.tables import DAY_COLUMN
 from assets_pkg.backfill import run_backfill, runs_url
 from assets_pkg.generate import generate
 from resources.delta_io import read_table

@@ -11,7 +11,8 @@ from dagster import AssetKey, AutomationCondition, Definitions, evaluate_automat
 from pyspark.sql import functions as F
 
 from assets_pkg import landing, late_data
-from assets_pkg.assets import LANDING_ORDER_ITEMS, PUBLISH_ORDER, QUARANTINE_ORDER_ITEMS, STG_ORDER_ITEMS, stg_order_items
+from assets_pkg.assets import publish_tables
+from assets_pkg.tables import LANDING_ORDER_ITEMS, PUBLISH_ORDER, QUARANTINE_ORDER_ITEMS, STG_ORDER_ITEMS
 from assets_pkg.automation import PREVIEW_JOB, landing_assets
 from assets_pkg.backfill import observe_landing, run_backfill
 from assets_pkg.checks import LATE_DATA, UP_TO_DATE
@@ -56,7 +57,7 @@ class DagsterStaleness:
     def __init__(self, instance):
         self.instance, self.cursor = instance, None
         condition = AutomationCondition.any_deps_match(AutomationCondition.data_version_changed())
-        watched = stg_order_items.map_asset_specs(
+        watched = publish_tables.map_asset_specs(
             lambda spec: spec.replace_attributes(automation_condition=condition) if spec.key == AssetKey(STG_ORDER_ITEMS) else spec
         )
         self.defs = Definitions(assets=[*landing_assets, watched], resources={"pyspark": spark_resource()})

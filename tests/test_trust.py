@@ -6,7 +6,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from assets_pkg import landing
-from assets_pkg.assets import TABLE_CHECKS
+from assets_pkg.tables import TABLE_CHECKS
 from assets_pkg.backfill import run_backfill
 from assets_pkg.checks import LATE_DATA
 from assets_pkg.cli import main
@@ -104,7 +104,7 @@ def test_a_blocking_failure_publishes_nothing_and_stops_the_downstream_partition
 
     assert run_backfill(START, END, select=["fact_order_item"], chunk_size=31, instance=built) is False
     out = capsys.readouterr().out
-    assert "fact_order_item failed" in out and f"unique_key on {DAY}" in out
+    assert f"unique_key of fact_order_item on {DAY}" in out and "nothing written in any of" in out
     assert f"order_id={dup.order_id}, order_item_id={dup.order_item_id}" in out
     # Nothing of the range was published, in the failing table or downstream of it.
     assert {t: versions(spark, t)[0] for t in before} == before

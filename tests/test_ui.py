@@ -12,7 +12,7 @@ from dagster import AssetKey
 from assets_pkg import cli, late_data
 from assets_pkg.automation import LANDING_STATE_TAG, RESTATE_JOB, landing_state
 from assets_pkg.backfill import observe_landing, run_backfill, run_restatement
-from assets_pkg.assets import FACT_ORDER_ITEM
+from assets_pkg.tables import FACT_ORDER_ITEM
 from assets_pkg.checks import FINGERPRINT, KEYS_NOT_NULL, RECONCILES, ROW_COUNT_CHANGE, UNIQUE_KEY, UP_TO_DATE
 from assets_pkg.definitions import defs
 from assets_pkg.generate import generate

@@ -1,0 +1,95 @@
+"""A run publishes its whole graph or nothing: a blocking check failing in any table writes nothing in any table;
+a failure between commits says which tables hold the days, shows the others as behind, and the days are run again."""
+
+from datetime import date
+
+import pytest
+from dagster import AssetKey, RunRequest, build_sensor_context
+
+from assets_pkg import publish as publishing
+from assets_pkg.assets import PUBLISHED_TAG
+from assets_pkg.automation import REPAIR_OF_TAG, landing_state, late_data_sensor
+from assets_pkg.backfill import run_backfill, run_checks
+from assets_pkg.checks import UP_TO_DATE
+from assets_pkg.definitions import ALL_ASSETS_JOB, defs
+from assets_pkg.generate import generate
+from assets_pkg.partitions import days
+from assets_pkg.publish import GraphNotPublished, RunInfo, publish
+from assets_pkg.tables import BY_NAME, DAILY_REVENUE, FACT_ORDER_ITEM, PUBLISH_ORDER, QUARANTINE_ORDER_ITEMS, STG_ORDER_ITEMS
+from tests.conftest import rows, versions
+from tests.late_batches import latest_check_status
+
+pytestmark = pytest.mark.slow  # builds a lake and runs backfills: minutes, not seconds
+
+START, END = date(2025, 1, 1), date(2025, 1, 8)
+TABLES = [*PUBLISH_ORDER, QUARANTINE_ORDER_ITEMS]
+
+
+@pytest.fixture(scope="module")
+def built(spark, lake):
+    _, instance = lake
+    generate(spark, START, END, seed=5, rows_per_day=8, bad_rate=0.1)
+    assert run_backfill(START, END, instance=instance, echo=lambda _: None)
+    return instance
+
+
+def content(spark):
+    return {t: rows(spark, t) for t in TABLES}
+
+
+def test_a_blocking_failure_in_a_mart_writes_nothing_in_any_table_of_the_run(spark, built):
+    before = {t: versions(spark, t)[0] for t in TABLES}
+
+    def revenue_with_a_duplicate(spark, days_, read):
+        built_revenue = BY_NAME[DAILY_REVENUE].build(spark, days_, read)
+        built_revenue.table = built_revenue.table.unionByName(built_revenue.table.limit(1))
+        return built_revenue
+
+    plan = {t: days(START, END) for t in PUBLISH_ORDER}
+    with pytest.raises(GraphNotPublished) as failed:
+        publish(spark, plan, RunInfo("test-run"), builds={DAILY_REVENUE: revenue_with_a_duplicate})
+    assert list(failed.value.failing) == [DAILY_REVENUE]
+    assert "unique_key of daily_revenue on" in str(failed.value) and "nothing written in any of" in str(failed.value)
+    # Staging and the fact passed their checks, and were not published either.
+    assert {t: versions(spark, t)[0] for t in TABLES} == before
+
+
+def test_a_failure_between_commits_names_what_was_committed_and_the_days_are_run_again(spark, built, monkeypatch):
+    instance = built
+    expected = content(spark)
+    a, b = date(2025, 1, 3), date(2025, 1, 5)
+    commit = publishing.overwrite_days
+
+    def conflict_on_the_fact(df, table, *args, **kwargs):
+        if table == FACT_ORDER_ITEM:
+            raise RuntimeError("ConcurrentAppendException: files were added to the table by a concurrent update")
+        return commit(df, table, *args, **kwargs)
+
+    monkeypatch.setattr(publishing, "overwrite_days", conflict_on_the_fact)
+    said = []
+    assert run_backfill(a, b, instance=instance, echo=said.append) is False
+    monkeypatch.undo()
+    out = "\n".join(said)
+    assert "failed after committing quarantine_order_items (" in out and "stg_order_items (version" in out
+    assert "not committed: fact_order_item, daily_revenue, customer_daily_features" in out
+    assert "ConcurrentAppendException" in out and f"{a}..{b} is published in the tables named above only" in out
+    failed = instance.get_runs(limit=1)[0]
+    assert failed.tags[PUBLISHED_TAG] == "partly"
+    # Dagster shows staging's days as written by the failed run, and the fact's days as behind.
+    latest = instance.get_latest_materialization_event(AssetKey(STG_ORDER_ITEMS))
+    assert latest.run_id == failed.run_id
+    assert {latest_check_status(instance, FACT_ORDER_ITEM, UP_TO_DATE, d) for d in days(a, b)} == {"FAILED"}
+
+    request = late_data_sensor(build_sensor_context(instance=instance, definitions=defs, cursor=landing_state()))
+    assert isinstance(request, RunRequest) and request.job_name == ALL_ASSETS_JOB
+    assert request.tags[REPAIR_OF_TAG] == failed.run_id
+    assert (request.tags["dagster/asset_partition_range_start"], request.tags["dagster/asset_partition_range_end"]) == (str(a), str(b))
+    repaired = defs.resolve_job_def(ALL_ASSETS_JOB).execute_in_process(instance=instance, tags=request.tags, raise_on_error=False)
+    assert repaired.success
+    assert content(spark) == expected  # the days hold what they held: staging's rows were already the same
+    assert {latest_check_status(instance, FACT_ORDER_ITEM, UP_TO_DATE, d) for d in days(a, b)} == {"SUCCEEDED"}
+    result, _ = run_checks(START, END, PUBLISH_ORDER, instance=instance)
+    assert result.success
+    # Repaired once: the sensor does not run it again.
+    unchanged_landing = build_sensor_context(instance=instance, definitions=defs, cursor=landing_state())
+    assert not isinstance(late_data_sensor(unchanged_landing), RunRequest)
