@@ -5,6 +5,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 # The tests' partitions (read when assets_pkg is imported): pinned so a developer's environment cannot change them.
 os.environ.update(
@@ -17,6 +18,13 @@ from assets_pkg.backfill import dagster_instance  # noqa: E402
 from resources.delta_io import read_table  # noqa: E402
 from resources.lake import table_path
 from resources.spark import get_spark
+
+# The property tests' profiles: `ci` by default, `--hypothesis-profile soak` for a long run. Each example builds a
+# lake on real Spark, Delta and Dagster: no deadline, and the health checks for slow examples off.
+_EXAMPLES = dict(deadline=None, print_blob=True, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+settings.register_profile("ci", max_examples=2, **_EXAMPLES)
+settings.register_profile("soak", max_examples=40, **_EXAMPLES)
+settings.load_profile("ci")
 
 TABLE_KEYS = {
     "stg_order_items": ["order_id", "order_item_id"],
@@ -69,3 +77,26 @@ def versions(spark, table):
 def duplicate_keys(spark, table):
     keys = TABLE_KEYS[table]
     return read_table(spark, table).groupBy(*keys).count().where("count > 1").count()
+
+
+def from_scratch(spark, tmp_path, start, end) -> dict[str, list]:
+    """Every table's rows as a from-scratch backfill of start..end over a copy of this lake's landing builds them, in
+    a lake and a Dagster instance of its own."""
+    import shutil
+
+    from dagster import DagsterInstance
+
+    from assets_pkg.backfill import run_backfill
+    from assets_pkg.tables import DAY_COLUMN
+    from resources.lake import lake_root
+
+    scratch = tmp_path / "scratch"
+    shutil.copytree(lake_root() / "landing", scratch / "landing")
+    previous = os.environ["LAKE_ROOT"]
+    os.environ["LAKE_ROOT"] = str(scratch)
+    try:
+        with DagsterInstance.ephemeral() as instance:
+            assert run_backfill(start, end, chunk_size=366, instance=instance, echo=lambda _: None)
+        return {t: rows(spark, t) for t in DAY_COLUMN}
+    finally:
+        os.environ["LAKE_ROOT"] = previous

@@ -12,14 +12,14 @@ import pytest
 from dagster import DagsterEventType, DagsterRunStatus, RunsFilter, SkipReason, build_sensor_context
 
 from assets_pkg import liveness
-from assets_pkg.assets import CLI_BACKFILL_TAG
-from assets_pkg.automation import late_data_sensor
+from assets_pkg.publish import CLI_BACKFILL_TAG
+from assets_pkg.automation import REPAIR_OF_TAG, late_data_sensor
 from assets_pkg.backfill import run_backfill
 from assets_pkg.cli import main
 from assets_pkg.definitions import defs
 from assets_pkg.generate import generate
 from resources.lake import REPO_ROOT
-from tests.conftest import TABLE_KEYS, rows
+from tests.conftest import TABLE_KEYS, from_scratch, rows
 from tests.dagster_ui import DagsterDev
 
 pytestmark = pytest.mark.slow  # builds a lake and runs backfills: minutes, not seconds
@@ -116,9 +116,9 @@ def test_two_backfills_over_the_same_days_at_once_write_one_step_at_a_time_and_b
         assert rows(spark, table) == before[table], f"{table}: two runs of the same days changed its content"
 
 
-def test_a_killed_daemon_run_is_closed_with_its_cause_and_its_backfill_ends(built, lake):
+def test_a_killed_daemon_run_is_closed_with_its_cause_its_backfill_ends_and_the_sensor_repairs_its_days(spark, built, lake, tmp_path):
     """The code server that launched the run sees its process die and closes it (Dagster's own mechanism); the
-    sensor's liveness check is the net for when nothing else is left to notice."""
+    sensor's liveness check is the net for when nothing else is left to notice. The sensor then runs its days again."""
     root, instance = lake
     dev = DagsterDev(root / "dagster_home", env={"LAKE_ROOT": str(root), "LATE_DATA_SENSOR_INTERVAL_S": "2"})
     try:
@@ -137,5 +137,15 @@ def test_a_killed_daemon_run_is_closed_with_its_cause_and_its_backfill_ends(buil
         assert any(f"Run execution process for {run.run_id}" in m or "the process that executed this run" in m
                    for m in said), said[-5:]
         assert dev.wait_for_backfill(backfill_id, timeout=300)["status"] != "REQUESTED"
+
+        # The sensor runs the dead run's days again, and the tables end as a from-scratch build makes them.
+        deadline = time.monotonic() + 300
+        while not (repairs := instance.get_runs(RunsFilter(tags={REPAIR_OF_TAG: run.run_id}))) or \
+                repairs[0].status not in (DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE):
+            assert time.monotonic() < deadline, "the dead run's days were not run again"
+            time.sleep(2)
+        assert repairs[0].status == DagsterRunStatus.SUCCESS
     finally:
         dev.stop()
+    expected = from_scratch(spark, tmp_path, START, END)
+    assert {t: rows(spark, t) for t in expected} == expected
