@@ -15,6 +15,7 @@ os.environ.update(
 from delta.tables import DeltaTable  # noqa: E402
 
 from assets_pkg.backfill import dagster_instance  # noqa: E402
+from assets_pkg.tables import TABLES  # noqa: E402
 from resources.delta_io import read_table  # noqa: E402
 from resources.lake import table_path
 from resources.spark import get_spark
@@ -26,13 +27,7 @@ settings.register_profile("ci", max_examples=2, **_EXAMPLES)
 settings.register_profile("soak", max_examples=40, **_EXAMPLES)
 settings.load_profile("ci")
 
-TABLE_KEYS = {
-    "stg_order_items": ["order_id", "order_item_id"],
-    "dim_product": ["product_id", "valid_from"],
-    "fact_order_item": ["order_id", "order_item_id"],
-    "daily_revenue": ["order_date", "channel"],
-    "customer_daily_features": ["customer_id", "order_date"],
-}
+TABLE_KEYS = {t.name: t.key for t in TABLES}
 
 
 @pytest.fixture(scope="session")
@@ -56,9 +51,10 @@ def lake(tmp_path_factory):
 
 
 def rows(spark, table):
-    """Every row of a table, sorted: the table's whole content, for exact comparisons (without the run that wrote a
-    row, which quarantine records)."""
-    return sorted((tuple(r) for r in read_table(spark, table).drop("run_id").collect()), key=repr)
+    """Every row of a table, by column name, sorted: the table's whole content, for exact comparisons (without the
+    run that wrote a row, which quarantine records)."""
+    found = [r.asDict() for r in read_table(spark, table).drop("run_id").collect()]
+    return sorted(found, key=lambda row: repr(sorted(row.items())))
 
 
 def files_by_day(spark, table, day_column):

@@ -6,10 +6,11 @@ from decimal import Decimal
 from pyspark.sql import types as T
 
 from assets_pkg import landing
-from assets_pkg.tables import DAY_COLUMN, PUBLISH_ORDER
+from assets_pkg.tables import DAY_COLUMN, DIMENSION, PUBLISH_ORDER, TABLES
 from resources.delta_io import read_days
 
-ORDER_TABLES = ["stg_order_items", "fact_order_item", "daily_revenue", "customer_daily_features"]
+# The tables by order day: every table but the dimensions.
+ORDER_TABLES = [t.name for t in TABLES if t.role != DIMENSION]
 
 
 def next_batch_day() -> date:

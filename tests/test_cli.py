@@ -46,6 +46,6 @@ def test_generate_is_deterministic_for_a_seed(spark, tmp_path, monkeypatch):
         monkeypatch.setenv("LAKE_ROOT", str(root))
         generate(spark, date(2025, 1, 1), date(2025, 1, 4), seed=3, rows_per_day=20, bad_rate=0.1)
         df = landing.read_landing(spark, landing.ORDER_ITEMS).drop("source_file")
-        return sorted((tuple(r) for r in df.collect()), key=repr)
+        return sorted((r.asDict() for r in df.collect()), key=repr)
 
     assert land(tmp_path / "a") == land(tmp_path / "b")

@@ -7,16 +7,18 @@ from dagster import AssetKey, Definitions, in_process_executor
 from assets_pkg.automation import RESTATE_JOB
 from assets_pkg.definitions import ALL_ASSETS_JOB, defs
 from assets_pkg.partitions import chunks, daily_partitions, max_partitions_per_run
+from assets_pkg.tables import DAY_COLUMN, TABLES
 from resources.spark import LOCAL_JAVA_OPTIONS, SHORT_RUN_JAVA_OPTIONS
 
 
-def test_every_table_is_a_daily_partitioned_asset_with_a_chunked_backfill_policy():
+def test_every_declared_table_is_a_daily_partitioned_asset_with_a_chunked_backfill_policy_and_its_checks():
     graph = defs.resolve_asset_graph()
     names = {k.to_user_string() for k in graph.materializable_asset_keys}
-    assert names == {
-        "stg_order_items", "quarantine_order_items", "dim_product", "fact_order_item", "daily_revenue",
-        "customer_daily_features",
-    }
+    assert names == set(DAY_COLUMN)  # every table, side tables included, and nothing else
+    for table in TABLES:
+        assert {u for u in table.upstream} == {k.to_user_string() for k in graph.get(AssetKey(table.name)).parent_keys}
+        checks = {k.name for k in graph.asset_check_keys if k.asset_key == AssetKey(table.name)}
+        assert set(table.checks.names()) <= checks, table.name
     for key in graph.materializable_asset_keys:
         node = graph.get(key)
         assert node.partitions_def == daily_partitions, key

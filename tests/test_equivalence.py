@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from assets_pkg import late_data
 from assets_pkg.backfill import run_backfill, run_checks, run_restatement
 from assets_pkg.generate import generate
+from assets_pkg.landing import ORDER_ITEM_SCHEMA
 from assets_pkg.operations import rollback
 from assets_pkg.tables import PUBLISH_ORDER
 from resources.delta_io import read_days
@@ -49,7 +50,8 @@ def _staged(spark, day, n):
 def land(spark, kind: str, day: date, n: int, order_ids: int) -> None:
     batch = next_batch_day()
     if kind == "duplicates":  # the same versions delivered again
-        items = [(*tuple(r)[:11], None) for r in _staged(spark, day, n)]
+        contract = [c for c in ORDER_ITEM_SCHEMA.fieldNames() if c != "ingested_at"]  # land_batch sets ingested_at
+        items = [(*(r[c] for c in contract), None) for r in _staged(spark, day, n)]
     elif kind == "corrections":
         items = corrections(spark, day, n)
     elif kind == "moves":  # corrected to another order day

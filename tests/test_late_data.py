@@ -272,7 +272,7 @@ def test_a_product_status_change_restates_the_later_days_and_an_old_day_reruns_i
 
 
 def rows_of_day(spark, day):
-    return sorted(tuple(r) for r in read_days(spark, "fact_order_item", "order_date", [day]).collect())
+    return sorted((r.asDict() for r in read_days(spark, "fact_order_item", "order_date", [day]).collect()), key=repr)
 
 
 def test_rows_older_than_the_window_are_exceptions_until_a_manual_backfill(spark, lake_state, lake, monkeypatch, capsys):

@@ -1,0 +1,108 @@
+"""The pure logic, without Spark: days as ranges, chunks, the publish order, which batches a restatement reads, and
+the landing contract's verdict on a file."""
+
+from datetime import date, datetime, timedelta, timezone
+from decimal import Decimal
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from assets_pkg import landing
+from assets_pkg.late_data import _batches_to_read
+from assets_pkg.partitions import chunks
+from assets_pkg.publish import PartlyPublished, day_ranges
+from assets_pkg.tables import BY_NAME, PUBLISH_ORDER, TABLES, downstream
+from resources.control import Watermark
+from resources.delta_io import Commit, day_predicate, day_runs
+
+D = date(2025, 1, 1)
+
+
+def day(n: int) -> date:
+    return D + timedelta(days=n)
+
+
+def test_scattered_days_are_written_as_runs_of_consecutive_days():
+    assert day_runs([day(5), day(0), day(1), day(2), day(5), day(9)]) == [(day(0), day(2)), (day(5), day(5)), (day(9), day(9))]
+    assert day_predicate("d", [day(0), day(1)]) == "(d >= '2025-01-01' AND d <= '2025-01-02')"
+    assert day_ranges([day(0), day(1), day(3)]) == "2025-01-01..2025-01-02, 2025-01-04"
+    with pytest.raises(ValueError, match="no days"):
+        day_predicate("d", [])
+
+
+def test_chunks_cover_a_range_exactly_once_in_order():
+    ranges = chunks(day(0), day(69), 31)
+    assert ranges == [(day(0), day(30)), (day(31), day(61)), (day(62), day(69))]
+
+
+def test_every_table_is_published_after_every_table_it_reads():
+    position = {name: i for i, name in enumerate(PUBLISH_ORDER)}
+    assert set(position) == {t.name for t in TABLES}
+    for t in TABLES:
+        assert all(position[u] < position[t.name] for u in t.upstream if u in BY_NAME), t.name
+    assert downstream({"fact_order_item"}) == ["fact_order_item", "daily_revenue", "customer_daily_features"]
+
+
+def test_a_restatement_reads_new_batches_and_those_in_the_reprocess_window(tmp_path, monkeypatch):
+    monkeypatch.setenv("LAKE_ROOT", str(tmp_path))
+    monkeypatch.setenv("WATERMARK_REPROCESS_HOURS", "48")
+    for n in range(6):
+        (tmp_path / "landing" / "order_items" / f"ingest_date={day(n)}").mkdir(parents=True)
+    (tmp_path / "landing" / "order_items" / "ingest_date=latest").mkdir()  # not a batch
+    watermark = Watermark(datetime.combine(day(4), datetime.min.time(), tzinfo=timezone.utc),
+                          batches_read=[str(day(n)) for n in range(5) if n != 1])
+    # Never read (day 1), read but within 48 hours of the watermark (days 2..4), and new (day 5).
+    assert _batches_to_read("order_items", watermark) == [str(day(n)) for n in (1, 2, 3, 4, 5)]
+
+
+def _write(path, types: dict, values: dict, **options):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table({c: pa.array([values[c]], t) for c, t in types.items()}), path, **options)
+
+
+CONTRACT = {
+    "order_id": pa.int64(), "order_item_id": pa.int32(), "order_date": pa.date32(), "customer_id": pa.int64(),
+    "product_id": pa.int64(), "channel": pa.string(), "quantity": pa.int32(), "gross_amount": pa.decimal128(18, 2),
+    "discount_amount": pa.decimal128(18, 2), "cost_amount": pa.decimal128(18, 2),
+    "updated_at": pa.timestamp("us", tz="UTC"), "ingested_at": pa.timestamp("us", tz="UTC"),
+}
+ROW = {"order_id": 1, "order_item_id": 1, "order_date": D, "customer_id": 1, "product_id": 1, "channel": "web",
+       "quantity": 1, "gross_amount": Decimal("1.00"), "discount_amount": Decimal("0.00"), "cost_amount": Decimal("0.50"),
+       "updated_at": datetime(2025, 1, 1, tzinfo=timezone.utc), "ingested_at": datetime(2025, 1, 2, tzinfo=timezone.utc)}
+
+
+def test_the_landing_contract_reads_every_timestamp_encoding_and_refuses_what_it_cannot_read_by_name(tmp_path, monkeypatch):
+    monkeypatch.setenv("LAKE_ROOT", str(tmp_path))
+    batch = tmp_path / "landing" / "order_items" / "ingest_date=2025-01-02"
+    nanos = {**CONTRACT, "updated_at": pa.timestamp("ns", tz="UTC")}
+    _write(batch / "micros.parquet", CONTRACT, ROW)
+    _write(batch / "millis.parquet", {**CONTRACT, "updated_at": pa.timestamp("ms", tz="UTC")}, ROW)
+    _write(batch / "int96.parquet", CONTRACT, ROW, use_deprecated_int96_timestamps=True)
+    _write(batch / "nanos.parquet", nanos, ROW)
+    _write(batch / "text.parquet", {**CONTRACT, "quantity": pa.string()}, {**ROW, "quantity": "1"})
+    _write(batch / "wide.parquet", {**CONTRACT, "note": pa.string()}, {**ROW, "note": "x"})
+    _write(batch / "narrow.parquet", {c: t for c, t in CONTRACT.items() if c != "channel"}, ROW)
+    (batch / "empty.parquet").write_bytes(b"")
+    (batch / "_SUCCESS").write_bytes(b"")  # a writer's marker, not data
+
+    found = landing.landed_files("order_items")
+    assert sorted(p.rsplit("/", 1)[1] for p in found.plain) == ["int96.parquet", "micros.parquet", "millis.parquet"]
+    assert [[p.rsplit("/", 1)[1] for p in paths] for paths in found.nanos.values()] == [["nanos.parquet"]]
+    assert list(found.nanos) == [("updated_at",)]
+    assert {r.file: r.reason for r in found.refused} == {
+        "ingest_date=2025-01-02/empty.parquet": "zero-byte file",
+        "ingest_date=2025-01-02/narrow.parquet": "missing column channel",
+        "ingest_date=2025-01-02/text.parquet": "column quantity is string, the contract says int",
+        "ingest_date=2025-01-02/wide.parquet": "unexpected column note",
+    }
+
+
+def test_a_failure_between_commits_names_what_was_committed_with_its_version_and_days():
+    plan = {"stg_order_items": [day(0), day(1)], "fact_order_item": [day(0), day(1)]}
+    commits = {"quarantine_order_items": Commit("quarantine_order_items", None, 0, 0, 0),
+               "stg_order_items": Commit("stg_order_items", 7, 10, 2, 2)}
+    error = PartlyPublished(plan, commits, RuntimeError("ConcurrentAppendException: files were added"))
+    assert str(error).startswith(
+        "failed after committing quarantine_order_items (no change, 2025-01-01..2025-01-02), stg_order_items "
+        "(version 7, 2025-01-01..2025-01-02); not committed: fact_order_item (RuntimeError: ConcurrentAppendException")
