@@ -30,13 +30,17 @@ from dagster import (
     asset_check,
     sensor,
 )
-from dagster._core.definitions.data_version import DATA_VERSION_TAG  # not exported: the tag observations carry
-from dagster._core.execution.backfill import BulkActionStatus  # not exported; the sensor only reads it
-from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG, PARTITION_NAME_TAG
 from dagster_pyspark import LazyPySparkResource
 from pyspark.sql import SparkSession
 
 from assets_pkg import checks, landing, late_data, liveness, recording
+from assets_pkg.dagster_private import (
+    ASSET_PARTITION_RANGE_END_TAG,
+    ASSET_PARTITION_RANGE_START_TAG,
+    DATA_VERSION_TAG,
+    PARTITION_NAME_TAG,
+    BulkActionStatus,
+)
 from assets_pkg.assets import ALL_ASSETS_JOB, LAKE_WRITES_POOL, PUBLISHED_TAG, all_assets_job, failed_publication
 from assets_pkg.publish import GraphNotPublished, PartlyPublished, RunInfo
 from assets_pkg.tables import LANDING_ORDER_ITEMS, LANDING_PRODUCTS, STG_ORDER_ITEMS

@@ -10,12 +10,12 @@ from datetime import date
 from urllib.parse import urlencode
 
 from dagster import AssetKey, AssetSelection, DagsterInstance
-from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
 from assets_pkg.assets import PUBLISHED_TAG
 from assets_pkg.publish import CLI_BACKFILL_TAG
 from assets_pkg.automation import LANDING_STATE_TAG, PREVIEW_JOB, RESTATE_JOB, landing_state
 from assets_pkg.checks import events_max_days
+from assets_pkg.dagster_private import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 from assets_pkg.definitions import ALL_ASSETS_JOB, defs
 from assets_pkg.partitions import chunks, first_day, last_day
 from resources.lake import REPO_ROOT

@@ -19,13 +19,8 @@ from dagster import (
     Output,
 )
 
-# Not exported at Dagster's top level, and no public API fills it in for a range run: the pointer from a check result
-# to the materialization it checked. tests/test_recording.py fails loudly if Dagster moves or changes it.
-from dagster._core.definitions.asset_checks.asset_check_evaluation import (
-    AssetCheckEvaluationTargetMaterializationData as CheckedMaterialization,
-)
-
 from assets_pkg import checks
+from assets_pkg.dagster_private import AssetCheckEvaluationTargetMaterializationData as CheckedMaterialization
 
 
 def latest_materializations(instance: DagsterInstance, table: str, days: Iterable[date]) -> dict[str, CheckedMaterialization]:

@@ -6,7 +6,6 @@ from datetime import date
 import pytest
 from dagster import AssetCheckKey, AssetKey, AssetRecordsFilter
 
-from assets_pkg import recording
 from assets_pkg.backfill import run_backfill
 from assets_pkg.checks import FINGERPRINT, RECONCILES, UNIQUE_KEY
 from assets_pkg.cli import main
@@ -29,12 +28,6 @@ def built(spark, lake):
     generate(spark, START, END, seed=3, rows_per_day=20)
     assert run_backfill(START, END, instance=instance, echo=lambda _: None)
     return instance
-
-
-def test_the_private_pointer_from_a_check_result_to_its_materialization_is_where_dagster_keeps_it():
-    # recording.py imports it from a private module: if Dagster moves or reshapes it, this says so first.
-    pointer = recording.CheckedMaterialization(storage_id=1, run_id="r", timestamp=0.0)
-    assert (pointer.storage_id, pointer.run_id, pointer.timestamp) == (1, "r", 0.0)
 
 
 def test_each_days_materialization_carries_that_days_rows_and_files_not_the_runs(spark, built):
