@@ -46,6 +46,7 @@ from assets_pkg.publish import GraphNotPublished, PartlyPublished, RunInfo
 from assets_pkg.tables import LANDING_ORDER_ITEMS, LANDING_PRODUCTS, STG_ORDER_ITEMS
 from assets_pkg.partitions import daily_partitions
 from resources.lake import table_path
+from resources.settings import settings
 from resources.spark import spark_resource
 
 RESTATE_JOB = "restate_late_data"
@@ -239,7 +240,7 @@ def run_to_repair(instance: DagsterInstance) -> RunRequest | None:
 
 @sensor(
     jobs=[restate_late_data_job, all_assets_job],
-    minimum_interval_seconds=int(os.environ.get("LATE_DATA_SENSOR_INTERVAL_S", "30")),
+    minimum_interval_seconds=settings().late_data_sensor_interval_s,
     default_status=DefaultSensorStatus.RUNNING,
     description="Launches restate_late_data when a landing batch arrives. Listing the landing folders is all a tick "
     "costs: Spark starts only in the run.",

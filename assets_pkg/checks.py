@@ -5,7 +5,6 @@ result *before* it is committed: a failing day stops the write and the downstrea
 The fingerprint and the row-count change are recorded after the commit.
 """
 
-import os
 from dataclasses import dataclass, field
 from datetime import date
 
@@ -14,6 +13,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from assets_pkg.partitions import daily_partitions
+from resources.settings import settings
 
 UNIQUE_KEY = "unique_key"
 KEYS_NOT_NULL = "keys_not_null"
@@ -30,14 +30,14 @@ SAMPLE_SIZE = 5
 
 def row_count_tolerance() -> float:
     """Largest accepted relative change of a day's row count against its previous materialization."""
-    return float(os.environ.get("CHECK_ROW_COUNT_TOLERANCE", "0.5"))
+    return settings().check_row_count_tolerance
 
 
 def events_max_days() -> int:
     """Above this many days in one run, only the failing check results are logged day by day. Dagster's SQLite event
     log stores a check result in ~20 ms: 27 results a day over TPC-H's 2,406 days would add 20 minutes to a
     full-history run. Every day's numbers stay in backfill_audit, and the `check` command re-evaluates any range."""
-    return int(os.environ.get("CHECK_EVENTS_MAX_DAYS", "366"))
+    return settings().check_events_max_days
 
 
 @dataclass(frozen=True)

@@ -4,8 +4,6 @@ import argparse
 import sys
 from datetime import date
 
-from assets_pkg.partitions import first_day, last_day
-
 
 WITHDRAWN_TAG = "exact_backfills/withdrawn"  # on the runs that publish again the days of a withdrawn file
 
@@ -310,9 +308,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def first_day() -> date:
+    from assets_pkg.partitions import first_day
+
+    return first_day()
+
+
+def last_day() -> date:
+    from assets_pkg.partitions import last_day
+
+    return last_day()
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        from resources.settings import settings
+
+        settings()  # a bad setting is an error naming the variable, not a traceback
         return args.func(args)
     except (ValueError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -4,6 +4,7 @@ from dagster import Definitions, in_process_executor
 
 from assets_pkg.assets import ALL_ASSETS_JOB, all_assets_job, pipeline_assets
 from assets_pkg.automation import landing_assets, landing_checks, late_data_sensor, preview_late_data_job, restate_late_data_job
+from resources.settings import settings
 from resources.spark import spark_resource
 
 __all__ = ["ALL_ASSETS_JOB", "defs"]
@@ -13,7 +14,8 @@ defs = Definitions(
     asset_checks=landing_checks,
     jobs=[all_assets_job, restate_late_data_job, preview_late_data_job],
     sensors=[late_data_sensor],
-    resources={"pyspark": spark_resource()},
+    # The settings as a resource too: the UI's resources page shows the values runs use (resources/settings.py).
+    resources={"pyspark": spark_resource(), "settings": settings()},
     # Steps of a run share its process and so its SparkSession: a JVM per step would cost ~5 s each.
     executor=in_process_executor,
 )

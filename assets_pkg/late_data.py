@@ -17,7 +17,6 @@ watermark (seeds 000, 002).
   them (reprocessing, never skipped rows).
 """
 
-import os
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -33,6 +32,7 @@ from assets_pkg.publish import Publication, RunInfo, fault_point, publish
 from assets_pkg.tables import BY_NAME, DAY_COLUMN, DIM_PRODUCT, DIMENSION, PUBLISH_ORDER, QUARANTINE_ORDER_ITEMS, STG_ORDER_ITEMS, Read, Staged
 from resources import control
 from resources.delta_io import read_days, read_table, table_exists
+from resources.settings import settings
 
 PIPELINE = "order_items"
 
@@ -42,11 +42,11 @@ class RestatementError(RuntimeError):
 
 
 def reprocess_window() -> timedelta:
-    return timedelta(hours=float(os.environ.get("WATERMARK_REPROCESS_HOURS", "72")))
+    return timedelta(hours=settings().watermark_reprocess_hours)
 
 
 def restatement_window_days() -> int:
-    return int(os.environ.get("RESTATEMENT_WINDOW_DAYS", "90"))
+    return settings().restatement_window_days
 
 
 @dataclass

@@ -1,24 +1,22 @@
 """The one place that knows the partitions: daily, by event date, over PARTITION_START_DATE..PARTITION_END_DATE."""
 
-import os
 from datetime import date, timedelta
 
 from dagster import BackfillPolicy, DailyPartitionsDefinition
 
-DEFAULT_START = "2025-01-01"
-DEFAULT_END = "2025-03-31"
+from resources.settings import settings
 
 
 def first_day() -> date:
-    return date.fromisoformat(os.environ.get("PARTITION_START_DATE", DEFAULT_START))
+    return settings().first_day
 
 
 def last_day() -> date:
-    return date.fromisoformat(os.environ.get("PARTITION_END_DATE", DEFAULT_END))
+    return settings().last_day
 
 
 def max_partitions_per_run() -> int:
-    return int(os.environ.get("BACKFILL_MAX_PARTITIONS_PER_RUN", "31"))
+    return settings().backfill_max_partitions_per_run
 
 
 def days(start: date, end: date) -> list[date]:

@@ -1,13 +1,14 @@
 """Where things live in the lake. Read from the environment on every call so one process can point at another lake."""
 
-import os
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from resources.settings import REPO_ROOT, settings
+
+__all__ = ["REPO_ROOT", "lake_root", "landing_path", "table_path"]
 
 
 def lake_root() -> Path:
-    return Path(os.environ.get("LAKE_ROOT", REPO_ROOT / ".lake")).resolve()
+    return Path(settings().lake_root)
 
 
 def table_path(table: str, root: Path | None = None) -> str:

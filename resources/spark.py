@@ -4,15 +4,14 @@ Local mode (`local[2]`) is the embedded default. `SPARK_MASTER` points at a clus
 Connect server, and `SPARK_CONF` (a JSON object) adds or overrides any Spark setting.
 """
 
-import json
-import os
 from pathlib import Path
 
 from dagster_pyspark import LazyPySparkResource
 from dagster_pyspark.resources import spark_session_from_config
 from pyspark.sql import SparkSession
 
-from resources.lake import REPO_ROOT, lake_root
+from resources.lake import lake_root
+from resources.settings import settings
 
 DELTA_PACKAGE = "io.delta:delta-spark_4.2_2.13:4.4.0"
 
@@ -32,7 +31,7 @@ SHORT_RUN_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=512m
 
 
 def _jars_dir() -> Path:
-    return Path(os.environ.get("DELTA_JARS_DIR", REPO_ROOT / ".jars"))
+    return Path(settings().delta_jars_dir)
 
 
 def _delta_jars() -> str | None:
@@ -75,20 +74,20 @@ def spark_config(short_runs: bool = False) -> dict[str, str]:
         "spark.ui.enabled": "false",
         "spark.sql.warehouse.dir": str(lake_root() / "spark-warehouse"),
     }
-    remote = os.environ.get("SPARK_REMOTE")
-    if remote:
-        conf["spark.remote"] = remote
+    configured = settings()
+    if configured.spark_remote:
+        conf["spark.remote"] = configured.spark_remote
     else:
-        conf["spark.master"] = os.environ.get("SPARK_MASTER", "local[2]")
+        conf["spark.master"] = configured.spark_master
         if conf["spark.master"].startswith("local"):
             conf.update(_local_mode_config(short_runs))
-        conf["spark.driver.memory"] = os.environ.get("SPARK_DRIVER_MEMORY", "4g")
+        conf["spark.driver.memory"] = configured.spark_driver_memory
         jars = _delta_jars()
         if jars:
             conf["spark.jars"] = jars
         else:
             conf["spark.jars.packages"] = DELTA_PACKAGE
-    conf.update(json.loads(os.environ.get("SPARK_CONF", "{}")))
+    conf.update(configured.extra_spark_conf)
     return conf
 
 

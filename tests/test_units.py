@@ -106,3 +106,36 @@ def test_a_failure_between_commits_names_what_was_committed_with_its_version_and
     assert str(error).startswith(
         "failed after committing quarantine_order_items (no change, 2025-01-01..2025-01-02), stg_order_items "
         "(version 7, 2025-01-01..2025-01-02); not committed: fact_order_item (RuntimeError: ConcurrentAppendException")
+
+
+@pytest.mark.parametrize("variable, value, said", [
+    ("PARTITION_START_DATE", "2025-13-01", "PARTITION_START_DATE='2025-13-01' is not a YYYY-MM-DD date"),
+    ("PARTITION_END_DATE", "2024-12-31", "PARTITION_END_DATE=2024-12-31 is before PARTITION_START_DATE=2025-01-01"),
+    ("BACKFILL_MAX_PARTITIONS_PER_RUN", "0", "BACKFILL_MAX_PARTITIONS_PER_RUN='0' must be above 0"),
+    ("BACKFILL_MAX_PARTITIONS_PER_RUN", "a week", "BACKFILL_MAX_PARTITIONS_PER_RUN='a week' is not an integer"),
+    ("SPARK_CONF", "[1]", "SPARK_CONF='[1]' is not a JSON object"),
+])
+def test_a_bad_setting_is_refused_naming_the_variable_and_what_it_must_be(monkeypatch, variable, value, said):
+    from resources.settings import SettingsError, settings
+
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(SettingsError) as refused:
+        settings()
+    assert str(refused.value) == said
+
+
+def test_the_settings_are_read_typed_and_shown_to_dagster_as_a_resource(monkeypatch):
+    from assets_pkg.definitions import defs
+    from resources.settings import Settings, settings
+
+    monkeypatch.setenv("RESTATEMENT_WINDOW_DAYS", "30")
+    assert settings().restatement_window_days == 30 and settings().first_day == D
+    assert isinstance(defs.resources["settings"], Settings)
+
+
+def test_the_command_line_says_which_setting_is_wrong_instead_of_a_traceback(monkeypatch, capsys):
+    from assets_pkg.cli import main
+
+    monkeypatch.setenv("PARTITION_END_DATE", "2020-01-01")
+    assert main(["stale"]) == 2
+    assert "error: PARTITION_END_DATE=2020-01-01 is before PARTITION_START_DATE=2025-01-01" in capsys.readouterr().err

@@ -1,0 +1,108 @@
+"""The project's settings: one typed object, read from the environment and validated on every read with errors that
+name the variable. Modules ask `settings()`, never the environment; the code location gives Dagster the same
+object as its `settings` resource, so the UI's resources page shows the values a run uses.
+
+Read on every call rather than once per process: a test (or a command) may point one process at another lake."""
+
+import json
+import os
+from datetime import date
+from pathlib import Path
+
+from dagster import ConfigurableResource
+from pydantic import Field
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+class SettingsError(ValueError):
+    pass
+
+
+class Settings(ConfigurableResource):
+    """Every setting, with the environment variable it is read from."""
+
+    lake_root: str = Field(description="LAKE_ROOT: the lake; landing batches in landing/, Delta tables in warehouse/")
+    partition_start_date: str = Field(description="PARTITION_START_DATE: the first daily partition")
+    partition_end_date: str = Field(description="PARTITION_END_DATE: the last daily partition, inclusive")
+    backfill_max_partitions_per_run: int = Field(description="BACKFILL_MAX_PARTITIONS_PER_RUN: days per backfill run")
+    watermark_reprocess_hours: float = Field(description="WATERMARK_REPROCESS_HOURS: batches landed this long before "
+                                             "the watermark are read again")
+    restatement_window_days: int = Field(description="RESTATEMENT_WINDOW_DAYS: late rows on older days become "
+                                         "exceptions instead of being restated")
+    late_data_sensor_interval_s: int = Field(description="LATE_DATA_SENSOR_INTERVAL_S: how often the sensor lists "
+                                             "the landing")
+    check_row_count_tolerance: float = Field(description="CHECK_ROW_COUNT_TOLERANCE: largest relative change of a "
+                                             "day's rows before row_count_change warns")
+    check_events_max_days: int = Field(description="CHECK_EVENTS_MAX_DAYS: above this many days a run records only "
+                                       "failing check results day by day")
+    spark_master: str = Field(description="SPARK_MASTER: the Spark master URL")
+    spark_remote: str = Field(description="SPARK_REMOTE: a Spark Connect URL, replacing SPARK_MASTER when set")
+    spark_driver_memory: str = Field(description="SPARK_DRIVER_MEMORY: the driver's memory in local mode")
+    spark_conf: str = Field(description="SPARK_CONF: a JSON object of extra Spark settings")
+    delta_jars_dir: str = Field(description="DELTA_JARS_DIR: the Delta jars and the project's local file system jar")
+
+    @property
+    def first_day(self) -> date:
+        return date.fromisoformat(self.partition_start_date)
+
+    @property
+    def last_day(self) -> date:
+        return date.fromisoformat(self.partition_end_date)
+
+    @property
+    def extra_spark_conf(self) -> dict[str, str]:
+        return json.loads(self.spark_conf)
+
+
+# field -> (environment variable, default)
+ENVIRONMENT = {
+    "lake_root": ("LAKE_ROOT", str(REPO_ROOT / ".lake")),
+    "partition_start_date": ("PARTITION_START_DATE", "2025-01-01"),
+    "partition_end_date": ("PARTITION_END_DATE", "2025-03-31"),
+    "backfill_max_partitions_per_run": ("BACKFILL_MAX_PARTITIONS_PER_RUN", "31"),
+    "watermark_reprocess_hours": ("WATERMARK_REPROCESS_HOURS", "72"),
+    "restatement_window_days": ("RESTATEMENT_WINDOW_DAYS", "90"),
+    "late_data_sensor_interval_s": ("LATE_DATA_SENSOR_INTERVAL_S", "30"),
+    "check_row_count_tolerance": ("CHECK_ROW_COUNT_TOLERANCE", "0.5"),
+    "check_events_max_days": ("CHECK_EVENTS_MAX_DAYS", "366"),
+    "spark_master": ("SPARK_MASTER", "local[2]"),
+    "spark_remote": ("SPARK_REMOTE", ""),
+    "spark_driver_memory": ("SPARK_DRIVER_MEMORY", "4g"),
+    "spark_conf": ("SPARK_CONF", "{}"),
+    "delta_jars_dir": ("DELTA_JARS_DIR", str(REPO_ROOT / ".jars")),
+}
+
+_POSITIVE = {"backfill_max_partitions_per_run", "restatement_window_days", "late_data_sensor_interval_s", "check_events_max_days"}
+_NOT_NEGATIVE = {"watermark_reprocess_hours", "check_row_count_tolerance"}
+
+
+def _parsed(field: str, raw: str):
+    variable = ENVIRONMENT[field][0]
+    kind = Settings.model_fields[field].annotation
+    try:
+        if field.endswith("_date"):
+            date.fromisoformat(raw)
+            return raw
+        if field == "spark_conf":
+            if not isinstance(json.loads(raw), dict):
+                raise ValueError
+            return raw
+        value = kind(raw)
+    except ValueError:
+        expected = {"partition_start_date": "a YYYY-MM-DD date", "partition_end_date": "a YYYY-MM-DD date",
+                    "spark_conf": "a JSON object"}.get(field, f"a{'n integer' if kind is int else ' number'}")
+        raise SettingsError(f"{variable}={raw!r} is not {expected}") from None
+    if field in _POSITIVE and value <= 0 or field in _NOT_NEGATIVE and value < 0:
+        raise SettingsError(f"{variable}={raw!r} must be {'above' if field in _POSITIVE else 'at least'} 0")
+    return value
+
+
+def settings() -> Settings:
+    """The settings from the environment, validated: a SettingsError names the variable and what it must be."""
+    values = {field: _parsed(field, os.environ.get(variable) or default) for field, (variable, default) in ENVIRONMENT.items()}
+    values["lake_root"] = str(Path(values["lake_root"]).resolve())
+    if date.fromisoformat(values["partition_end_date"]) < date.fromisoformat(values["partition_start_date"]):
+        raise SettingsError(f"PARTITION_END_DATE={values['partition_end_date']} is before "
+                            f"PARTITION_START_DATE={values['partition_start_date']}")
+    return Settings(**values)
