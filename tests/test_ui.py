@@ -38,9 +38,12 @@ ALL_DAYS = {"Passed": DAYS, "Failed": 0, "Missing": 0}
 
 
 def _checks() -> dict[str, list[str]]:
+    """Each table's checks (the landing's checks are not the tables')."""
+    graph = defs.resolve_asset_graph()
     by_table: dict[str, list[str]] = {}
-    for key in sorted(defs.resolve_asset_graph().asset_check_keys, key=lambda k: (k.asset_key.to_user_string(), k.name)):
-        by_table.setdefault(key.asset_key.to_user_string(), []).append(key.name)
+    for key in sorted(graph.asset_check_keys, key=lambda k: (k.asset_key.to_user_string(), k.name)):
+        if key.asset_key in graph.materializable_asset_keys:
+            by_table.setdefault(key.asset_key.to_user_string(), []).append(key.name)
     return by_table
 
 
