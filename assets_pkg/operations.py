@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from datetime import date, datetime, timezone
 from pathlib import Path
 
-from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -15,7 +14,15 @@ from assets_pkg import checks, landing
 from assets_pkg.partitions import days, first_day, last_day
 from assets_pkg.tables import DAY_COLUMN, QUARANTINE_ORDER_ITEMS, STG_ORDER_ITEMS
 from resources import audit
-from resources.delta_io import TableNotMaterialized, overwrite_days, read_days, read_table, table_exists
+from resources.delta_io import (
+    TableNotMaterialized,
+    history,
+    is_delta_table,
+    overwrite_days,
+    read_days,
+    read_table,
+    table_exists,
+)
 from resources.lake import lake_root, landing_path, table_path
 
 
@@ -35,7 +42,7 @@ def report(spark: SparkSession, table: str, start: date, end: date, against: Pat
     other = None
     if against is not None:
         path = table_path(table, against)
-        if not DeltaTable.isDeltaTable(spark, path):
+        if not is_delta_table(spark, path):
             raise TableNotMaterialized(f"no Delta table {table!r} at {path}")
         other = profile(_range(spark.read.format("delta").load(path), table, start, end), table)
     elif version is not None:
@@ -53,8 +60,8 @@ def report(spark: SparkSession, table: str, start: date, end: date, against: Pat
 
 def version_before_run(spark: SparkSession, table: str, run_id: str) -> int:
     """The table's version just before the first commit written by `run_id` (found in the commits' userMetadata)."""
-    history = DeltaTable.forPath(spark, table_path(table)).history().select("version", "userMetadata").collect()
-    by_run = sorted(h.version for h in history if h.userMetadata and json.loads(h.userMetadata).get("run_id") == run_id)
+    commits = history(spark, table_path(table))
+    by_run = sorted(h.version for h in commits if h.userMetadata and json.loads(h.userMetadata).get("run_id") == run_id)
     if not by_run:
         raise ValueError(f"no commit of run {run_id} in {table}'s history")
     return by_run[0] - 1

@@ -3,12 +3,12 @@
 from dataclasses import asdict, dataclass
 from datetime import date, datetime
 
-from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.window import Window
 
+from resources.delta_io import is_delta_table
 from resources.lake import table_path
 
 AUDIT_TABLE = "backfill_audit"
@@ -58,7 +58,7 @@ def append(spark: SparkSession, rows: list[AuditRow]) -> None:
 
 def read(spark: SparkSession):
     path = table_path(AUDIT_TABLE)
-    if not DeltaTable.isDeltaTable(spark, path):
+    if not is_delta_table(spark, path):
         return spark.createDataFrame([], SCHEMA)
     return spark.read.format("delta").load(path)
 

@@ -8,15 +8,15 @@ rewritten again by the next restatement, so a crash leads to reprocessing, never
 automatically, waiting for a manual backfill, which resolves it.
 """
 
+import uuid
 from dataclasses import dataclass, field
-from datetime import date, datetime
+from datetime import date, datetime, timezone
 
-from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from resources.delta_io import day_filter, table_exists
+from resources.delta_io import day_filter, day_predicate, delta_path, table_exists
 from resources.lake import table_path
 
 WATERMARK_TABLE = "etl_watermark"
@@ -91,14 +91,16 @@ def record_exceptions(spark: SparkSession, rows: list[tuple[date, int, str, date
     if not table_exists(spark, EXCEPTIONS_TABLE):
         new.write.format("delta").save(path)
         return
-    (
-        DeltaTable.forPath(spark, path)
-        .alias("t")
-        .merge(new.alias("s"), "t.day = s.day AND t.resolved_at IS NULL")
-        .whenMatchedUpdate(set={"rows": "s.rows", "batches": "s.batches", "window_start": "s.window_start"})
-        .whenNotMatchedInsertAll()
-        .execute()
-    )
+    view = f"late_data_exceptions_{uuid.uuid4().hex[:12]}"
+    new.createOrReplaceTempView(view)
+    try:
+        spark.sql(
+            f"MERGE INTO {delta_path(path)} t USING {view} s ON t.day = s.day AND t.resolved_at IS NULL "
+            "WHEN MATCHED THEN UPDATE SET rows = s.rows, batches = s.batches, window_start = s.window_start "
+            "WHEN NOT MATCHED THEN INSERT *"
+        )
+    finally:
+        spark.catalog.dropTempView(view)
 
 
 def open_exceptions(spark: SparkSession, days: list[date] | None = None) -> list:
@@ -113,7 +115,10 @@ def open_exceptions(spark: SparkSession, days: list[date] | None = None) -> list
 
 def resolve_exceptions(spark: SparkSession, days: list[date], run_id: str, now: datetime) -> None:
     """The days were rewritten from the whole landing: their late rows are now published."""
-    DeltaTable.forPath(spark, table_path(EXCEPTIONS_TABLE)).update(
-        condition=F.col("resolved_at").isNull() & day_filter("day", days),
-        set={"resolved_at": F.lit(now), "resolved_by_run": F.lit(run_id)},
+    # Literals, not parameters: Delta's UPDATE does not take parameters in SET. The session's time zone is UTC.
+    at = now.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")
+    by = run_id.replace("\\", "\\\\").replace("'", "\\'")
+    spark.sql(
+        f"UPDATE {delta_path(table_path(EXCEPTIONS_TABLE))} SET resolved_at = TIMESTAMP '{at}', resolved_by_run = '{by}' "
+        f"WHERE resolved_at IS NULL AND ({day_predicate('day', days)})"
     )

@@ -1,11 +1,14 @@
-"""Delta table I/O. `overwrite_days` is the one write primitive every asset uses."""
+"""Delta table I/O. `overwrite_days` is the one write primitive every asset uses.
+
+Every Delta operation goes through Spark SQL and the DataFrame API (`DESCRIBE DETAIL`, `DESCRIBE HISTORY`, `MERGE`,
+`UPDATE`, `versionAsOf`), never `delta.tables`: the same code runs on a classic session and over Spark Connect, where
+Delta's Python table API needs a server plugin."""
 
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import date, timedelta
 
-from delta.tables import DeltaTable
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -53,8 +56,26 @@ def day_filter(column: str, days: Sequence[date]):
     return F.expr(day_predicate(column, days))
 
 
+def delta_path(path: str) -> str:
+    """A Delta table by its path, in SQL."""
+    return "delta.`" + path.replace("`", "``") + "`"
+
+
+def is_delta_table(spark: SparkSession, path: str) -> bool:
+    try:
+        spark.sql(f"DESCRIBE DETAIL {delta_path(path)}").collect()
+        return True
+    except AnalysisException:  # DELTA_MISSING_DELTA_TABLE, or no such path
+        return False
+
+
 def table_exists(spark: SparkSession, table: str) -> bool:
-    return DeltaTable.isDeltaTable(spark, table_path(table))
+    return is_delta_table(spark, table_path(table))
+
+
+def history(spark: SparkSession, path: str, limit: int | None = None) -> list:
+    """The table's commits, newest first: version, userMetadata and the rest of DESCRIBE HISTORY."""
+    return spark.sql(f"DESCRIBE HISTORY {delta_path(path)}" + (f" LIMIT {int(limit)}" if limit else "")).collect()
 
 
 def read_table(spark: SparkSession, table: str) -> DataFrame:
@@ -99,8 +120,7 @@ def overwrite_days(df: DataFrame, table: str, column: str, days: Sequence[date],
     entry = _commit_entry(spark, path, int(version))
     if entry.get("userMetadata") != metadata:
         ours = next(
-            (e.version for e in DeltaTable.forPath(spark, path).history(20).select("version", "userMetadata").collect()
-             if e.userMetadata == metadata),
+            (e.version for e in history(spark, path, 20) if e.userMetadata == metadata),
             None,
         )
         if ours is None:

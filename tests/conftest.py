@@ -12,11 +12,9 @@ os.environ.update(
     {"PARTITION_START_DATE": "2025-01-01", "PARTITION_END_DATE": "2025-03-31", "BACKFILL_MAX_PARTITIONS_PER_RUN": "31"}
 )
 
-from delta.tables import DeltaTable  # noqa: E402
-
 from assets_pkg.backfill import dagster_instance  # noqa: E402
 from assets_pkg.tables import TABLES  # noqa: E402
-from resources.delta_io import read_table  # noqa: E402
+from resources.delta_io import history, read_table  # noqa: E402
 from resources.lake import table_path
 from resources.spark import get_spark
 
@@ -67,7 +65,7 @@ def files_by_day(spark, table, day_column):
 
 
 def versions(spark, table):
-    return [r.version for r in DeltaTable.forPath(spark, table_path(table)).history().select("version").collect()]
+    return [r.version for r in history(spark, table_path(table))]
 
 
 def duplicate_keys(spark, table):
