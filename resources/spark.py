@@ -58,10 +58,8 @@ def _local_mode_config(short_runs: bool) -> dict[str, str]:
 
 
 def spark_config(short_runs: bool = False) -> dict[str, str]:
+    # Session settings: a Spark Connect client sets these on its server session.
     conf = {
-        "spark.app.name": "exact-backfills",
-        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
-        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         # Dates are partition keys: they must not depend on the machine's time zone.
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.shuffle.partitions": "8",
@@ -70,18 +68,25 @@ def spark_config(short_runs: bool = False) -> dict[str, str]:
         "spark.sql.legacy.parquet.nanosAsLong": "true",
         # Delta's default of 50 tasks to replay a table's log is built for clusters.
         "spark.databricks.delta.snapshotPartitions": "2",
-        "spark.ui.showConsoleProgress": "false",
-        "spark.ui.enabled": "false",
-        "spark.sql.warehouse.dir": str(lake_root() / "spark-warehouse"),
     }
     configured = settings()
     if configured.spark_remote:
+        # The application's own settings (Delta's extension and catalog, the UI) are the Connect server's
+        # (scripts/spark-cluster.sh): a client cannot change them.
         conf["spark.remote"] = configured.spark_remote
     else:
-        conf["spark.master"] = configured.spark_master
-        if conf["spark.master"].startswith("local"):
+        conf.update({
+            "spark.app.name": "exact-backfills",
+            "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+            "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+            "spark.ui.showConsoleProgress": "false",
+            "spark.ui.enabled": "false",
+            "spark.sql.warehouse.dir": str(lake_root() / "spark-warehouse"),
+            "spark.master": configured.spark_master,
+            "spark.driver.memory": configured.spark_driver_memory,
+        })
+        if configured.spark_master.startswith("local"):
             conf.update(_local_mode_config(short_runs))
-        conf["spark.driver.memory"] = configured.spark_driver_memory
         jars = _delta_jars()
         if jars:
             conf["spark.jars"] = jars
