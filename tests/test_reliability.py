@@ -50,7 +50,7 @@ def _backfill(*args: str) -> subprocess.Popen:
     """`python -m assets_pkg backfill` over START..END in a process of its own, as a user starts it."""
     return subprocess.Popen(
         [sys.executable, "-m", "assets_pkg", "backfill", "--start", str(START), "--end", str(END), *args],
-        cwd=REPO_ROOT, env=dict(os.environ), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        cwd=REPO_ROOT, env=dict(os.environ), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         start_new_session=True,
     )
 
@@ -105,8 +105,9 @@ def test_two_backfills_over_the_same_days_at_once_write_one_step_at_a_time_and_b
     first, second = _backfill(), _backfill()
     outputs = [p.communicate(timeout=900)[0] for p in (first, second)]
 
-    assert [p.returncode for p in (first, second)] == [0, 0], outputs
-    ids = [out.split()[1].rstrip(":") for out in outputs]
+    # Each process's whole output (stderr too) when one fails: pytest would shorten a list of them.
+    assert [p.returncode for p in (first, second)] == [0, 0], "\n----\n".join(outputs)
+    ids = [next(line for line in out.splitlines() if line.startswith("backfill ")).split()[1].rstrip(":") for out in outputs]
     mine, theirs = (_write_intervals(instance, backfill_id) for backfill_id in ids)
     assert mine and theirs
     for a_start, a_end, a_step in mine:
