@@ -139,3 +139,24 @@ def test_the_command_line_says_which_setting_is_wrong_instead_of_a_traceback(mon
     monkeypatch.setenv("PARTITION_END_DATE", "2020-01-01")
     assert main(["stale"]) == 2
     assert "error: PARTITION_END_DATE=2020-01-01 is before PARTITION_START_DATE=2025-01-01" in capsys.readouterr().err
+
+
+def test_the_landing_contract_check_fails_in_dagster_naming_each_refused_file(tmp_path, monkeypatch):
+    from dagster import AssetCheckKey, AssetKey, DagsterInstance
+
+    from assets_pkg.automation import LANDING_CONTRACT, PREVIEW_JOB
+    from assets_pkg.definitions import defs
+
+    monkeypatch.setenv("LAKE_ROOT", str(tmp_path))
+    batch = tmp_path / "landing" / "order_items" / "ingest_date=2025-01-02"
+    _write(batch / "good.parquet", CONTRACT, ROW)
+    _write(batch / "narrow.parquet", {c: t for c, t in CONTRACT.items() if c != "channel"}, ROW)
+    keys = {AssetCheckKey(AssetKey(a), LANDING_CONTRACT) for a in ("landing_order_items", "landing_products")}
+    job = defs.resolve_job_def(PREVIEW_JOB).get_subset(asset_selection=set(), asset_check_selection=keys)
+    with DagsterInstance.ephemeral() as instance:
+        result = job.execute_in_process(instance=instance, raise_on_error=False)
+    evaluations = {e.asset_key.to_user_string(): e for e in result.get_asset_check_evaluations()}
+    assert not evaluations["landing_order_items"].passed
+    assert "order_items/ingest_date=2025-01-02/narrow.parquet: missing column channel" in \
+        evaluations["landing_order_items"].metadata["refused"].value
+    assert evaluations["landing_products"].passed
