@@ -4,7 +4,7 @@ blocking check failing on any table's day writes nothing in any table."""
 
 from datetime import date
 
-from dagster import AssetExecutionContext, AssetKey, AssetSelection, AssetSpec, Failure, define_asset_job, multi_asset
+from dagster import AssetExecutionContext, AssetSelection, AssetSpec, Failure, define_asset_job, multi_asset
 from dagster_pyspark import LazyPySparkResource
 
 from assets_pkg import checks, liveness, recording
@@ -112,7 +112,6 @@ def _checked(days: list[date], outcomes: list[checks.Outcome]) -> Publication:
 
 
 pipeline_assets = [publish_tables]
-TABLE_KEYS = [AssetKey(t.name) for t in TABLES]
 
 ALL_ASSETS_JOB = "all_assets"
 all_assets_job = define_asset_job(ALL_ASSETS_JOB, selection=AssetSelection.all())

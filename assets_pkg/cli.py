@@ -308,6 +308,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Imported when called: assets_pkg.partitions reads the settings on import, which main() validates first so that a
+# bad setting is an error naming the variable rather than a traceback.
 def first_day() -> date:
     from assets_pkg.partitions import first_day
 
