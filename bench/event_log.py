@@ -1,7 +1,7 @@
 """What Dagster's event log costs a range run, without Spark: N daily partitions of a chain of 6 assets in one run
 (BackfillPolicy.single_run), each logging K check results per day, on a fresh SQLite instance per storage.
 
-    python bench/event_log.py --days 364 --checks 4 --storage sharded consolidated pooled
+    python bench/event_log.py --days 364 --checks 4 --storage sharded consolidated
     python bench/event_log.py --days 2406 --checks 5 --create-run   # only create the run, as the daemon does
 """
 
@@ -36,9 +36,8 @@ from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PART
 warnings.filterwarnings("ignore")  # partitioned checks and BackfillPolicy are preview/beta in Dagster 1.13
 
 STORAGES = {
-    "sharded": None,  # Dagster's default: one SQLite file per run plus an index file
-    "consolidated": ("dagster._core.storage.event_log", "ConsolidatedSqliteEventLogStorage"),
-    "pooled": ("resources.event_log", "PooledSqliteEventLogStorage"),  # this project's dagster.yaml
+    "sharded": None,  # Dagster's default, what the project's dagster.yaml keeps: one SQLite file per run plus an index
+    "consolidated": ("dagster._core.storage.event_log", "ConsolidatedSqliteEventLogStorage"),  # one SQLite file
 }
 
 
