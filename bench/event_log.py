@@ -19,7 +19,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from dagster import (  # noqa: E402
     AssetCheckEvaluation,
     AssetCheckSpec,
-    AssetKey,
     AssetSpec,
     BackfillPolicy,
     DagsterInstance,
