@@ -25,11 +25,11 @@ from datetime import date, datetime, timedelta, timezone
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from assets_pkg import landing, quarantine, transforms
+from assets_pkg import checks, landing, quarantine, transforms
 from assets_pkg.landing import ORDER_ITEM_KEY, ORDER_ITEM_SCHEMA, ORDER_ITEM_VERSION_COLUMNS
 from assets_pkg.partitions import first_day, last_day
 from assets_pkg.publish import Publication, RunInfo, fault_point, publish
-from assets_pkg.tables import BY_NAME, DAY_COLUMN, DIM_PRODUCT, DIMENSION, PUBLISH_ORDER, QUARANTINE_ORDER_ITEMS, STG_ORDER_ITEMS, Read, Staged
+from assets_pkg.tables import BY_NAME, DAY_COLUMN, DIM_PRODUCT, DIMENSION, PUBLISH_ORDER, QUARANTINE_ORDER_ITEMS, STG_ORDER_ITEMS, AfterCommit, Read, Staged
 from resources import control
 from resources.delta_io import read_days, read_table, table_exists
 from resources.settings import settings
@@ -323,10 +323,33 @@ def restated_stg_order_items(landed: LandedItems):
             side_tables={QUARANTINE_ORDER_ITEMS: quarantined},
             lost=quarantine.lost_keys(every_version, stg, quarantined, days),
             persisted=[quarantined],
-            from_landing=False,
+            # Built from the batches read: late rows older than the window are not among them and stay unpublished.
+            after_commit=exceptions_after_publish(resolve=False),
         )
 
     return build
+
+
+def exceptions_after_publish(resolve: bool) -> AfterCommit:
+    """late_data_outside_window on each day just published: it passes unless the day holds late rows older than the
+    restatement window that are still unpublished. A build from the whole landing publishes them, so it resolves
+    their exceptions (`resolve`); a restatement, which builds from the batches it read, leaves an open one open."""
+
+    def outcomes(spark: SparkSession, days: list[date], run_id: str, now: datetime) -> list[checks.Outcome]:
+        still_open = control.open_exceptions(spark, days)
+        if resolve and still_open:
+            control.resolve_exceptions(spark, [e.day for e in still_open], run_id, now)
+        by_day = {e.day: e for e in still_open}
+        found = []
+        for day in days:
+            e = by_day.get(day)
+            metadata = {"late_rows": e.rows, "batches": e.batches} if e else {"late_rows": 0}
+            if e and resolve:
+                metadata["resolved_by_run"] = run_id
+            found.append(checks.Outcome(checks.LATE_DATA, day, e is None or resolve, metadata))
+        return found
+
+    return outcomes
 
 
 def _restate(spark, run, found, before_watermark) -> Iterator[tuple[str, Publication]]:

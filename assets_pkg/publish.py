@@ -214,8 +214,8 @@ def _record(spark, staged, plan, run, verified, commits, started, t0) -> dict[st
             )
             for day in days
         ]
-        if BY_NAME[table].checks.late_data:
-            outcomes += late_data_outcomes(spark, days, run, ended, resolve=staged[table].from_landing)
+        if staged[table].after_commit:
+            outcomes += staged[table].after_commit(spark, days, run.run_id, ended)
         metadata = {side: commit_metadata(commits[side], days) for side in BY_NAME[table].side_tables}
         totals = {side: commit_totals(commits[side], days) for side in BY_NAME[table].side_tables}
         metadata[table] = {
@@ -240,24 +240,6 @@ def _record(spark, staged, plan, run, verified, commits, started, t0) -> dict[st
         for totals in publication.totals.values():
             totals["run_publish_s"] = duration
     return publications
-
-
-def late_data_outcomes(spark: SparkSession, days: list[date], run: "RunInfo", now: datetime, resolve: bool) -> list[checks.Outcome]:
-    """late_data_outside_window on each day just written: it passes unless the day holds late rows older than the
-    restatement window that are still unpublished. A build from the whole landing publishes them (and resolves their
-    exceptions); a restatement, which builds from the batches it read, leaves an open exception open."""
-    still_open = control.open_exceptions(spark, days)
-    if resolve and still_open:
-        control.resolve_exceptions(spark, [e.day for e in still_open], run.run_id, now)
-    by_day = {e.day: e for e in still_open}
-    outcomes = []
-    for day in days:
-        e = by_day.get(day)
-        metadata = {"late_rows": e.rows, "batches": e.batches} if e else {"late_rows": 0}
-        if e and resolve:
-            metadata["resolved_by_run"] = run.run_id
-        outcomes.append(checks.Outcome(checks.LATE_DATA, day, e is None or resolve, metadata))
-    return outcomes
 
 
 def commit_metadata(commit: Commit, days: list[date]) -> dict[date, dict]:

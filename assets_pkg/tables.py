@@ -7,13 +7,13 @@ through `read(table, days)`: the rows the same run builds for them, or what is p
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import date
+from datetime import date, datetime
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from assets_pkg import landing, quarantine, transforms
-from assets_pkg.checks import Reconciliation, TableChecks
+from assets_pkg.checks import Outcome, Reconciliation, TableChecks
 from assets_pkg.landing import ORDER_ITEM_KEY
 from assets_pkg.partitions import days as all_days
 from assets_pkg.partitions import first_day, last_day
@@ -35,6 +35,7 @@ MART = "mart"  # aggregates of order-grain rows by order day: stale with them
 _COUNT = "count(1)"
 
 Read = Callable[[str, list[date]], DataFrame]
+AfterCommit = Callable[[SparkSession, list[date], str, datetime], list[Outcome]]
 
 
 @dataclass
@@ -46,7 +47,9 @@ class Staged:
     lost: DataFrame | None = None  # keys that should be in the table (or quarantine) but are not
     side_tables: dict[str, DataFrame] = field(default_factory=dict)  # written with it, e.g. quarantine
     persisted: list[DataFrame] = field(default_factory=list)  # inputs read once for the build, checks and writes
-    from_landing: bool = True  # built from the whole landing (not from staged rows plus new batches)
+    # Called once the table's days are committed, with (spark, days, run_id, now): more check results for those
+    # days (late data: see late_data.exceptions_after_publish).
+    after_commit: "AfterCommit | None" = None
 
 
 Build = Callable[[SparkSession, list[date], Read], Staged]
@@ -92,11 +95,15 @@ def build_stg_order_items(spark: SparkSession, days: list[date], read: Read) -> 
     _, rejected = quarantine.split(landed, first_day(), last_day())  # by quarantine day, whatever the row's key
     stg = transforms.stg_order_items(versions, days)
     quarantined = quarantine.for_days(rejected, days).persist()
+    from assets_pkg import late_data  # which builds on this module
+
     return Staged(
         table=stg,
         side_tables={QUARANTINE_ORDER_ITEMS: quarantined},
         lost=quarantine.lost_keys(items, stg, quarantined, days),
         persisted=[scanned, quarantined],
+        # Built from the whole landing: it publishes every late row of its days, so their exceptions are resolved.
+        after_commit=late_data.exceptions_after_publish(resolve=True),
     )
 
 
