@@ -187,7 +187,7 @@ def restate_late_data_op(context: OpExecutionContext, pyspark: LazyPySparkResour
 
 
 # A restatement rewrites a few days: its run is short, and its JVM is set for that (resources.spark).
-@job(name=RESTATE_JOB, executor_def=in_process_executor, resource_defs={"pyspark": spark_resource(short_runs=True)})
+@job(name=RESTATE_JOB, executor_def=in_process_executor, resource_defs={"pyspark": spark_resource(settings(), short_runs=True)})
 def restate_late_data_job():
     restate_late_data_op()
 

@@ -9,13 +9,16 @@ from resources.spark import spark_resource
 
 __all__ = ["ALL_ASSETS_JOB", "defs"]
 
+configured = settings()  # validated once: a SettingsError names the variable
+
 defs = Definitions(
     assets=[*landing_assets, *pipeline_assets],
     asset_checks=landing_checks,
     jobs=[all_assets_job, restate_late_data_job, preview_late_data_job],
     sensors=[late_data_sensor],
-    # The settings as a resource too: the UI's resources page shows the values runs use (resources/settings.py).
-    resources={"pyspark": spark_resource(), "settings": settings()},
+    # The Spark resource is configured from the settings, which are a resource too: the UI's resources page shows the
+    # values runs use (resources/settings.py).
+    resources={"pyspark": spark_resource(configured), "settings": configured},
     # Steps of a run share its process and so its SparkSession: a JVM per step would cost ~5 s each.
     executor=in_process_executor,
 )

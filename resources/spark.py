@@ -10,8 +10,7 @@ from dagster_pyspark import LazyPySparkResource
 from dagster_pyspark.resources import spark_session_from_config
 from pyspark.sql import SparkSession
 
-from resources.lake import lake_root
-from resources.settings import settings
+from resources.settings import Settings, settings
 
 DELTA_PACKAGE = "io.delta:delta-spark_4.2_2.13:4.4.0"
 
@@ -30,23 +29,19 @@ LOCAL_JAVA_OPTIONS = "-XX:+UseParallelGC"
 SHORT_RUN_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=512m"
 
 
-def _jars_dir() -> Path:
-    return Path(settings().delta_jars_dir)
-
-
-def _delta_jars() -> str | None:
-    jars = sorted(str(p) for p in _jars_dir().glob("delta-*.jar"))
+def _delta_jars(configured: Settings) -> str | None:
+    jars = sorted(str(p) for p in Path(configured.delta_jars_dir).glob("delta-*.jar"))
     return ",".join(jars) or None
 
 
-def _local_mode_config(short_runs: bool) -> dict[str, str]:
+def _local_mode_config(configured: Settings, short_runs: bool) -> dict[str, str]:
     # List folders on the driver: above 32 folders Spark lists them with a job of one task per folder, which takes
     # 9-14 s for the landing's 2,406 batch folders instead of 0.5 s.
     conf = {
         "spark.sql.sources.parallelPartitionDiscovery.threshold": "1000000",
         "spark.driver.extraJavaOptions": f"{LOCAL_JAVA_OPTIONS} {SHORT_RUN_JAVA_OPTIONS}" if short_runs else LOCAL_JAVA_OPTIONS,
     }
-    local_fs = _jars_dir() / LOCAL_FS_JAR
+    local_fs = Path(configured.delta_jars_dir) / LOCAL_FS_JAR
     if local_fs.exists():
         # Without it, every file and day folder written costs a `chmod` child process, every Delta commit a `readlink`
         # (see the Java source). On the driver's class path, not in spark.jars: spark-submit uses the file system
@@ -57,7 +52,8 @@ def _local_mode_config(short_runs: bool) -> dict[str, str]:
     return conf
 
 
-def spark_config(short_runs: bool = False) -> dict[str, str]:
+def spark_config(configured: Settings | None = None, short_runs: bool = False) -> dict[str, str]:
+    """The session's settings from the project's (`configured`, the environment's when not given)."""
     # Session settings: a Spark Connect client sets these on its server session.
     conf = {
         # Dates are partition keys: they must not depend on the machine's time zone.
@@ -69,7 +65,7 @@ def spark_config(short_runs: bool = False) -> dict[str, str]:
         # Delta's default of 50 tasks to replay a table's log is built for clusters.
         "spark.databricks.delta.snapshotPartitions": "2",
     }
-    configured = settings()
+    configured = configured or settings()
     if configured.spark_remote:
         # The application's own settings (Delta's extension and catalog, the UI) are the Connect server's
         # (scripts/spark-cluster.sh): a client cannot change them.
@@ -81,13 +77,13 @@ def spark_config(short_runs: bool = False) -> dict[str, str]:
             "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
             "spark.ui.showConsoleProgress": "false",
             "spark.ui.enabled": "false",
-            "spark.sql.warehouse.dir": str(lake_root() / "spark-warehouse"),
+            "spark.sql.warehouse.dir": str(Path(configured.lake_root) / "spark-warehouse"),
             "spark.master": configured.spark_master,
             "spark.driver.memory": configured.spark_driver_memory,
         })
         if configured.spark_master.startswith("local"):
-            conf.update(_local_mode_config(short_runs))
-        jars = _delta_jars()
+            conf.update(_local_mode_config(configured, short_runs))
+        jars = _delta_jars(configured)
         if jars:
             conf["spark.jars"] = jars
         else:
@@ -101,7 +97,7 @@ def get_spark() -> SparkSession:
     return spark_session_from_config(spark_config())
 
 
-def spark_resource(short_runs: bool = False) -> LazyPySparkResource:
-    """Dagster resource; lazy so a run whose steps never touch Spark starts no JVM. `short_runs`: for a job whose runs
-    last seconds to a minute (SHORT_RUN_JAVA_OPTIONS)."""
-    return LazyPySparkResource(spark_config=spark_config(short_runs))
+def spark_resource(configured: Settings, short_runs: bool = False) -> LazyPySparkResource:
+    """Dagster resource, from the project's settings; lazy so a run whose steps never touch Spark starts no JVM.
+    `short_runs`: for a job whose runs last seconds to a minute (SHORT_RUN_JAVA_OPTIONS)."""
+    return LazyPySparkResource(spark_config=spark_config(configured, short_runs))

@@ -21,6 +21,7 @@ from assets_pkg.definitions import defs
 from assets_pkg.generate import generate
 from resources import control
 from resources.delta_io import read_days, read_table
+from resources.settings import settings
 from resources.spark import spark_resource
 from tests.conftest import rows, versions
 from tests.late_batches import (
@@ -60,7 +61,7 @@ class DagsterStaleness:
         watched = publish_tables.map_asset_specs(
             lambda spec: spec.replace_attributes(automation_condition=condition) if spec.key == AssetKey(STG_ORDER_ITEMS) else spec
         )
-        self.defs = Definitions(assets=[*landing_assets, watched], resources={"pyspark": spark_resource()})
+        self.defs = Definitions(assets=[*landing_assets, watched], resources={"pyspark": spark_resource(settings())})
 
     def changed_days(self) -> set[date]:
         result = evaluate_automation_conditions(self.defs, self.instance, cursor=self.cursor)
