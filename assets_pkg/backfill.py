@@ -2,7 +2,6 @@
 and recorded in the Dagster instance, so they show in the UI like any other run."""
 
 import os
-import shutil
 import time
 import uuid
 from collections.abc import Callable
@@ -18,18 +17,15 @@ from assets_pkg.checks import events_max_days
 from assets_pkg.dagster_private import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 from assets_pkg.definitions import ALL_ASSETS_JOB, defs
 from assets_pkg.partitions import chunks, first_day, last_day
-from resources.lake import REPO_ROOT
+from assets_pkg.instance import write_config
 
 # Runs started from the command line print warnings and errors; each run's full log is in the Dagster UI.
 QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 
 
 def dagster_instance() -> DagsterInstance:
-    """The instance in $DAGSTER_HOME (default: .dagster_home in the repo, with the project's dagster.yaml)."""
-    home = os.environ.setdefault("DAGSTER_HOME", str(REPO_ROOT / ".dagster_home"))
-    os.makedirs(home, exist_ok=True)
-    if not os.path.exists(os.path.join(home, "dagster.yaml")):
-        shutil.copy(REPO_ROOT / "dagster.yaml", os.path.join(home, "dagster.yaml"))
+    """The instance in $DAGSTER_HOME (default: .dagster_home in the repo), configured by assets_pkg.instance."""
+    write_config()
     return DagsterInstance.get()
 
 

@@ -328,6 +328,11 @@ def main(argv: list[str] | None = None) -> int:
         from resources.settings import settings
 
         settings()  # a bad setting is an error naming the variable, not a traceback
+        from assets_pkg.instance import unreachable_services
+
+        down = unreachable_services()  # a service that is down: named within seconds, not after a long retry
+        if down:
+            raise RuntimeError("\n".join(down))
         return args.func(args)
     except (ValueError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -37,6 +37,7 @@ warnings.filterwarnings("ignore")  # partitioned checks and BackfillPolicy are p
 STORAGES = {
     "sharded": None,  # Dagster's default, what the project's dagster.yaml keeps: one SQLite file per run plus an index
     "consolidated": ("dagster._core.storage.event_log", "ConsolidatedSqliteEventLogStorage"),  # one SQLite file
+    "postgres": "postgres",  # the production profile's: DAGSTER_POSTGRES_URL (scripts/postgres.sh start)
 }
 
 
@@ -70,7 +71,9 @@ def run(storage: str, days: int, checks: int, create_only: bool = False) -> floa
     defs, keys = definitions(days, checks)
     with tempfile.TemporaryDirectory() as home:
         overrides = {"telemetry": {"enabled": False}}
-        if STORAGES[storage]:
+        if storage == "postgres":
+            overrides["storage"] = {"postgres": {"postgres_url": os.environ["DAGSTER_POSTGRES_URL"]}}
+        elif STORAGES[storage]:
             module, cls = STORAGES[storage]
             overrides["event_log_storage"] = {"module": module, "class": cls, "config": {"base_dir": home}}
         with DagsterInstance.local_temp(home, overrides=overrides) as instance:

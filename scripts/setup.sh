@@ -56,5 +56,6 @@ fi
 
 export DAGSTER_HOME="${DAGSTER_HOME:-$ROOT/.dagster_home}"
 mkdir -p "$DAGSTER_HOME"
-[ -f "$DAGSTER_HOME/dagster.yaml" ] || cp dagster.yaml "$DAGSTER_HOME/dagster.yaml"
+# The instance's dagster.yaml: the repository's, plus PostgreSQL storage when DAGSTER_POSTGRES_URL is set.
+.venv/bin/python -c 'from assets_pkg.instance import write_config; write_config()' 
 export PATH="$ROOT/.venv/bin:$PATH"

@@ -2,7 +2,6 @@
 
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -14,6 +13,7 @@ from pathlib import Path
 
 from dagster import DagsterInstance
 
+from assets_pkg.instance import write_config
 from resources.lake import REPO_ROOT
 
 LAUNCH_BACKFILL = """
@@ -60,8 +60,7 @@ def _free_port() -> int:
 def instance_at(dagster_home: Path):
     """The Dagster instance in `dagster_home` (configured by the project's dagster.yaml), for work done in this
     process that the webserver and daemon must see."""
-    dagster_home.mkdir(parents=True, exist_ok=True)
-    shutil.copy(REPO_ROOT / "dagster.yaml", dagster_home / "dagster.yaml")
+    write_config(dagster_home)
     previous = os.environ.get("DAGSTER_HOME")
     os.environ["DAGSTER_HOME"] = str(dagster_home)  # the storage paths in dagster.yaml come from it
     try:
@@ -76,8 +75,7 @@ def instance_at(dagster_home: Path):
 
 class DagsterDev:
     def __init__(self, dagster_home: Path, env: dict[str, str]):
-        dagster_home.mkdir(parents=True, exist_ok=True)
-        shutil.copy(REPO_ROOT / "dagster.yaml", dagster_home / "dagster.yaml")
+        write_config(dagster_home)
         self.port = _free_port()
         self.log = open(dagster_home / "dagster_dev.log", "w")
         dagster = str(Path(sys.executable).parent / "dagster")

@@ -160,3 +160,42 @@ def test_the_landing_contract_check_fails_in_dagster_naming_each_refused_file(tm
     assert "order_items/ingest_date=2025-01-02/narrow.parquet: missing column channel" in \
         evaluations["landing_order_items"].metadata["refused"].value
     assert evaluations["landing_products"].passed
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]  # closed again when the block ends: nothing listens there
+
+
+def test_the_instance_is_on_postgresql_exactly_when_its_url_is_set_and_a_users_own_config_is_left_alone(tmp_path, monkeypatch):
+    from assets_pkg.instance import POSTGRES_URL, write_config
+
+    monkeypatch.delenv(POSTGRES_URL, raising=False)
+    written = write_config(tmp_path / "home")
+    assert "postgres" not in written.read_text() and "lake_writes" in written.read_text()
+    monkeypatch.setenv(POSTGRES_URL, "postgresql+psycopg2://dagster@127.0.0.1:55432/dagster")
+    assert "postgres_url:\n      env: DAGSTER_POSTGRES_URL" in write_config(tmp_path / "home").read_text()
+    own = tmp_path / "own"
+    own.mkdir()
+    (own / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    assert write_config(own).read_text() == "telemetry:\n  enabled: false\n"
+
+
+def test_a_command_whose_connect_server_or_database_is_down_fails_in_seconds_naming_it(monkeypatch, capsys):
+    import time
+
+    from assets_pkg.cli import main
+
+    spark_port, postgres_port = _closed_port(), _closed_port()
+    monkeypatch.setenv("SPARK_REMOTE", f"sc://127.0.0.1:{spark_port}")
+    monkeypatch.setenv("DAGSTER_POSTGRES_URL", f"postgresql+psycopg2://dagster@127.0.0.1:{postgres_port}/dagster")
+    t0 = time.monotonic()
+    assert main(["stale"]) == 2
+    assert time.monotonic() - t0 < 10
+    err = capsys.readouterr().err
+    assert f"cannot reach the Spark Connect server at sc://127.0.0.1:{spark_port} (SPARK_REMOTE)" in err
+    assert f"cannot reach the Dagster instance's PostgreSQL at 127.0.0.1:{postgres_port} (DAGSTER_POSTGRES_URL)" in err
+    assert "Traceback" not in err

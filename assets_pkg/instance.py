@@ -1,0 +1,65 @@
+"""The Dagster instance: the project's `dagster.yaml`, with runs, events and schedules in PostgreSQL when
+DAGSTER_POSTGRES_URL is set (`dagster-postgres.yaml` appended), in DAGSTER_HOME; and, before a command starts, that
+the services it needs (Spark Connect, PostgreSQL) answer, so a service that is down is named within seconds."""
+
+import os
+import socket
+from pathlib import Path
+from urllib.parse import urlparse
+
+from resources.lake import REPO_ROOT
+
+POSTGRES_URL = "DAGSTER_POSTGRES_URL"
+# The first line of an instance configuration the project wrote: it is rewritten when the template or the storage
+# changes. A dagster.yaml without it is the user's own and is left alone.
+WRITTEN_BY = "# Written by exact-backfills from the repository's dagster.yaml: edits here are replaced.\n"
+
+
+def config_text() -> str:
+    text = WRITTEN_BY + (REPO_ROOT / "dagster.yaml").read_text()
+    if os.environ.get(POSTGRES_URL):
+        text += (REPO_ROOT / "dagster-postgres.yaml").read_text()
+    return text
+
+
+def write_config(home: Path | str | None = None) -> Path:
+    """DAGSTER_HOME/dagster.yaml (or `home`'s), as config_text() says, unless it is the user's own."""
+    home = Path(home or os.environ.setdefault("DAGSTER_HOME", str(REPO_ROOT / ".dagster_home")))
+    home.mkdir(parents=True, exist_ok=True)
+    path = home / "dagster.yaml"
+    text = config_text()
+    current = path.read_text() if path.exists() else None
+    if current is None or (current.startswith(WRITTEN_BY) and current != text):
+        path.write_text(text)
+    return path
+
+
+def _answers(host: str, port: int, timeout_s: float = 3.0) -> str | None:
+    """None when something listens on host:port, else why not."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return None
+    except OSError as exc:
+        return exc.strerror or str(exc) or type(exc).__name__
+
+
+def unreachable_services() -> list[str]:
+    """One line per configured service that does not answer: the Spark Connect server (SPARK_REMOTE) and the
+    instance's PostgreSQL (DAGSTER_POSTGRES_URL)."""
+    problems = []
+    remote = os.environ.get("SPARK_REMOTE")
+    if remote:
+        parsed = urlparse(remote.replace("sc://", "http://", 1))
+        why = _answers(parsed.hostname or "localhost", parsed.port or 15002)
+        if why:
+            problems.append(f"cannot reach the Spark Connect server at {remote} (SPARK_REMOTE): {why}; "
+                            "is it running? (bash scripts/spark-cluster.sh status)")
+    postgres = os.environ.get(POSTGRES_URL)
+    if postgres:
+        parsed = urlparse(postgres)
+        where = f"{parsed.hostname or 'localhost'}:{parsed.port or 5432}"
+        why = _answers(parsed.hostname or "localhost", parsed.port or 5432)
+        if why:
+            problems.append(f"cannot reach the Dagster instance's PostgreSQL at {where} ({POSTGRES_URL}): {why}; "
+                            "is it running? (bash scripts/postgres.sh status)")
+    return problems
