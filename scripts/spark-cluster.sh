@@ -19,6 +19,9 @@ CONNECT_PORT="${SPARK_CONNECT_PORT:-15002}"
 STATE="$ROOT/.cluster"
 SPARK_HOME="$(.venv/bin/python -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))')"
 export SPARK_HOME SPARK_LOCAL_IP="$HOST" SPARK_LOG_DIR="$STATE/logs" SPARK_WORKER_DIR="$STATE/work"
+# Warnings and errors only, in every JVM of the cluster (scripts/spark-log4j2.properties).
+LOG4J="-Dlog4j2.configurationFile=file:$ROOT/scripts/spark-log4j2.properties"
+export SPARK_DAEMON_JAVA_OPTS="$LOG4J"
 JARS_DIR="${DELTA_JARS_DIR:-$ROOT/.jars}"
 
 port_taken() { (exec 3<>"/dev/tcp/$HOST/$1") 2>/dev/null; }
@@ -66,6 +69,8 @@ start() {
     --name exact-backfills-connect \
     --jars "$delta_jars" \
     --conf spark.driver.host="$HOST" \
+    --driver-java-options "$LOG4J" \
+    --conf spark.executor.extraJavaOptions="$LOG4J" \
     --conf spark.driver.bindAddress="$HOST" \
     --conf spark.connect.grpc.binding.address="$HOST" \
     --conf spark.connect.grpc.binding.port="$CONNECT_PORT" \

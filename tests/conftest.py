@@ -73,9 +73,9 @@ def duplicate_keys(spark, table):
     return read_table(spark, table).groupBy(*keys).count().where("count > 1").count()
 
 
-def from_scratch(spark, tmp_path, start, end) -> dict[str, list]:
+def from_scratch(spark, tmp_path, start, end, view=None):
     """Every table's rows as a from-scratch backfill of start..end over a copy of this lake's landing builds them, in
-    a lake and a Dagster instance of its own."""
+    a lake and a Dagster instance of its own (or `view(spark)` of that lake)."""
     import shutil
 
     from dagster import DagsterInstance
@@ -91,6 +91,6 @@ def from_scratch(spark, tmp_path, start, end) -> dict[str, list]:
     try:
         with DagsterInstance.ephemeral() as instance:
             assert run_backfill(start, end, chunk_size=366, instance=instance, echo=lambda _: None)
-        return {t: rows(spark, t) for t in DAY_COLUMN}
+        return view(spark) if view else {t: rows(spark, t) for t in DAY_COLUMN}
     finally:
         os.environ["LAKE_ROOT"] = previous
