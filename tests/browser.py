@@ -157,6 +157,13 @@ class DagsterUI:
         toast = self.page.get_by_text(re.compile(r"Launched run \w+"))
         return toast.inner_text().split()[-1]
 
+    def resource(self, name: str, location: str = "exact_backfills") -> str:
+        """The resource's page: its configuration, each field with its value and description."""
+        self.open(f"/locations/{location}/resources/{name}")
+        self.page.get_by_text("Configuration").first.wait_for()
+        self.page.wait_for_timeout(500)
+        return self._text()
+
     def set_sensor(self, sensor: str, running: bool, location: str = "exact_backfills") -> None:
         """The "Running" switch on the sensor's page."""
         self.open(f"/locations/{location}/sensors/{sensor}")

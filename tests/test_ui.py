@@ -214,6 +214,17 @@ def test_a_late_batch_shows_exactly_its_days_stale_then_passed_after_the_sensors
     ui.screenshot("late-batch-restated")
 
 
+def test_the_resources_page_shows_the_settings_the_runs_use(ui, lake):
+    root, _ = lake
+    lines = ui.resource("settings").splitlines()
+    for field, value in [("backfill_max_partitions_per_run", str(CHUNK)), ("lake_root", str(root)),
+                         ("partition_start_date", "2025-01-01"), ("late_data_sensor_interval_s", "5")]:
+        at = lines.index(field)
+        assert value in lines[at + 1:at + 5], (field, value, lines[at:at + 5])  # its description, type and value
+    assert "BACKFILL_MAX_PARTITIONS_PER_RUN: days per backfill run" in lines  # with the variable each is read from
+    ui.screenshot("settings-resource")
+
+
 def test_the_terminal_of_dagster_dev_shows_no_line_per_event(dagster_dev, lake):
     root, _ = lake
     printed = (root / "dagster_dev_home" / "dagster_dev.log").read_text()
