@@ -1,11 +1,15 @@
 """What Dagster's event log costs a range run, without Spark: N daily partitions of a chain of 6 assets in one run
-(BackfillPolicy.single_run), each logging K check results per day, on a fresh SQLite instance per storage.
+(BackfillPolicy.single_run), each logging K check results per day, on a fresh instance per storage.
 
-    python bench/event_log.py --days 364 --checks 4 --storage sharded consolidated
+    python bench/event_log.py --days 31 --checks 5 --out bench/event_log.json       # docs/performance.md's table
     python bench/event_log.py --days 2406 --checks 5 --create-run   # only create the run, as the daemon does
+
+The postgres storages need `bash scripts/postgres.sh start` and DAGSTER_POSTGRES_URL (PgBouncer's port) or
+DAGSTER_POSTGRES_DIRECT_URL (the server's own port, 55433); each measurement gets a new database.
 """
 
 import argparse
+import json
 import os
 import sys
 import tempfile
@@ -34,10 +38,17 @@ from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PART
 
 warnings.filterwarnings("ignore")  # partitioned checks and BackfillPolicy are preview/beta in Dagster 1.13
 
+STORAGE_LABELS = {
+    "sharded": "Dagster's SQLite default, what the embedded profile keeps",
+    "consolidated": "one SQLite file, a private class path: not used",
+    "postgres": "DAGSTER_POSTGRES_URL as given: through PgBouncer with scripts/postgres.sh",
+    "postgres-direct": "the same PostgreSQL, without PgBouncer",
+}
 STORAGES = {
     "sharded": None,  # Dagster's default, what the project's dagster.yaml keeps: one SQLite file per run plus an index
     "consolidated": ("dagster._core.storage.event_log", "ConsolidatedSqliteEventLogStorage"),  # one SQLite file
     "postgres": "postgres",  # the production profile's: DAGSTER_POSTGRES_URL (scripts/postgres.sh start)
+    "postgres-direct": "postgres",  # DAGSTER_POSTGRES_DIRECT_URL: the server's own port, no PgBouncer
 }
 
 
@@ -67,12 +78,23 @@ def definitions(days: int, checks: int) -> tuple[Definitions, list[str]]:
     return Definitions(assets=assets, jobs=[define_asset_job("all")], executor=in_process_executor), partitions.get_partition_keys()
 
 
+def _fresh_database(url: str) -> str:
+    """A new database on the server of `url` (through scripts/postgres.sh), so every measurement starts empty."""
+    import subprocess
+
+    name = f"bench_event_log_{int(time.time() * 1000)}"
+    subprocess.run(["bash", "scripts/postgres.sh", "psql", f"CREATE DATABASE {name} OWNER dagster"],
+                   cwd=Path(__file__).resolve().parents[1], check=True, capture_output=True)
+    return url.rsplit("/", 1)[0] + "/" + name
+
+
 def run(storage: str, days: int, checks: int, create_only: bool = False) -> float:
     defs, keys = definitions(days, checks)
     with tempfile.TemporaryDirectory() as home:
         overrides = {"telemetry": {"enabled": False}}
-        if storage == "postgres":
-            overrides["storage"] = {"postgres": {"postgres_url": os.environ["DAGSTER_POSTGRES_URL"]}}
+        if storage.startswith("postgres"):
+            url = os.environ["DAGSTER_POSTGRES_URL" if storage == "postgres" else "DAGSTER_POSTGRES_DIRECT_URL"]
+            overrides["storage"] = {"postgres": {"postgres_url": _fresh_database(url)}}
         elif STORAGES[storage]:
             module, cls = STORAGES[storage]
             overrides["event_log_storage"] = {"module": module, "class": cls, "config": {"base_dir": home}}
@@ -96,17 +118,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--days", type=int, default=364)
     parser.add_argument("--checks", type=int, default=4)
-    parser.add_argument("--storage", nargs="+", choices=list(STORAGES), default=list(STORAGES))
+    parser.add_argument("--storage", nargs="+", choices=list(STORAGES), default=["sharded"])
     parser.add_argument("--create-run", action="store_true", help="only create the run (planned events), do not execute it")
+    parser.add_argument("--out", help="JSON file for the results (bench/event_log.json: docs/performance.md's table)")
     args = parser.parse_args()
     os.environ.setdefault("DAGSTER_DISABLE_TELEMETRY", "1")
     # Per asset and day: a planned materialization and a planned row per check; executed, also the materialization
     # and a result per check.
     events = 6 * args.days * ((1 + args.checks) if args.create_run else (2 + args.checks))
     print(f"{args.days} days x 6 assets x {args.checks} checks: ~{events:,} events")
+    measured = {}
     for storage in args.storage:
         seconds = run(storage, args.days, args.checks, args.create_run)
+        label = f"{storage} ({STORAGE_LABELS[storage]})"
+        measured[label] = {"seconds": round(seconds, 1), "ms_per_event": round(1000 * seconds / events, 2)}
         print(f"{storage:<14}{seconds:8.1f} s  {1000 * seconds / events:6.2f} ms/event")
+    if args.out:
+        Path(args.out).write_text(json.dumps({"days": args.days, "checks": args.checks, "events": events,
+                                              "create_run_only": args.create_run, "storages": measured}, indent=2) + "\n")
 
 
 if __name__ == "__main__":
