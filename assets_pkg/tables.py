@@ -26,6 +26,7 @@ DIM_PRODUCT = "dim_product"
 FACT_ORDER_ITEM = "fact_order_item"
 DAILY_REVENUE = "daily_revenue"
 CUSTOMER_DAILY_FEATURES = "customer_daily_features"
+DAILY_CATEGORY_REVENUE = "daily_category_revenue"
 
 # Roles: what a table's days hold, and so which days a landed batch makes stale in it.
 ORDER_GRAIN = "order-grain"  # rows of order items, by order day: stale on the days of the order items that change
@@ -124,6 +125,11 @@ def build_daily_revenue(spark: SparkSession, days: list[date], read: Read) -> St
     return Staged(table=transforms.daily_revenue(fact), upstream=fact)
 
 
+def build_daily_category_revenue(spark: SparkSession, days: list[date], read: Read) -> Staged:
+    fact = read(FACT_ORDER_ITEM, days)
+    return Staged(table=transforms.daily_category_revenue(fact), upstream=fact)
+
+
 def build_customer_daily_features(spark: SparkSession, days: list[date], read: Read) -> Staged:
     fact = read(FACT_ORDER_ITEM, days)
     return Staged(table=transforms.customer_daily_features(fact), upstream=fact)
@@ -207,6 +213,23 @@ TABLES = [
         upstream=(FACT_ORDER_ITEM,),
         build=build_customer_daily_features,
         description="ML feature table keyed (customer_id, order_date).",
+    ),
+    Table(
+        DAILY_CATEGORY_REVENUE,
+        role=MART,
+        checks=TableChecks(
+            key=["order_date", "product_category"],
+            day_column="order_date",
+            reconciliation=_same_as(
+                FACT_ORDER_ITEM,
+                items=("sum(item_count)", _COUNT),
+                gross_amount=("sum(gross_amount)", "sum(gross_amount)"),
+                net_amount=("sum(net_amount)", "sum(net_amount)"),
+            ),
+        ),
+        upstream=(FACT_ORDER_ITEM,),
+        build=build_daily_category_revenue,
+        description="Per order_date and the product's category as of that day: items, distinct orders, gross and net.",
     ),
 ]
 

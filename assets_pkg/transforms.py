@@ -117,6 +117,16 @@ def daily_revenue(fact: DataFrame) -> DataFrame:
         _money_sum("cost_amount"),
     )
 
+def daily_category_revenue(fact: DataFrame) -> DataFrame:
+    """Per order_date and the product's category as of that day: items, distinct orders, gross and net."""
+    return fact.groupBy("order_date", "product_category").agg(
+        F.count(F.lit(1)).alias("item_count"),
+        _distinct_count("order_id").alias("order_count"),
+        _money_sum("gross_amount"),
+        _money_sum("net_amount"),
+    )
+
+
 def customer_daily_features(fact: DataFrame) -> DataFrame:
     """ML features keyed (customer_id, order_date) (seed 003), from that day's facts only: a re-run is exact."""
     gross = F.sum("gross_amount")

@@ -133,3 +133,20 @@ def test_revenue_and_customer_features_count_distinct_orders_and_products_per_gr
     features = {r.order_date: r for r in transforms.customer_daily_features(fact).collect()}  # one customer (7)
     assert [(r.item_count, r.order_count, r.distinct_products) for _, r in sorted(features.items())] == [(3, 2, 2), (1, 1, 1)]
     assert dict(transforms.customer_daily_features(fact).dtypes)["order_count"] == "bigint"
+
+
+def test_category_revenue_groups_by_the_products_category_as_of_the_order_day(spark, versions_schema):
+    items = spark.createDataFrame(
+        [item(1, 1, "2025-01-05", 2, "2025-01-05 10:00:00", "2025-01-06 01:00:00", product_id=1),
+         item(2, 1, "2025-01-05", 1, "2025-01-05 11:00:00", "2025-01-06 01:00:00", product_id=2),
+         item(3, 1, "2025-01-09", 1, "2025-01-09 11:00:00", "2025-01-10 01:00:00", product_id=1)],
+        versions_schema,
+    ).drop("ingest_date", "source_file")
+    changes = spark.createDataFrame(
+        [(1, date(2025, 1, 1), "books", "ACTIVE", None, None), (2, date(2025, 1, 1), "books", "ACTIVE", None, None),
+         (1, date(2025, 1, 8), "toys", "ACTIVE", None, None)],  # product 1 moves to toys from Jan 8
+        "product_id long, valid_from date, category string, status string, list_price decimal(18,2), updated_at timestamp")
+    fact = transforms.fact_order_item(items, changes)
+    by_day = sorted((r.order_date.isoformat(), r.product_category, r.item_count, r.order_count)
+                    for r in transforms.daily_category_revenue(fact).collect())
+    assert by_day == [("2025-01-05", "books", 2, 2), ("2025-01-09", "toys", 1, 1)]
