@@ -15,7 +15,7 @@ from assets_pkg.definitions import ALL_ASSETS_JOB, defs
 from assets_pkg.generate import generate
 from assets_pkg.partitions import days
 from assets_pkg.publish import GraphNotPublished, RunInfo, publish
-from assets_pkg.tables import BY_NAME, DAILY_REVENUE, FACT_ORDER_ITEM, PUBLISH_ORDER, QUARANTINE_ORDER_ITEMS, STG_ORDER_ITEMS
+from assets_pkg.tables import BY_NAME, DAILY_REVENUE, FACT_ORDER_ITEM, PUBLISH_ORDER, QUARANTINE_ORDER_ITEMS, STG_ORDER_ITEMS, downstream
 from tests.conftest import rows, versions
 from tests.late_batches import latest_check_status
 
@@ -71,7 +71,7 @@ def test_a_failure_between_commits_names_what_was_committed_and_the_days_are_run
     monkeypatch.undo()
     out = "\n".join(said)
     assert "failed after committing quarantine_order_items (" in out and "stg_order_items (version" in out
-    assert "not committed: fact_order_item, daily_revenue, customer_daily_features" in out
+    assert f"not committed: {', '.join(downstream({FACT_ORDER_ITEM}))}" in out
     assert "ConcurrentAppendException" in out and f"{a}..{b} is published in the tables named above only" in out
     failed = instance.get_runs(limit=1)[0]
     assert failed.tags[PUBLISHED_TAG] == "partly"

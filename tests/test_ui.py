@@ -12,7 +12,7 @@ from dagster import AssetKey
 from assets_pkg import cli, late_data
 from assets_pkg.automation import LANDING_STATE_TAG, RESTATE_JOB, landing_state
 from assets_pkg.backfill import observe_landing, run_backfill, run_restatement
-from assets_pkg.tables import FACT_ORDER_ITEM
+from assets_pkg.tables import FACT_ORDER_ITEM, PUBLISH_ORDER, QUARANTINE_ORDER_ITEMS
 from assets_pkg.checks import FINGERPRINT, KEYS_NOT_NULL, RECONCILES, ROW_COUNT_CHANGE, UNIQUE_KEY, UP_TO_DATE
 from assets_pkg.definitions import defs
 from assets_pkg.generate import generate
@@ -102,7 +102,7 @@ def test_a_30_day_backfill_from_the_materialize_dialog_runs_in_chunks_and_change
     ui.screenshot("backfill-succeeded")
 
     assert "\nStatus\nSucceeded\n" in page, page[:600]
-    for asset in ["stg_order_items", "quarantine_order_items", "dim_product", "fact_order_item", "daily_revenue", "customer_daily_features"]:
+    for asset in [*PUBLISH_ORDER, QUARANTINE_ORDER_ITEMS]:
         assert f"{asset}\n{asset}\n100% completed\n{UI_DAYS}\n0\n{UI_DAYS}\n0" in page, f"{asset} not shown complete"
     backfill = dagster_dev.wait_for_backfill(backfill_id)
     # Chunked: a few runs of at most CHUNK days, never one run per day.

@@ -41,7 +41,11 @@ def test_every_table_is_published_after_every_table_it_reads():
     assert set(position) == {t.name for t in TABLES}
     for t in TABLES:
         assert all(position[u] < position[t.name] for u in t.upstream if u in BY_NAME), t.name
-    assert downstream({"fact_order_item"}) == ["fact_order_item", "daily_revenue", "customer_daily_features"]
+    # What a change to the fact carries into: the fact, then every table that reads it, in the publish order.
+    derived = downstream({"fact_order_item"})
+    assert derived[0] == "fact_order_item" and {"stg_order_items", "dim_product"}.isdisjoint(derived)
+    assert derived == [t for t in PUBLISH_ORDER if t in derived]
+    assert set(derived[1:]) == {t.name for t in TABLES if "fact_order_item" in t.upstream} | {"daily_revenue"}
 
 
 def test_a_restatement_reads_new_batches_and_those_in_the_reprocess_window(tmp_path, monkeypatch):
