@@ -2,6 +2,7 @@
 
 import os
 from collections import defaultdict
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -28,6 +29,21 @@ settings.load_profile("ci")
 TABLE_KEYS = {t.name: t.key for t in TABLES}
 
 
+@contextmanager
+def environment(**values: str):
+    """The process's environment with `values` set, restored afterwards (settings are read on every call)."""
+    previous = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in previous.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
 @pytest.fixture(scope="session")
 def spark():
     return get_spark()
@@ -37,15 +53,9 @@ def spark():
 def lake(tmp_path_factory):
     """A fresh, empty lake (LAKE_ROOT) and Dagster instance for one test module."""
     root = tmp_path_factory.mktemp("lake")
-    previous = {k: os.environ.get(k) for k in ("LAKE_ROOT", "DAGSTER_HOME")}
-    os.environ.update({"LAKE_ROOT": str(root), "DAGSTER_HOME": str(root / "dagster_home")})
-    with dagster_instance() as instance:  # configured by the project's dagster.yaml, as users get it
-        yield root, instance
-    for key, value in previous.items():
-        if value is None:
-            os.environ.pop(key)
-        else:
-            os.environ[key] = value
+    with environment(LAKE_ROOT=str(root), DAGSTER_HOME=str(root / "dagster_home")):
+        with dagster_instance() as instance:  # configured by the project's dagster.yaml, as users get it
+            yield root, instance
 
 
 def rows(spark, table):
@@ -86,11 +96,6 @@ def from_scratch(spark, tmp_path, start, end, view=None):
 
     scratch = tmp_path / "scratch"
     shutil.copytree(lake_root() / "landing", scratch / "landing")
-    previous = os.environ["LAKE_ROOT"]
-    os.environ["LAKE_ROOT"] = str(scratch)
-    try:
-        with DagsterInstance.ephemeral() as instance:
-            assert run_backfill(start, end, chunk_size=366, instance=instance, echo=lambda _: None)
+    with environment(LAKE_ROOT=str(scratch)), DagsterInstance.ephemeral() as instance:
+        assert run_backfill(start, end, chunk_size=366, instance=instance, echo=lambda _: None)
         return view(spark) if view else {t: rows(spark, t) for t in DAY_COLUMN}
-    finally:
-        os.environ["LAKE_ROOT"] = previous

@@ -19,7 +19,7 @@ from assets_pkg.publish import CLI_BACKFILL_TAG
 from assets_pkg.tables import DAY_COLUMN, FACT_ORDER_ITEM, PUBLISH_ORDER, QUARANTINE_ORDER_ITEMS, STG_ORDER_ITEMS
 from resources.delta_io import read_days, read_table
 from resources.lake import REPO_ROOT, table_path
-from tests.conftest import duplicate_keys, from_scratch, rows, versions
+from tests.conftest import duplicate_keys, environment, from_scratch, rows, versions
 from tests.late_batches import assert_rewrote_exactly, land_batch, next_batch_day, snapshot, three_corrected_and_two_late_days
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]
@@ -58,19 +58,13 @@ def profile(tmp_path_factory):
     home = root / "dagster_home"
     env = {"SPARK_REMOTE": f"sc://127.0.0.1:{CONNECT_PORT}", "DAGSTER_POSTGRES_URL": f"{url.rsplit('/', 1)[0]}/{database}",
            "DAGSTER_HOME": str(home), "LAKE_ROOT": str(root)}
-    previous = {k: os.environ.get(k) for k in ("LAKE_ROOT", "DAGSTER_HOME", "DAGSTER_POSTGRES_URL")}
-    # This process reads the same lake and instance; its own Spark stays local (SPARK_REMOTE only for the commands).
-    os.environ.update({k: v for k, v in env.items() if k != "SPARK_REMOTE"})
-    write_config(home)  # the project's dagster.yaml with PostgreSQL storage, as every command of the profile writes it
     try:
-        with DagsterInstance.get() as instance:
-            yield env, instance
+        # This process reads the same lake and instance; its own Spark stays local (SPARK_REMOTE: the commands only).
+        with environment(**{k: v for k, v in env.items() if k != "SPARK_REMOTE"}):
+            write_config(home)  # the project's dagster.yaml with PostgreSQL storage, as the profile's commands write it
+            with DagsterInstance.get() as instance:
+                yield env, instance
     finally:
-        for key, value in previous.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
         if cluster_started:
             _script("spark-cluster.sh", "stop", check=False)
         if postgres_started:

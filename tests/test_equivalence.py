@@ -6,7 +6,6 @@ is restated, every table equals a from-scratch build over the same landing, and 
 CI runs the `ci` profile (a few examples, see conftest.py); `bash scripts/test.sh tests/test_equivalence.py
 --hypothesis-profile soak` runs many (see docs/operations.md)."""
 
-import os
 import tempfile
 from datetime import date, timedelta
 from pathlib import Path
@@ -23,7 +22,7 @@ from assets_pkg.landing import ORDER_ITEM_SCHEMA
 from assets_pkg.operations import rollback
 from assets_pkg.tables import PUBLISH_ORDER
 from resources.delta_io import read_days
-from tests.conftest import from_scratch, rows, versions
+from tests.conftest import environment, from_scratch, rows, versions
 from tests.late_batches import corrections, land_batch, new_items, next_batch_day
 
 pytestmark = pytest.mark.slow  # real Spark, Delta and Dagster for every example: minutes
@@ -87,9 +86,7 @@ def apply(spark, instance, step: tuple, order_ids: int) -> None:
 @given(seed=st.integers(0, 10_000), schedule=st.lists(operations, min_size=2, max_size=4))
 def test_any_schedule_of_operations_ends_equal_to_a_from_scratch_build_with_every_check_passing(spark, seed, schedule):
     lake = Path(tempfile.mkdtemp(prefix="equivalence-"))
-    previous = {k: os.environ.get(k) for k in ("LAKE_ROOT", "DAGSTER_HOME")}
-    os.environ.update({"LAKE_ROOT": str(lake), "DAGSTER_HOME": str(lake / "dagster_home")})
-    try:
+    with environment(LAKE_ROOT=str(lake), DAGSTER_HOME=str(lake / "dagster_home")):
         with DagsterInstance.ephemeral() as instance:
             summary = generate(spark, START, END, seed=seed, rows_per_day=4)
             assert run_backfill(START, date.fromisoformat(max(summary.batches)), instance=instance, echo=lambda _: None)
@@ -102,9 +99,3 @@ def test_any_schedule_of_operations_ends_equal_to_a_from_scratch_build_with_ever
             expected = from_scratch(spark, lake / "scratch-parent", START, last)
         for table, content in published.items():
             assert content == expected[table], f"{table} differs from a from-scratch build after {schedule}"
-    finally:
-        for key, value in previous.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
