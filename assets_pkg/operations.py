@@ -46,6 +46,7 @@ def report(spark: SparkSession, table: str, start: date, end: date, against: Pat
             raise TableNotMaterialized(f"no Delta table {table!r} at {path}")
         other = profile(_range(spark.read.format("delta").load(path), table, start, end), table)
     elif version is not None:
+        check_version(spark, table, version)
         other = profile(_range(spark.read.format("delta").option("versionAsOf", version).load(table_path(table)), table, start, end), table)
     lines = []
     for day in days(start, end):
@@ -56,6 +57,15 @@ def report(spark: SparkSession, table: str, start: date, end: date, against: Pat
             o_rows, o_sha = other.get(day, (0, None))
             lines.append((day, rows, sha, o_rows, o_sha, (rows, sha) == (o_rows, o_sha)))
     return lines
+
+
+def check_version(spark: SparkSession, table: str, version: int) -> None:
+    """A ValueError naming the table's versions unless `version` is one of them."""
+    if not table_exists(spark, table):
+        raise TableNotMaterialized(f"Delta table {table!r} does not exist at {table_path(table)}: materialize it first")
+    versions = [h.version for h in history(spark, table_path(table))]
+    if version not in versions:
+        raise ValueError(f"version {version} is not in {table}'s history: its versions are {min(versions)}..{max(versions)}")
 
 
 def version_before_run(spark: SparkSession, table: str, run_id: str) -> int:
@@ -73,6 +83,8 @@ def rollback(spark: SparkSession, table: str, start: date, end: date, version: i
     table, undoing every later write to other days as well. Audited as operation 'rollback'."""
     started = datetime.now(timezone.utc)
     column = DAY_COLUMN[table]
+    if version >= 0:
+        check_version(spark, table, version)
     if version < 0:  # the table did not exist yet: the range was empty
         current = read_days(spark, table, column, days(start, end))
         old = current.where(F.lit(False))

@@ -20,7 +20,49 @@ def test_backfill_of_an_empty_lake_fails_and_names_the_missing_landing(capsys, l
 
 def test_backfill_outside_the_partitions_is_refused(capsys):
     assert main(["backfill", "--start", "2024-12-01", "--end", "2025-01-02"]) == 2
-    assert "not within the partitions 2025-01-01..2025-03-31" in capsys.readouterr().err
+    assert "--start 2024-12-01 is outside the partitions 2025-01-01..2025-03-31" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["rollback", "--asset", "no_such_table", "--start", "2025-01-01", "--end", "2025-01-02", "--version", "1"],
+     "unknown asset 'no_such_table'; one of: stg_order_items, dim_product"),
+    (["rollback", "--asset", "fact_order_item", "--start", "2025-01-05", "--end", "2025-01-02", "--version", "1"],
+     "--start 2025-01-05 is after --end 2025-01-02"),
+    (["rollback", "--asset", "fact_order_item", "--start", "2025-01-01", "--end", "2025-01-02", "--version", "-3"],
+     "argument --version: not a Delta version (0 or above): '-3'"),
+    (["rollback", "--asset", "fact_order_item", "--start", "2025-01-01", "--end", "2025-01-02", "--version", "1"],
+     "Delta table 'fact_order_item' does not exist at"),  # a lake with nothing built yet
+    (["backfill", "--max-partitions-per-run", "0"], "argument --max-partitions-per-run: not a whole number above 0: '0'"),
+    (["backfill", "--start", "2025-02-01", "--end", "2025-01-01"], "--start 2025-02-01 is after --end 2025-01-01"),
+    (["backfill", "--end", "2025-13-01"], "argument --end: not a YYYY-MM-DD date: '2025-13-01'"),
+    (["check", "--asset", "nope"], "unknown asset 'nope'"),
+    (["check", "--end", "2026-01-01"], "--end 2026-01-01 is outside the partitions 2025-01-01..2025-03-31"),
+    (["report", "--asset", "fact_order_item", "--version", "2"], "Delta table 'fact_order_item' does not exist at"),
+    (["generate", "--bad-rate", "1.5"], "argument --bad-rate: not a share between 0 and 1: '1.5'"),
+    (["generate", "--rows-per-day", "-1"], "argument --rows-per-day: not a whole number above 0: '-1'"),
+    (["import-tpch", "--scale", "0"], "argument --scale: not a number above 0: '0'"),
+    (["no-such-command"], "invalid choice: 'no-such-command'"),
+])
+def test_a_mistyped_command_is_one_line_naming_the_mistake_and_exit_2(capsys, argv, said):
+    try:
+        code = main(argv)
+    except SystemExit as e:  # argparse's own errors
+        code = e.code
+    out = capsys.readouterr()
+    assert code == 2
+    assert said in out.err and "Traceback" not in out.err + out.out
+    assert len(out.err.strip().splitlines()) == 1, out.err
+
+
+def test_every_commands_help_renders():
+    import argparse
+
+    from assets_pkg.cli import build_parser
+
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    for name, command in [("", parser), *commands.items()]:
+        assert command.format_help().startswith("usage: "), name  # a stray % in a help text raises here
 
 
 def test_backfill_of_an_unknown_asset_is_refused(capsys):

@@ -89,6 +89,9 @@ def test_a_duplicate_behind_the_pipelines_back_fails_check_naming_day_and_key_an
     out = capsys.readouterr().out
     assert out.count("MISMATCH") == 1 and f"{DAY} rows=" in out.split("MISMATCH")[0].splitlines()[-1]
 
+    # A version the table never had: one line giving its history's range, nothing written.
+    assert main(["rollback", "--asset", table, "--start", str(DAY), "--end", str(DAY), "--version", "999"]) == 2
+    assert f"version 999 is not in {table}'s history: its versions are 0.." in capsys.readouterr().err
     files_before = files_by_day(spark, table, "order_date")
     assert main(["rollback", "--asset", table, "--start", str(DAY), "--end", str(DAY), "--version", str(version_before)]) == 0
     assert profile(read_table(spark, table), table) == fingerprint_before
