@@ -1,6 +1,7 @@
 """`python -m assets_pkg <command>` (also installed as `assets-pkg`)."""
 
 import argparse
+import os
 import sys
 from datetime import date
 
@@ -291,6 +292,8 @@ def _cmd_runs(args) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="assets-pkg", description="Exact, idempotent backfills on Spark + Delta")
+    parser.add_argument("--verbose", action="store_true",
+                        help="also show Spark's warnings on the terminal (always in LAKE_ROOT/logs/spark.log)")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     p = sub.add_parser("generate", help="land deterministic demo data")
@@ -374,6 +377,8 @@ _WITHIN_PARTITIONS = {_cmd_backfill, _cmd_check, _cmd_report, _cmd_rollback}
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.verbose:
+        os.environ["SPARK_VERBOSE"] = "1"  # read with the other settings when the Spark session starts
     try:
         from resources.settings import settings
 

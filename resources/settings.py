@@ -40,6 +40,8 @@ class Settings(ConfigurableResource):
     spark_remote: str = Field(description="SPARK_REMOTE: a Spark Connect URL, replacing SPARK_MASTER when set")
     spark_driver_memory: str = Field(description="SPARK_DRIVER_MEMORY: the driver's memory in local mode")
     spark_conf: str = Field(description="SPARK_CONF: a JSON object of extra Spark settings")
+    spark_verbose: bool = Field(description="SPARK_VERBOSE: 1 shows the local driver's Spark warnings on the terminal "
+                                "too (always in LAKE_ROOT/logs/spark.log)")
     delta_jars_dir: str = Field(description="DELTA_JARS_DIR: the Delta jars and the project's local file system jar")
 
     @property
@@ -70,6 +72,7 @@ ENVIRONMENT = {
     "spark_remote": ("SPARK_REMOTE", ""),
     "spark_driver_memory": ("SPARK_DRIVER_MEMORY", "4g"),
     "spark_conf": ("SPARK_CONF", "{}"),
+    "spark_verbose": ("SPARK_VERBOSE", "0"),
     "delta_jars_dir": ("DELTA_JARS_DIR", str(REPO_ROOT / ".jars")),
 }
 
@@ -84,6 +87,10 @@ def _parsed(field: str, raw: str):
         if field.endswith("_date"):
             date.fromisoformat(raw)
             return raw
+        if kind is bool:
+            if raw not in ("0", "1"):
+                raise ValueError
+            return raw == "1"
         if field == "spark_conf":
             if not isinstance(json.loads(raw), dict):
                 raise ValueError
@@ -91,7 +98,7 @@ def _parsed(field: str, raw: str):
         value = kind(raw)
     except ValueError:
         expected = {"partition_start_date": "a YYYY-MM-DD date", "partition_end_date": "a YYYY-MM-DD date",
-                    "spark_conf": "a JSON object"}.get(field, f"a{'n integer' if kind is int else ' number'}")
+                    "spark_conf": "a JSON object", "spark_verbose": "0 or 1"}.get(field, f"a{'n integer' if kind is int else ' number'}")
         raise SettingsError(f"{variable}={raw!r} is not {expected}") from None
     if field in _POSITIVE and value <= 0 or field in _NOT_NEGATIVE and value < 0:
         raise SettingsError(f"{variable}={raw!r} must be {'above' if field in _POSITIVE else 'at least'} 0")

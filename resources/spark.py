@@ -13,6 +13,7 @@ from pyspark.sql import SparkSession
 from resources.settings import Settings, settings
 
 DELTA_PACKAGE = "io.delta:delta-spark_4.2_2.13:4.4.0"
+LOG4J2_PROPERTIES = Path(__file__).with_name("log4j2.properties")
 
 
 # Built by scripts/setup.sh from resources/java/NioLocalFileSystem.java, next to the Delta jars.
@@ -34,12 +35,23 @@ def _delta_jars(configured: Settings) -> str | None:
     return ",".join(jars) or None
 
 
+def spark_log(configured: Settings) -> Path:
+    """Where the local driver's Spark and Delta log lines go (resources/log4j2.properties), instead of the terminal."""
+    return Path(configured.lake_root) / "logs" / "spark.log"
+
+
+def _logging_options(configured: Settings) -> str:
+    spark_log(configured).parent.mkdir(parents=True, exist_ok=True)
+    return (f"-Dlog4j2.configurationFile=file:{LOG4J2_PROPERTIES} -Dexactbackfills.spark.log={spark_log(configured)} "
+            f"-Dexactbackfills.spark.console={'warn' if configured.spark_verbose else 'off'}")
+
+
 def _local_mode_config(configured: Settings, short_runs: bool) -> dict[str, str]:
-    # List folders on the driver: above 32 folders Spark lists them with a job of one task per folder, which takes
-    # 9-14 s for the landing's 2,406 batch folders instead of 0.5 s.
+    java = f"{LOCAL_JAVA_OPTIONS} {SHORT_RUN_JAVA_OPTIONS}" if short_runs else LOCAL_JAVA_OPTIONS
     conf = {
+        # List folders on the driver: above 32 folders Spark lists them with a job of one task per folder.
         "spark.sql.sources.parallelPartitionDiscovery.threshold": "1000000",
-        "spark.driver.extraJavaOptions": f"{LOCAL_JAVA_OPTIONS} {SHORT_RUN_JAVA_OPTIONS}" if short_runs else LOCAL_JAVA_OPTIONS,
+        "spark.driver.extraJavaOptions": f"{java} {_logging_options(configured)}",
     }
     local_fs = Path(configured.delta_jars_dir) / LOCAL_FS_JAR
     if local_fs.exists():

@@ -91,3 +91,20 @@ def test_generate_is_deterministic_for_a_seed(spark, tmp_path, monkeypatch):
         return sorted((r.asDict() for r in df.collect()), key=repr)
 
     assert land(tmp_path / "a") == land(tmp_path / "b")
+
+
+def test_the_terminal_shows_the_commands_own_lines_and_spark_logs_to_a_file(lake):
+    import os
+    import subprocess
+    import sys
+
+    from resources.lake import REPO_ROOT
+
+    root, _ = lake
+    done = subprocess.run([sys.executable, "-m", "assets_pkg", "stale"], cwd=REPO_ROOT, env=dict(os.environ),
+                          capture_output=True, text=True, timeout=300)
+    assert "stg_order_items is not materialized" in done.stderr  # the command's own line
+    # The JVM's own notice of the vector module Spark enables is printed by Java itself, not by any logger.
+    spark_lines = [line for line in done.stderr.splitlines() if line and not line.startswith(("error:", "WARNING: Using incubator"))]
+    assert spark_lines == [], done.stderr
+    assert " WARN " in (root / "logs" / "spark.log").read_text()  # what Spark said is kept, in the lake
