@@ -13,6 +13,8 @@ POSTGRES_URL = "DAGSTER_POSTGRES_URL"
 # The first line of an instance configuration the project wrote: it is rewritten when the template or the storage
 # changes. A dagster.yaml without it is the user's own and is left alone.
 WRITTEN_BY = "# Written by exact-backfills from the repository's dagster.yaml: edits here are replaced.\n"
+# How earlier versions of the project's copy began: theirs too, and rewritten (their event log class is gone).
+EARLIER_COPY = "# Instance settings copied into $DAGSTER_HOME"
 
 
 def config_text() -> str:
@@ -29,7 +31,7 @@ def write_config(home: Path | str | None = None) -> Path:
     path = home / "dagster.yaml"
     text = config_text()
     current = path.read_text() if path.exists() else None
-    if current is None or (current.startswith(WRITTEN_BY) and current != text):
+    if current is None or (current.startswith((WRITTEN_BY, EARLIER_COPY)) and current != text):
         path.write_text(text)
     return path
 

@@ -175,7 +175,7 @@ def _closed_port() -> int:
 
 
 def test_the_instance_is_on_postgresql_exactly_when_its_url_is_set_and_a_users_own_config_is_left_alone(tmp_path, monkeypatch):
-    from assets_pkg.instance import POSTGRES_URL, write_config
+    from assets_pkg.instance import EARLIER_COPY, POSTGRES_URL, write_config
 
     monkeypatch.delenv(POSTGRES_URL, raising=False)
     written = write_config(tmp_path / "home")
@@ -186,6 +186,10 @@ def test_the_instance_is_on_postgresql_exactly_when_its_url_is_set_and_a_users_o
     own.mkdir()
     (own / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
     assert write_config(own).read_text() == "telemetry:\n  enabled: false\n"
+    earlier = tmp_path / "earlier"  # a copy an earlier version of the project made: rewritten
+    earlier.mkdir()
+    (earlier / "dagster.yaml").write_text(EARLIER_COPY + "\nevent_log_storage:\n  module: resources.event_log\n")
+    assert "resources.event_log" not in write_config(earlier).read_text()
 
 
 def test_a_command_whose_connect_server_or_database_is_down_fails_in_seconds_naming_it(monkeypatch, capsys):
