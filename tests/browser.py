@@ -144,11 +144,14 @@ class DagsterUI:
         (its run, description and metadata)."""
         self._select_day(day)
         self.page.get_by_text("Latest execution").first.wait_for()
-        self.page.wait_for_timeout(500)
-        text = self._text()
-        panel = text[text.rindex("Latest execution"):]
-        status = text[: text.rindex("Latest execution")].rstrip().splitlines()[-1]
-        return status, panel
+        deadline = time.monotonic() + 30
+        while True:  # the panel loads its execution after the list: a result still loading shows as Running
+            self.page.wait_for_timeout(500)
+            text = self._text()
+            panel = text[text.rindex("Latest execution"):]
+            status = text[: text.rindex("Latest execution")].rstrip().splitlines()[-1]
+            if status != "Running" or time.monotonic() > deadline:
+                return status, panel
 
     def observe(self, asset: str) -> str:
         """The source asset's "Observe" button: Dagster launches an observation run; the start of its id."""
