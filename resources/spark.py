@@ -79,6 +79,11 @@ def spark_config(configured: Settings | None = None, short_runs: bool = False) -
     }
     configured = configured or settings()
     if configured.spark_remote:
+        # The Connect client logs, as JSON on the terminal, every error the server returns, expected ones included
+        # (a probe for a table not written yet); each still reaches its caller as an exception. SPARK_VERBOSE keeps them.
+        from pyspark.sql.connect.logging import configureLogging
+
+        configureLogging("ERROR" if configured.spark_verbose else "CRITICAL")
         # The application's own settings (Delta's extension and catalog, the UI) are the Connect server's
         # (scripts/spark-cluster.sh): a client cannot change them.
         conf["spark.remote"] = configured.spark_remote
