@@ -52,8 +52,11 @@ def test_restatement_runs_start_a_jvm_for_short_runs_and_backfill_runs_keep_the_
         pyspark = defs.resolve_job_def(job_name).resource_defs["pyspark"]  # the config the run's session starts with
         return pyspark.config_schema.as_field().default_value["spark_config"].get("spark.driver.extraJavaOptions")
 
-    assert java_options(RESTATE_JOB) == f"{LOCAL_JAVA_OPTIONS} {SHORT_RUN_JAVA_OPTIONS}"
-    assert java_options(ALL_ASSETS_JOB) == LOCAL_JAVA_OPTIONS
+    restate, backfill = java_options(RESTATE_JOB), java_options(ALL_ASSETS_JOB)
+    assert restate.startswith(f"{LOCAL_JAVA_OPTIONS} {SHORT_RUN_JAVA_OPTIONS} ")
+    assert backfill.startswith(f"{LOCAL_JAVA_OPTIONS} ") and SHORT_RUN_JAVA_OPTIONS not in backfill
+    # Both log through the project's log4j2 properties, not to the terminal.
+    assert restate.split()[-3:] == backfill.split()[-3:] and "-Dlog4j2.configurationFile=" in backfill
 
 
 def test_chunks_cover_the_range_exactly_once():
