@@ -3,9 +3,12 @@
 from datetime import date
 
 import pytest
+from dagster import RunRequest, build_sensor_context
 from pyspark.sql import functions as F
 
 from assets_pkg import landing
+from assets_pkg.automation import landing_state, late_data_sensor
+from assets_pkg.definitions import defs
 from assets_pkg.tables import TABLE_CHECKS, downstream
 from assets_pkg.backfill import run_backfill
 from assets_pkg.checks import LATE_DATA
@@ -84,6 +87,9 @@ def test_a_duplicate_behind_the_pipelines_back_fails_check_naming_day_and_key_an
     out = capsys.readouterr().out
     assert f"FAIL unique_key {DAY}" in out
     assert f"order_id={dup.order_id}, order_item_id={dup.order_item_id}" in out
+    # The failed check run wrote nothing: late_data_sensor has nothing to run again.
+    request = late_data_sensor(build_sensor_context(instance=built, definitions=defs, cursor=landing_state()))
+    assert not isinstance(request, RunRequest), request.tags
 
     assert main(["report", "--asset", table, "--start", str(START), "--end", str(END), "--version", str(version_before)]) == 1
     out = capsys.readouterr().out
