@@ -2,9 +2,17 @@
 table), with its checks, all materialized by one step that publishes the run's tables as a whole (publish.py): a
 blocking check failing on any table's day writes nothing in any table."""
 
-from datetime import date
+from datetime import date, timedelta
 
-from dagster import AssetExecutionContext, AssetSelection, AssetSpec, Failure, define_asset_job, multi_asset
+from dagster import (
+    AssetExecutionContext,
+    AssetSelection,
+    AssetSpec,
+    Failure,
+    FreshnessPolicy,
+    define_asset_job,
+    multi_asset,
+)
 from dagster_pyspark import LazyPySparkResource
 
 from assets_pkg import checks, liveness, recording
@@ -19,6 +27,7 @@ from assets_pkg.publish import (
     verify_published,
 )
 from assets_pkg.tables import BY_NAME, PUBLISH_ORDER, TABLES
+from resources.settings import settings
 
 # Every step that writes the lake claims this Dagster concurrency pool, whose limit dagster.yaml sets to 1: steps of
 # any runs (the UI's, the sensor's, and the command line's, which Dagster enforces too) write one at a time, so two
@@ -32,10 +41,17 @@ PUBLISH_STEP = "publish_tables"
 PUBLISHED_TAG = "exact_backfills/published"
 
 
+def freshness_policy() -> FreshnessPolicy:
+    """A daily pipeline publishes every table at least once a day: Dagster shows a table not published within the
+    window as failing its freshness (how far each is behind its landing: `metrics`, and up_to_date_with_landing)."""
+    return FreshnessPolicy.time_window(fail_window=timedelta(hours=settings().freshness_fail_window_h))
+
+
 def _specs() -> list[AssetSpec]:
     specs = []
     for t in TABLES:
-        specs.append(AssetSpec(t.name, deps=list(t.upstream), description=t.description, kinds={"spark", "delta"}, group_name="orders"))
+        specs.append(AssetSpec(t.name, deps=list(t.upstream), description=t.description, kinds={"spark", "delta"},
+                               group_name="orders", freshness_policy=freshness_policy()))
         specs += [AssetSpec(s, deps=list(t.upstream), kinds={"spark", "delta"}, group_name="orders") for s in t.side_tables]
     return specs
 

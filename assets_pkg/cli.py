@@ -1,6 +1,7 @@
 """`python -m assets_pkg <command>` (also installed as `assets-pkg`)."""
 
 import argparse
+import json
 import os
 import sys
 from datetime import date
@@ -215,10 +216,18 @@ def _cmd_metrics(args) -> int:
     from assets_pkg.operations import metrics
     from resources.spark import get_spark
 
-    print(f"{'asset':<26}{'runs':>6}{'p95 run s':>11}{'watermark lag s':>17}{'dup per 1k':>12}{'mismatches':>12}")
-    for m in metrics(get_spark()):
-        lag = "-" if m["watermark_lag_s"] is None else f"{m['watermark_lag_s']:.0f}"
-        print(f"{m['asset']:<26}{m['runs']:>6}{m['p95_run_s']:>11}{lag:>17}{m['duplicate_per_1k'] or 0:>12}{m['mismatch_count'] or 0:>12}")
+    found = metrics(get_spark())
+    if args.json:
+        print(json.dumps(found, indent=2))
+        return 0
+    lag = "-" if found["landing_lag_s"] is None else f"{found['landing_lag_s']:.0f} s"
+    print(f"landing: newest batch {found['newest_landed_batch'] or '-'}, newest day {found['newest_landed_day'] or '-'}; "
+          f"watermark {found['watermark'] or '- (never restated)'}; landed data not yet published: {lag}")
+    print(f"{'asset':<26}{'runs':>6}{'p95 run s':>11}{'dup per 1k':>12}{'mismatches':>12}{'stale days':>12}  newest day")
+    for m in found["assets"]:
+        stale = "-" if m["stale_days"] is None else m["stale_days"]
+        print(f"{m['asset']:<26}{m['runs']:>6}{m['p95_run_s']:>11}{m['duplicate_per_1k'] or 0:>12}"
+              f"{m['mismatch_count'] or 0:>12}{stale:>12}  {m['newest_published_day'] or '-'}")
     return 0
 
 
@@ -352,7 +361,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--close-dead", action="store_true", help="mark the runs whose process is gone failed")
     p.set_defaults(func=_cmd_runs)
 
-    p = sub.add_parser("metrics", help="p95 run time, watermark lag, duplicates per thousand and mismatch count per asset")
+    p = sub.add_parser("metrics", help="per asset: p95 run time, duplicates per thousand, mismatches, and how far it is "
+                       "behind its landing (stale days, newest day; landed data not yet published)")
+    p.add_argument("--json", action="store_true", help="print the figures as JSON")
     p.set_defaults(func=_cmd_metrics)
     return parser
 

@@ -12,7 +12,7 @@ from pyspark.sql import functions as F
 
 from assets_pkg import checks, landing
 from assets_pkg.partitions import days, first_day, last_day
-from assets_pkg.tables import DAY_COLUMN, QUARANTINE_ORDER_ITEMS, STG_ORDER_ITEMS
+from assets_pkg.tables import DAY_COLUMN, QUARANTINE_ORDER_ITEMS, STG_ORDER_ITEMS, TABLES
 from resources import audit
 from resources.delta_io import (
     TableNotMaterialized,
@@ -110,34 +110,66 @@ def rollback(spark: SparkSession, table: str, start: date, end: date, version: i
     return {"table": table, "restored_version": version, "delta_version": commit.version, "days": len(days(start, end))}
 
 
-def metrics(spark: SparkSession, now: datetime | None = None) -> list[dict]:
-    """Per asset: p95 run duration (a run's span of work on the asset), watermark lag, and the latest run's duplicate
-    keys per 1,000 rows and reconciliation mismatch count."""
-    now = now or datetime.now(timezone.utc)
+def landing_lag(spark: SparkSession) -> dict:
+    """How far the tables are behind their landing, from the landing and the tables alone (not the wall clock): the
+    days each table must restate for the batches landed since the watermark, the newest landed and published days,
+    and the seconds of landed data not yet published (newest batch load time minus the watermark)."""
+    from assets_pkg import late_data  # it publishes through modules this one is imported by
+
+    try:
+        found = late_data.detect(spark)
+    except late_data.RestatementError:
+        found = None  # nothing published yet
+    stale = found.days_by_table() if found else {}
+    behind = any(stale.values())
+    watermark = found.watermark.watermark_ts if found else None
+    lag = None
+    if found and watermark and found.new_watermark_ts:
+        lag = round((found.new_watermark_ts - watermark).total_seconds(), 1) if behind else 0.0
+    landed = (landing.read_landing(spark, landing.ORDER_ITEMS)  # a day outside the partitions is quarantined
+              .where(F.col("order_date").between(first_day(), last_day())).agg(F.max("order_date")).first()[0])
+    tables = {}
+    for table in TABLES:
+        newest = (read_table(spark, table.name).agg(F.max(table.day_column)).first()[0]
+                  if table_exists(spark, table.name) else None)
+        tables[table.name] = {"stale_days": len(stale.get(table.name, [])) if found else None,
+                              "newest_published_day": newest.isoformat() if newest else None}
+    batches = [landing.batch_name(p) for p in landing.batch_dirs(landing.ORDER_ITEMS)]
+    return {
+        "newest_landed_batch": max(batches, default=None),
+        "newest_landed_day": landed.isoformat() if landed else None,
+        "watermark": watermark.isoformat() if watermark else None,
+        "landing_lag_s": lag,
+        "tables": tables,
+    }
+
+
+def metrics(spark: SparkSession) -> dict:
+    """Per asset: p95 run duration (a run's span of work on the asset), the latest run's duplicate keys per 1,000
+    rows and reconciliation mismatch count, and how far it is behind its landing (see `landing_lag`)."""
+    freshness = landing_lag(spark)
     rows = audit.read(spark).where(F.col("operation") == "materialize")
     per_run = rows.groupBy("asset", "run_id").agg(
         (F.max("ended_at").cast("double") - F.min("started_at").cast("double")).alias("duration_s"),
         F.max("ended_at").alias("ended_at"),
         F.max("duplicate_per_1k").alias("duplicate_per_1k"),
         F.sum("mismatch_count").alias("mismatch_count"),
-        F.max("source_watermark").cast("double").alias("watermark"),
     )
-    out = []
+    assets = []
     for asset_rows in per_run.groupBy("asset").agg(
         F.percentile_approx("duration_s", 0.95).alias("p95_s"),
         F.count(F.lit(1)).alias("runs"),
-        F.max("watermark").alias("watermark"),
         F.max_by(F.struct("duplicate_per_1k", "mismatch_count"), "ended_at").alias("latest"),
     ).orderBy("asset").collect():
-        out.append({
+        assets.append({
             "asset": asset_rows.asset,
             "runs": asset_rows.runs,
             "p95_run_s": round(asset_rows.p95_s, 1),
-            "watermark_lag_s": round(now.timestamp() - asset_rows.watermark, 1) if asset_rows.watermark else None,
             "duplicate_per_1k": asset_rows.latest.duplicate_per_1k,
             "mismatch_count": asset_rows.latest.mismatch_count,
+            **freshness["tables"].get(asset_rows.asset, {"stale_days": None, "newest_published_day": None}),
         })
-    return out
+    return {**{k: v for k, v in freshness.items() if k != "tables"}, "assets": assets}
 
 
 @dataclass

@@ -36,6 +36,8 @@ class Settings(ConfigurableResource):
                                              "day's rows before row_count_change warns")
     check_events_max_days: int = Field(description="CHECK_EVENTS_MAX_DAYS: above this many days a run records only "
                                        "failing check results day by day")
+    freshness_fail_window_h: float = Field(description="FRESHNESS_FAIL_WINDOW_H: a table not published for this many "
+                                           "hours fails its freshness policy in Dagster")
     spark_master: str = Field(description="SPARK_MASTER: the Spark master URL")
     spark_remote: str = Field(description="SPARK_REMOTE: a Spark Connect URL, replacing SPARK_MASTER when set")
     spark_driver_memory: str = Field(description="SPARK_DRIVER_MEMORY: the driver's memory in local mode")
@@ -68,6 +70,7 @@ ENVIRONMENT = {
     "late_data_sensor_interval_s": ("LATE_DATA_SENSOR_INTERVAL_S", "30"),
     "check_row_count_tolerance": ("CHECK_ROW_COUNT_TOLERANCE", "0.5"),
     "check_events_max_days": ("CHECK_EVENTS_MAX_DAYS", "366"),
+    "freshness_fail_window_h": ("FRESHNESS_FAIL_WINDOW_H", "26"),
     "spark_master": ("SPARK_MASTER", "local[2]"),
     "spark_remote": ("SPARK_REMOTE", ""),
     "spark_driver_memory": ("SPARK_DRIVER_MEMORY", "4g"),
@@ -76,7 +79,8 @@ ENVIRONMENT = {
     "delta_jars_dir": ("DELTA_JARS_DIR", str(REPO_ROOT / ".jars")),
 }
 
-_POSITIVE = {"backfill_max_partitions_per_run", "restatement_window_days", "late_data_sensor_interval_s", "check_events_max_days"}
+_POSITIVE = {"backfill_max_partitions_per_run", "restatement_window_days", "late_data_sensor_interval_s", "check_events_max_days",
+             "freshness_fail_window_h"}
 _NOT_NEGATIVE = {"watermark_reprocess_hours", "check_row_count_tolerance"}
 
 

@@ -3,6 +3,7 @@
 The tests share one lake and run in file order: each lands a new batch on top of what the previous ones left.
 """
 
+import json
 import shutil
 from datetime import date, datetime, timedelta, timezone
 
@@ -77,6 +78,16 @@ def landing_versions(instance) -> dict[date, str]:
     return latest
 
 
+def published_freshness(capsys) -> dict:
+    assert main(["metrics", "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def stale_days(order_days: int) -> dict[str, int]:
+    """What `metrics` reports per table written by a run when `order_days` days of orders are stale."""
+    return {t: order_days if t in ORDER_TABLES else 0 for t in PUBLISH_ORDER}
+
+
 @pytest.fixture(scope="module")
 def lake_state(spark, lake):
     _, instance = lake
@@ -112,6 +123,10 @@ def test_corrections_on_three_old_days_and_late_rows_on_two_others_restate_exact
     out = capsys.readouterr().out
     for day in expected:
         assert f"order tables {day}:" in out and str(batch) in out
+    # `metrics` says how far each table is behind its landing: the days to restate, and the landed data's lag.
+    behind = published_freshness(capsys)
+    assert {a["asset"]: a["stale_days"] for a in behind["assets"]} == stale_days(5)
+    assert behind["landing_lag_s"] > 0 and behind["newest_landed_batch"] == str(batch)
     # ... and in Dagster: a new data version on exactly those days of the landing, so Dagster's own automation
     # would request exactly those days downstream, and each order table's up_to_date_with_landing check fails on them.
     before = snapshot(spark)
@@ -131,6 +146,10 @@ def test_corrections_on_three_old_days_and_late_rows_on_two_others_restate_exact
     assert_rewrote_exactly(spark, before, expected)
     assert control.read_watermark(spark, late_data.PIPELINE).watermark_ts == ingested.replace(tzinfo=None)
     assert main(["check", "--start", str(START), "--end", str(lake_state.next_batch - timedelta(days=1))]) == 0
+    capsys.readouterr()
+    caught_up = published_freshness(capsys)
+    assert {a["asset"]: a["stale_days"] for a in caught_up["assets"]} == stale_days(0)
+    assert caught_up["landing_lag_s"] == 0
     for table in ORDER_TABLES:
         assert {d: latest_check_status(instance, table, UP_TO_DATE, d) for d in expected} == dict.fromkeys(expected, "SUCCEEDED")
     # The restatement observed the same versions: nothing is new to Dagster.

@@ -1,5 +1,6 @@
 """The evidence a backfill leaves: per-partition checks, quarantine, audit, report, rollback."""
 
+import json
 from datetime import date
 
 import pytest
@@ -130,8 +131,14 @@ def test_a_blocking_failure_publishes_nothing_and_stops_the_downstream_partition
     assert main(["rollback", "--asset", "stg_order_items", "--start", str(DAY), "--end", str(DAY), "--version", str(stg_version - 1)]) == 0
 
 
-def test_metrics_report_p95_runtime_watermark_lag_duplicates_and_mismatches(built, capsys):
+def test_metrics_report_p95_runtime_duplicates_mismatches_and_how_far_each_table_is_behind_its_landing(built, capsys):
     assert main(["metrics"]) == 0
     out = capsys.readouterr().out
+    assert out.startswith(f"landing: newest batch {BUILT_END}, newest day {END}; watermark - (never restated)")
     for table in TABLE_CHECKS:
         assert table in out
+    assert main(["metrics", "--json"]) == 0
+    found = {m["asset"]: m for m in json.loads(capsys.readouterr().out)["assets"]}
+    assert set(found) == set(TABLE_CHECKS)
+    assert found["fact_order_item"]["newest_published_day"] == END.isoformat()
+    assert all(m["p95_run_s"] > 0 and m["runs"] >= 1 for m in found.values())
