@@ -220,7 +220,9 @@ def run_to_repair(instance: DagsterInstance) -> RunRequest | None:
         tags = failed.tags
         if (failed.job_name not in _WRITING_JOBS or tags.get(PUBLISHED_TAG) == "nothing" or REPAIR_OF_TAG in tags
                 or liveness.PROCESS_TAG not in tags  # its step never started: it wrote nothing
-                or failed.asset_selection == frozenset()):  # checks only (the UI's "Execute", `check`): wrote nothing
+                # An asset job's run with no asset selected ran checks only (the UI's "Execute", `check`): it wrote
+                # nothing. (A restatement's run has no asset selection either: it is an op job.)
+                or (failed.job_name != RESTATE_JOB and failed.asset_selection == frozenset())):
             continue
         same_days = {k: v for k, v in tags.items() if k in _RANGE_TAGS}
         if instance.get_runs_count(RunsFilter(tags={REPAIR_OF_TAG: failed.run_id})):
