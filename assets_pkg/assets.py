@@ -19,6 +19,7 @@ from assets_pkg import checks, liveness, recording
 from assets_pkg.partitions import backfill_policy, daily_partitions, run_days
 from assets_pkg.publish import (
     GraphNotPublished,
+    HeldDays,
     PartlyPublished,
     Publication,
     RunInfo,
@@ -35,6 +36,9 @@ from resources.settings import settings
 LAKE_WRITES_POOL = "lake_writes"
 
 PUBLISH_STEP = "publish_tables"
+
+# On a run that publishes days held since a rollback on purpose (`release`): it releases them.
+RELEASE_TAG = "exact_backfills/release"
 
 # Set on a writing run that fails: "nothing" when it committed nothing (a blocking check, a refused batch),
 # "partly" when it committed some tables (it is run again by late_data_sensor). A run killed has neither.
@@ -83,6 +87,8 @@ def failed_publication(context, error: Exception):
         for table, failing in error.failing.items():
             yield from recording.publication_events(context, table, _checked(error.plan[table], failing))
         raise Failure(description=str(error), metadata={"failing_days": ", ".join(error.failing_days)}) from None
+    if isinstance(error, HeldDays):
+        raise Failure(description=str(error), metadata={"held_days": ", ".join(str(h.day) for h in error.holds)}) from None
     raise error
 
 
@@ -113,7 +119,8 @@ def publish_tables(context: AssetExecutionContext, pyspark: LazyPySparkResource)
     if not writes:
         return
     try:
-        publications = publish(spark, {t: days for t in writes}, run)
+        publications = publish(spark, {t: days for t in writes}, run,
+                               held="release" if context.run.tags.get(RELEASE_TAG) == "true" else "refuse")
     except Exception as error:
         yield from failed_publication(context, error)
     for table in writes:

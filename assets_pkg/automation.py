@@ -42,7 +42,7 @@ from assets_pkg.dagster_private import (
     BulkActionStatus,
 )
 from assets_pkg.assets import ALL_ASSETS_JOB, LAKE_WRITES_POOL, PUBLISHED_TAG, all_assets_job, failed_publication
-from assets_pkg.publish import GraphNotPublished, PartlyPublished, RunInfo
+from assets_pkg.publish import GraphNotPublished, PartlyPublished, RunInfo, describe_hold
 from assets_pkg.tables import LANDING_ORDER_ITEMS, LANDING_PRODUCTS, STG_ORDER_ITEMS
 from assets_pkg.partitions import daily_partitions
 from resources.lake import table_path
@@ -70,7 +70,8 @@ def landing_observations(spark: SparkSession, found: late_data.Detection) -> lis
 
 
 def stale_day_evaluations(instance: DagsterInstance, found: late_data.Detection) -> list[AssetCheckEvaluation]:
-    """Before anything is written: a failing up_to_date_with_landing result on each day of each table to restate,
+    """Before anything is written: a failing up_to_date_with_landing result on each day of each table to restate
+    (a passing one saying who held it and why on each day held since a rollback),
     and a failing late_data_outside_window result on each day too old to restate, each tied to the day's published
     materialization, so the check's Partitions view shows exactly those days as failed until they are rewritten."""
     evaluations = []
@@ -87,6 +88,9 @@ def stale_day_evaluations(instance: DagsterInstance, found: late_data.Detection)
                     "action": f"backfill {day} by hand: python -m assets_pkg backfill --start {day} --end {day}"})
                 for day, change in sorted(found.outside.items())
             ]
+        # Held since a rollback: as the operator wants it, what landed for it left out until released.
+        outcomes += [checks.Outcome(checks.UP_TO_DATE, h.day, True, {"stale": False, "held": True, "why": describe_hold(h)})
+                     for h in found.holds]
         evaluations += recording.check_evaluations(instance, table, outcomes)
     return evaluations
 

@@ -139,6 +139,19 @@ def run_checks(start: date, end: date, tables: list[str], instance: DagsterInsta
     return result, evaluations
 
 
+def run_rollback(plan, instance: DagsterInstance | None = None):
+    """The rollback job (what the UI's launchpad runs with the same config), run in this process."""
+    from assets_pkg.rollback import ROLLBACK_JOB, ROLLBACK_OP  # which imports the Spark resource
+
+    config = {"start": plan.start.isoformat(), "end": plan.end.isoformat(), "before_run": plan.before_run or "",
+              "before_backfill": plan.before_backfill or "", "table": plan.table or "", "version": plan.version}
+    return defs.resolve_job_def(ROLLBACK_JOB).execute_in_process(
+        instance=instance or dagster_instance(),
+        raise_on_error=False,
+        run_config={**QUIET, "ops": {ROLLBACK_OP: {"config": config}}},
+    )
+
+
 def run_restatement(instance: DagsterInstance | None = None):
     """What late_data_sensor launches, run in this process (the `restate` command), tagged with the landing state it
     starts from so that the sensor does not launch it again for that state."""

@@ -84,12 +84,13 @@ _DESCRIPTIONS = {
     UNIQUE_KEY: "At most one row per natural key on the day. Metadata: duplicates per 1,000 rows.",
     KEYS_NOT_NULL: "No key column is null.",
     RECONCILES: "Row count and amounts equal the upstream table's for the day. Metadata: mismatch count.",
-    NOTHING_LOST: "Every key whose latest landed version falls on the day is in the table or in quarantine.",
+    NOTHING_LOST: "Every key whose latest landed version falls on the day is in the table or in quarantine (on a day "
+    "held since a rollback, what landed is left out on purpose: metadata `held`, and who held it and why).",
     FINGERPRINT: "SHA-256 of the day's sorted rows, recorded on every materialization; says whether it changed.",
     ROW_COUNT_CHANGE: "Row count within CHECK_ROW_COUNT_TOLERANCE of the previous materialization (warning).",
     UP_TO_DATE: "Fails on a day whose landing data changed after it was written (late or corrected rows, a product "
     "version), as found by the late-data detection (restate_late_data or preview_late_data); passes when the day is "
-    "rewritten. Metadata: why, and which batches.",
+    "rewritten. Metadata: why, and which batches; on a day held since a rollback, `held`, who held it and why.",
     LATE_DATA: "Fails on a day that received rows older than the restatement window (RESTATEMENT_WINDOW_DAYS): not "
     "restated automatically; backfill the day by hand, which makes it pass.",
 }

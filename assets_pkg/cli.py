@@ -197,19 +197,40 @@ def _cmd_report(args) -> int:
 
 
 def _cmd_rollback(args) -> int:
-    import uuid
-
-    from assets_pkg.operations import rollback, version_before_run
+    from assets_pkg.backfill import run_rollback, step_failures
+    from assets_pkg.rollback import plan_rollback, preview
     from resources.spark import get_spark
 
-    _tables(args)
+    if args.asset:
+        _tables(args)
+    if args.version is not None and not args.asset:
+        raise ValueError("--version needs --asset: a version is one table's")
     spark = get_spark()
-    start, end = args.start, args.end
-    version = args.version if args.version is not None else version_before_run(spark, args.asset, args.before_run)
-    result = rollback(spark, args.asset, start, end, version, run_id=f"rollback-{uuid.uuid4().hex[:12]}")
-    print(f"restored {args.asset} {start}..{end} to version {version} in one commit (version {result['delta_version']}); "
-          "assets downstream of it still hold what was built from the rolled-back content: backfill them for the range")
+    plan = plan_rollback(spark, args.start, args.end, args.asset, args.version, args.before_run, args.before_backfill)
+    print(f"rollback {plan.describe()}")
+    if args.dry_run:
+        found = preview(spark, plan)
+        for r in found:
+            print(f"  {r['table']} {r['day']}: {r['rows_now']} rows ({(r['fingerprint_now'] or '-')[:12]}) -> "
+                  f"{r['rows_after']} rows ({(r['fingerprint_after'] or '-')[:12]})"
+                  + ("" if r["changes"] else " unchanged"))
+        print(f"dry run: nothing written ({sum(r['changes'] for r in found)} table-day(s) would change)")
+        return 0
+    result = run_rollback(plan)
+    if not result.success:
+        for _, message in step_failures(result):
+            print(f"rollback failed (run {result.run_id}): {message}")
+        return 1
+    print(f"rolled back in run {result.run_id}; the days are held: restatements leave them as they are until "
+          f"`release --start {args.start} --end {args.end}` publishes them again from the landing")
     return 0
+
+
+def _cmd_release(args) -> int:
+    from assets_pkg.assets import RELEASE_TAG
+    from assets_pkg.backfill import run_backfill
+
+    return 0 if run_backfill(args.start, args.end, tags={RELEASE_TAG: "true"}) else 1
 
 
 def _cmd_metrics(args) -> int:
@@ -232,6 +253,8 @@ def _cmd_metrics(args) -> int:
 
 
 def _print_detection(found) -> None:
+    from assets_pkg.publish import describe_hold
+
     print(f"watermark: {found.watermark.watermark_ts or '-'} -> {found.new_watermark_ts or '-'}; restatement window "
           f"from {found.window_start or '-'}")
     for dataset, batches in found.batches_read.items():
@@ -246,6 +269,10 @@ def _print_detection(found) -> None:
         print(f"  OUTSIDE WINDOW {day}: {change.describe()}: not restated automatically; backfill it by hand")
     for refused in found.refused:
         print(f"  REFUSED {refused.describe()}: not read (order item files are held in quarantine)")
+    for hold in found.holds:
+        change = found.held.get(hold.day)
+        print(f"  HELD {describe_hold(hold)}{': landed since: ' + change.describe() if change else ''}; "
+              f"`release --start {hold.day} --end {hold.day}` publishes it again, `withdraw` takes a batch out")
 
 
 def _cmd_stale(args) -> int:
@@ -254,7 +281,7 @@ def _cmd_stale(args) -> int:
 
     found = detect(get_spark())
     _print_detection(found)
-    if not any(found.days_by_table().values()) and not found.outside:
+    if not any(found.days_by_table().values()) and not found.outside and not found.holds:
         print("nothing is stale")
     return 0
 
@@ -336,14 +363,23 @@ def build_parser() -> argparse.ArgumentParser:
     other.add_argument("--version", type=_version, help="the same table at this Delta version")
     p.set_defaults(func=_cmd_report)
 
-    p = sub.add_parser("rollback", help="restore a range of one table to earlier content, in one commit")
-    p.add_argument("--asset", required=True)
+    p = sub.add_parser("rollback", help="restore a range across the graph (one commit per table), as a Dagster run; "
+                       "the days are then held until `release`")
+    p.add_argument("--asset", help="only this table and the tables it is built from or builds (with --version: it alone, "
+                   "the tables derived from it rebuilt)")
     p.add_argument("--start", type=_day, required=True)
     p.add_argument("--end", type=_day, required=True)
     to = p.add_mutually_exclusive_group(required=True)
-    to.add_argument("--version", type=_version, help="the Delta version to restore the range to")
-    to.add_argument("--before-run", help="restore the range to what it was before this Dagster run wrote it")
+    to.add_argument("--version", type=_version, help="with --asset: the Delta version to restore its range to")
+    to.add_argument("--before-run", help="restore what every table held before this Dagster run wrote it")
+    to.add_argument("--before-backfill", help="restore what every table held before this backfill wrote it")
+    p.add_argument("--dry-run", action="store_true", help="print what would be restored, per table and day, and stop")
     p.set_defaults(func=_cmd_rollback)
+
+    p = sub.add_parser("release", help="publish days held since a rollback again from the landing, and release them")
+    p.add_argument("--start", type=_day, required=True)
+    p.add_argument("--end", type=_day, required=True)
+    p.set_defaults(func=_cmd_release)
 
     p = sub.add_parser("withdraw", help="take a landed file out of the landing (moved aside, with why) and publish "
                        "again the days it touched")
@@ -383,7 +419,7 @@ def last_day() -> date:
 
 
 # The commands whose days must be partitions (generate may land days outside them: they are quarantined).
-_WITHIN_PARTITIONS = {_cmd_backfill, _cmd_check, _cmd_report, _cmd_rollback}
+_WITHIN_PARTITIONS = {_cmd_backfill, _cmd_check, _cmd_report, _cmd_rollback, _cmd_release}
 
 
 def main(argv: list[str] | None = None) -> int:

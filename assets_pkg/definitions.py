@@ -4,6 +4,7 @@ from dagster import Definitions, in_process_executor
 
 from assets_pkg.assets import ALL_ASSETS_JOB, all_assets_job, pipeline_assets
 from assets_pkg.automation import landing_assets, landing_checks, late_data_sensor, preview_late_data_job, restate_late_data_job
+from assets_pkg.rollback import rollback_job
 from resources.settings import settings
 from resources.spark import spark_resource
 
@@ -14,7 +15,7 @@ configured = settings()  # validated once: a SettingsError names the variable
 defs = Definitions(
     assets=[*landing_assets, *pipeline_assets],
     asset_checks=landing_checks,
-    jobs=[all_assets_job, restate_late_data_job, preview_late_data_job],
+    jobs=[all_assets_job, restate_late_data_job, preview_late_data_job, rollback_job],
     sensors=[late_data_sensor],
     # The Spark resource is configured from the settings, which are a resource too: the UI's resources page shows the
     # values runs use (resources/settings.py).

@@ -107,6 +107,8 @@ class Detection:
     outside: dict[date, DayChange]  # older than the window: exceptions, not restated
     landed: LandedItems | None = None  # kept only when asked for (restate), until `release`
     refused: list[landing.Refusal] = field(default_factory=list)  # files of the batches read the contract refuses
+    held: dict[date, DayChange] = field(default_factory=dict)  # changed days held since a rollback: not restated
+    holds: list = field(default_factory=list)  # every open hold (control.open_holds): who, when, why
 
     def release(self) -> None:
         if self.landed:
@@ -249,9 +251,17 @@ def detect(spark: SparkSession, keep_landed: bool = False) -> Detection:
             for day in [d for d in days if d < window_start and not days[d].pending]:
                 change = days.pop(day)
                 outside[day] = outside[day].plus(change) if day in outside else change
+    # A rolled-back day is held: what landed for it is not applied until the operator releases it.
+    holds = control.open_holds(spark)
+    held: dict[date, DayChange] = {}
+    for days in (order_days, product_days, outside):
+        for day in [d for d in days if d in {h.day for h in holds}]:
+            change = days.pop(day)
+            held[day] = held[day].plus(change) if day in held else change
     watermark_ts = max((t for t in (wm.watermark_ts, new_ts) if t is not None), default=None)
     refused = [r for dataset, names in batches.items() for r in landing.landed_files(dataset, names).refused]
-    return Detection(wm, watermark_ts, batches, window_start, order_days, product_days, outside, landed, refused)
+    return Detection(wm, watermark_ts, batches, window_start, order_days, product_days, outside, landed, refused,
+                     held, holds)
 
 
 @dataclass

@@ -1,5 +1,5 @@
-"""What an operator runs around backfills: report (counts and SHA-256 per day, compared), rollback of a range, and
-the minimal metrics (seed 000)."""
+"""What an operator runs around backfills: report (counts and SHA-256 per day, compared), withdrawal of a landed file,
+and the minimal metrics, how far each table is behind its landing included (rollback: rollback.py)."""
 
 import json
 import shutil
@@ -18,7 +18,6 @@ from resources.delta_io import (
     TableNotMaterialized,
     history,
     is_delta_table,
-    overwrite_days,
     read_days,
     read_table,
     table_exists,
@@ -68,48 +67,6 @@ def check_version(spark: SparkSession, table: str, version: int) -> None:
         raise ValueError(f"version {version} is not in {table}'s history: its versions are {min(versions)}..{max(versions)}")
 
 
-def version_before_run(spark: SparkSession, table: str, run_id: str) -> int:
-    """The table's version just before the first commit written by `run_id` (found in the commits' userMetadata)."""
-    commits = history(spark, table_path(table))
-    by_run = sorted(h.version for h in commits if h.userMetadata and json.loads(h.userMetadata).get("run_id") == run_id)
-    if not by_run:
-        raise ValueError(f"no commit of run {run_id} in {table}'s history")
-    return by_run[0] - 1
-
-
-def rollback(spark: SparkSession, table: str, start: date, end: date, version: int, run_id: str) -> dict:
-    """Restore exactly the days start..end of `table` to their content at `version`, in one commit (the same
-    replaceWhere primitive as every write), leaving other days untouched. Delta's RESTORE would roll back the whole
-    table, undoing every later write to other days as well. Audited as operation 'rollback'."""
-    started = datetime.now(timezone.utc)
-    column = DAY_COLUMN[table]
-    if version >= 0:
-        check_version(spark, table, version)
-    if version < 0:  # the table did not exist yet: the range was empty
-        current = read_days(spark, table, column, days(start, end))
-        old = current.where(F.lit(False))
-    else:
-        old = _range(spark.read.format("delta").option("versionAsOf", version).load(table_path(table)), table, start, end)
-    old = old.persist()
-    try:
-        restored = profile(old, table)
-        info = {"run_id": run_id, "operation": "rollback", "restored_version": version, "asset": table, "first": start, "last": end}
-        commit = overwrite_days(old, table, column, days(start, end), info)
-    finally:
-        old.unpersist()
-    ended = datetime.now(timezone.utc)
-    audit.append(
-        spark,
-        [
-            audit.AuditRow(run_id=run_id, backfill_id=None, operation="rollback", asset=table, partition=day,
-                           rows_written=restored.get(day, (0, None))[0], fingerprint=restored.get(day, (0, None))[1],
-                           delta_version=commit.version, started_at=started, ended_at=ended)
-            for day in days(start, end)
-        ],
-    )
-    return {"table": table, "restored_version": version, "delta_version": commit.version, "days": len(days(start, end))}
-
-
 def landing_lag(spark: SparkSession) -> dict:
     """How far the tables are behind their landing, from the landing and the tables alone (not the wall clock): the
     days each table must restate for the batches landed since the watermark, the newest landed and published days,
@@ -140,6 +97,7 @@ def landing_lag(spark: SparkSession) -> dict:
         "newest_landed_day": landed.isoformat() if landed else None,
         "watermark": watermark.isoformat() if watermark else None,
         "landing_lag_s": lag,
+        "held_days": [h.day.isoformat() for h in found.holds] if found else [],  # rolled back, not restated until released
         "tables": tables,
     }
 

@@ -70,6 +70,24 @@ class GraphNotPublished(RuntimeError):
         self.failing_days = sorted({o.day.isoformat() for found in self.failing.values() for o in found})
 
 
+class HeldDays(RuntimeError):
+    """Days of the run are held since a rollback: nothing was written. Released by `release`, which publishes them."""
+
+    def __init__(self, holds: list):
+        self.holds = holds
+        super().__init__(
+            f"{len(holds)} day(s) held since a rollback, nothing written: "
+            + "; ".join(describe_hold(h) for h in holds[:5]) + (f"; and {len(holds) - 5} more" if len(holds) > 5 else "")
+            + ". Publish them again with `python -m assets_pkg release --start D1 --end D2`, or leave them out."
+        )
+
+
+def describe_hold(hold) -> str:
+    """Who held a day, when and why, and the landed batches with rows on it then."""
+    return (f"{hold.day} held since {hold.held_at:%Y-%m-%d %H:%M} UTC by run {hold.held_by_run} ({hold.why}; landed "
+            f"batches with rows on it: {hold.batches or 'none'})")
+
+
 class PartlyPublished(RuntimeError):
     """The run failed after committing some of its tables: those hold this run's days, the others their previous
     content. Running the same days again publishes them all."""
@@ -102,15 +120,22 @@ def fault_point(name: str) -> None:
 
 
 def publish(
-    spark: SparkSession, plan: dict[str, list[date]], run: "RunInfo", builds: dict[str, Build] | None = None
+    spark: SparkSession, plan: dict[str, list[date]], run: "RunInfo", builds: dict[str, Build] | None = None,
+    held: str = "refuse",
 ) -> dict[str, Publication]:
     """Publish `plan` (table -> days) as a whole: build, verify, commit, record (see the module's docstring).
-    `builds` replaces tables' own builds (a restatement's staging build). Raises GraphNotPublished, having written
-    nothing, when a blocking check fails; PartlyPublished when a failure comes after the first commit."""
+    `builds` replaces tables' own builds (a restatement's staging build). A day held since a rollback is refused
+    (HeldDays, nothing written), unless `held` is "release" (published, then released: `release`) or "keep" (a
+    rollback rebuilding tables derived from what it restored). Raises GraphNotPublished, having written nothing,
+    when a blocking check fails; PartlyPublished when a failure comes after the first commit."""
     started = datetime.now(timezone.utc)
     t0 = time.monotonic()
     order = [t for t in PUBLISH_ORDER if plan.get(t)]
     plan = {t: sorted(set(plan[t])) for t in order}
+    every_day = sorted({d for days in plan.values() for d in days})
+    holds = control.open_holds(spark, every_day) if every_day else []
+    if holds and held == "refuse":
+        raise HeldDays(holds)
     staged: dict[str, Staged] = {}
     try:
         for table in order:
@@ -121,7 +146,10 @@ def publish(
             raise GraphNotPublished(plan, outcomes)
         commits = _commit(staged, plan, run)
         try:
-            return _record(spark, staged, plan, run, verified, commits, started, t0)
+            published = _record(spark, staged, plan, run, verified, commits, started, t0)
+            if held == "release":
+                control.release_holds(spark, [h.day for h in holds], run.run_id, datetime.now(timezone.utc))
+            return published
         except Exception as e:
             raise PartlyPublished(plan, commits, e) from e
     finally:
@@ -290,12 +318,19 @@ def verify_published(spark: SparkSession, table: str, days: list[date], run: "Ru
     outcomes, profile = check_published(spark, table, days)
     found = audit.latest_before_run(spark, run.run_id)
     recorded = {day: found[(table, day)] for day in days if (table, day) in found}
+    holds = {}
     try:
         detection = late_data.detect(spark)
         stale, outside = set(detection.days_by_table()[table]), set(detection.outside)
+        holds = {h.day: h for h in detection.holds if h.day in set(days)}
     except late_data.RestatementError:  # staging not built yet: nothing landed is published, nothing is stale
         stale, outside = set(), set()
     outcomes += checks.evaluate_published(profile, recorded, days, stale)
+    for o in outcomes:
+        # Held since a rollback: what landed for the day is left out as the operator wants it, until released.
+        if o.check in (checks.UP_TO_DATE, checks.NOTHING_LOST) and o.day in holds:
+            o.passed = True
+            o.metadata.update({"held": True, "why": describe_hold(holds[o.day])})
     if BY_NAME[table].checks.late_data:
         late = {e.day for e in control.open_exceptions(spark, days)} | outside
         outcomes += [checks.Outcome(checks.LATE_DATA, day, day not in late, {"late_rows_unpublished": day in late}) for day in days]

@@ -59,7 +59,7 @@ def check_evaluations(
             severity=o.severity,
             blocking=o.blocking,
             # The run log shows the check, the asset and this line, so it names the day.
-            description=f"{o.day}: " + (checks.summary(o) or ("passed" if o.passed else "failed")),
+            description=f"{o.day}: " + (checks.summary(o) or o.metadata.get("why") or ("passed" if o.passed else "failed")),
             metadata={"day": o.day.isoformat(), **o.metadata},
         )
         for o in outcomes

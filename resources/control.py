@@ -6,6 +6,9 @@ rewritten again by the next restatement, so a crash leads to reprocessing, never
 
 `late_data_exceptions` holds one row per day that received late rows older than the restatement window: not restated
 automatically, waiting for a manual backfill, which resolves it.
+
+`held_days` holds one row per day rolled back: restatements leave it as it is (a rollback is not undone by the next
+tick) until the operator releases it.
 """
 
 import uuid
@@ -30,6 +33,20 @@ WATERMARK_SCHEMA = T.StructType(
         T.StructField("pending_days", T.ArrayType(T.DateType())),
         T.StructField("updated_at", T.TimestampType()),
         T.StructField("run_id", T.StringType()),
+    ]
+)
+
+# One row per day rolled back and held, until released (`resolved_at`): restatements leave held days as they are.
+HOLDS_TABLE = "held_days"
+HOLDS_SCHEMA = T.StructType(
+    [
+        T.StructField("day", T.DateType(), False),
+        T.StructField("why", T.StringType()),
+        T.StructField("batches", T.StringType()),  # the landed batches with rows on the day when it was held
+        T.StructField("held_at", T.TimestampType()),
+        T.StructField("held_by_run", T.StringType()),
+        T.StructField("resolved_at", T.TimestampType()),
+        T.StructField("resolved_by_run", T.StringType()),
     ]
 )
 
@@ -76,49 +93,77 @@ def write_watermark(spark: SparkSession, pipeline: str, wm: Watermark, run_id: s
     )
 
 
+def _upsert_open(spark: SparkSession, table: str, new, updated: list[str]) -> None:
+    """Add `new`'s rows to `table` (one row per day): a day's open row (not resolved) gets the `updated` columns of
+    its new row instead of a second row."""
+    path = table_path(table)
+    if not table_exists(spark, table):
+        new.write.format("delta").save(path)
+        return
+    view = f"{table}_{uuid.uuid4().hex[:12]}"
+    new.createOrReplaceTempView(view)
+    try:
+        spark.sql(
+            f"MERGE INTO {delta_path(path)} t USING {view} s ON t.day = s.day AND t.resolved_at IS NULL "
+            f"WHEN MATCHED THEN UPDATE SET {', '.join(f'{c} = s.{c}' for c in updated)} WHEN NOT MATCHED THEN INSERT *"
+        )
+    finally:
+        spark.catalog.dropTempView(view)
+
+
+def _open(spark: SparkSession, table: str, days: list[date] | None) -> list:
+    """A control table's open rows (not resolved), oldest day first (only those of `days` when given)."""
+    if not table_exists(spark, table):
+        return []
+    df = spark.read.format("delta").load(table_path(table)).where("resolved_at IS NULL")
+    if days is not None:
+        df = df.where(day_filter("day", days))
+    return df.orderBy("day").collect()
+
+
+def _resolve(spark: SparkSession, table: str, days: list[date], run_id: str, now: datetime) -> None:
+    if not days or not table_exists(spark, table):
+        return
+    # Literals, not parameters: Delta's UPDATE does not take parameters in SET. The session's time zone is UTC.
+    at = now.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")
+    by = run_id.replace("\\", "\\\\").replace("'", "\\'")
+    spark.sql(
+        f"UPDATE {delta_path(table_path(table))} SET resolved_at = TIMESTAMP '{at}', resolved_by_run = '{by}' "
+        f"WHERE resolved_at IS NULL AND ({day_predicate('day', days)})"
+    )
+
+
 def record_exceptions(spark: SparkSession, rows: list[tuple[date, int, str, date]], run_id: str, now: datetime) -> None:
     """Upsert (day, rows, batches, window_start): an open exception for a day is updated, not duplicated, and left
     as it is when it already says the same (a replayed batch commits nothing)."""
     if rows:
         held = {(e.day, e.rows, e.batches, e.window_start) for e in open_exceptions(spark, [r[0] for r in rows])}
         rows = [r for r in rows if tuple(r) not in held]
-    if not rows:
-        return
-    new = spark.createDataFrame(
-        [(d, n, b, w, now, run_id, None, None) for d, n, b, w in rows], EXCEPTIONS_SCHEMA
-    )
-    path = table_path(EXCEPTIONS_TABLE)
-    if not table_exists(spark, EXCEPTIONS_TABLE):
-        new.write.format("delta").save(path)
-        return
-    view = f"late_data_exceptions_{uuid.uuid4().hex[:12]}"
-    new.createOrReplaceTempView(view)
-    try:
-        spark.sql(
-            f"MERGE INTO {delta_path(path)} t USING {view} s ON t.day = s.day AND t.resolved_at IS NULL "
-            "WHEN MATCHED THEN UPDATE SET rows = s.rows, batches = s.batches, window_start = s.window_start "
-            "WHEN NOT MATCHED THEN INSERT *"
-        )
-    finally:
-        spark.catalog.dropTempView(view)
+    if rows:
+        new = spark.createDataFrame([(d, n, b, w, now, run_id, None, None) for d, n, b, w in rows], EXCEPTIONS_SCHEMA)
+        _upsert_open(spark, EXCEPTIONS_TABLE, new, ["rows", "batches", "window_start"])
 
 
 def open_exceptions(spark: SparkSession, days: list[date] | None = None) -> list:
     """Unresolved exceptions, oldest day first (only those of `days` when given)."""
-    if not table_exists(spark, EXCEPTIONS_TABLE):
-        return []
-    df = spark.read.format("delta").load(table_path(EXCEPTIONS_TABLE)).where("resolved_at IS NULL")
-    if days is not None:
-        df = df.where(day_filter("day", days))
-    return df.orderBy("day").collect()
+    return _open(spark, EXCEPTIONS_TABLE, days)
 
 
 def resolve_exceptions(spark: SparkSession, days: list[date], run_id: str, now: datetime) -> None:
     """The days were rewritten from the whole landing: their late rows are now published."""
-    # Literals, not parameters: Delta's UPDATE does not take parameters in SET. The session's time zone is UTC.
-    at = now.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")
-    by = run_id.replace("\\", "\\\\").replace("'", "\\'")
-    spark.sql(
-        f"UPDATE {delta_path(table_path(EXCEPTIONS_TABLE))} SET resolved_at = TIMESTAMP '{at}', resolved_by_run = '{by}' "
-        f"WHERE resolved_at IS NULL AND ({day_predicate('day', days)})"
-    )
+    _resolve(spark, EXCEPTIONS_TABLE, days, run_id, now)
+
+
+def hold_days(spark: SparkSession, days: list[date], why: str, batches: str, run_id: str, now: datetime) -> None:
+    """Hold `days` (rolled back): no restatement rewrites them until they are released."""
+    new = spark.createDataFrame([(d, why, batches, now, run_id, None, None) for d in days], HOLDS_SCHEMA)
+    _upsert_open(spark, HOLDS_TABLE, new, ["why", "batches", "held_at", "held_by_run"])
+
+
+def open_holds(spark: SparkSession, days: list[date] | None = None) -> list:
+    """Days held, oldest first (only those of `days` when given): day, why, batches, held_at, held_by_run."""
+    return _open(spark, HOLDS_TABLE, days)
+
+
+def release_holds(spark: SparkSession, days: list[date], run_id: str, now: datetime) -> None:
+    _resolve(spark, HOLDS_TABLE, days, run_id, now)

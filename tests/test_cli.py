@@ -32,6 +32,10 @@ def test_backfill_outside_the_partitions_is_refused(capsys):
      "argument --version: not a Delta version (0 or above): '-3'"),
     (["rollback", "--asset", "fact_order_item", "--start", "2025-01-01", "--end", "2025-01-02", "--version", "1"],
      "Delta table 'fact_order_item' does not exist at"),  # a lake with nothing built yet
+    (["rollback", "--start", "2025-01-01", "--end", "2025-01-02", "--version", "1"], "--version needs --asset"),
+    (["rollback", "--start", "2025-01-01", "--end", "2025-01-02", "--before-run", "no-such-run"],
+     "run no-such-run committed nothing in any table"),
+    (["release", "--start", "2025-01-05", "--end", "2025-01-02"], "--start 2025-01-05 is after --end 2025-01-02"),
     (["backfill", "--max-partitions-per-run", "0"], "argument --max-partitions-per-run: not a whole number above 0: '0'"),
     (["backfill", "--start", "2025-02-01", "--end", "2025-01-01"], "--start 2025-02-01 is after --end 2025-01-01"),
     (["backfill", "--end", "2025-13-01"], "argument --end: not a YYYY-MM-DD date: '2025-13-01'"),

@@ -16,10 +16,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from assets_pkg import late_data
-from assets_pkg.backfill import run_backfill, run_checks, run_restatement
+from assets_pkg.assets import RELEASE_TAG
+from assets_pkg.backfill import run_backfill, run_checks, run_restatement, run_rollback
 from assets_pkg.generate import generate
 from assets_pkg.landing import ORDER_ITEM_SCHEMA
-from assets_pkg.operations import rollback
+from assets_pkg.rollback import plan_rollback
 from assets_pkg.tables import PUBLISH_ORDER
 from resources.delta_io import read_days
 from tests.conftest import environment, from_scratch, rows, versions
@@ -71,10 +72,11 @@ def apply(spark, instance, step: tuple, order_ids: int) -> None:
     elif kind == "backfill":
         a, b = sorted(START + timedelta(days=o) for o in args)
         assert run_backfill(a, b, instance=instance, echo=lambda _: None)
-    elif kind == "rollback":  # to the version before the table's last write, then published again
+    elif kind == "rollback":  # a table to the version before its last write (its derived tables rebuilt), released
         table, (a, b) = args[0], sorted(START + timedelta(days=o) for o in args[1:])
-        rollback(spark, table, a, b, versions(spark, table)[0] - 1, "property-test")
-        assert run_backfill(a, b, instance=instance, echo=lambda _: None)
+        plan = plan_rollback(spark, a, b, table=table, version=versions(spark, table)[0] - 1)
+        assert run_rollback(plan, instance=instance).success
+        assert run_backfill(a, b, instance=instance, echo=lambda _: None, tags={RELEASE_TAG: "true"})
     elif kind == "crash_before_watermark":
         def crash():
             raise RuntimeError("killed between the writes and the watermark")

@@ -8,19 +8,30 @@ import shutil
 from datetime import date, datetime, timedelta, timezone
 
 import pytest
-from dagster import AssetKey, AutomationCondition, Definitions, evaluate_automation_conditions
+from dagster import AssetKey, AssetRecordsFilter, AutomationCondition, DagsterRunStatus, Definitions, RunsFilter, evaluate_automation_conditions
 from pyspark.sql import functions as F
 
 from assets_pkg import landing, late_data
 from assets_pkg.assets import publish_tables
-from assets_pkg.tables import LANDING_ORDER_ITEMS, PUBLISH_ORDER, QUARANTINE_ORDER_ITEMS, STG_ORDER_ITEMS
-from assets_pkg.automation import PREVIEW_JOB, landing_assets
+from assets_pkg.tables import (
+    DAY_COLUMN,
+    DIM_PRODUCT,
+    FACT_ORDER_ITEM,
+    LANDING_ORDER_ITEMS,
+    PUBLISH_ORDER,
+    QUARANTINE_ORDER_ITEMS,
+    STG_ORDER_ITEMS,
+)
+from assets_pkg.automation import PREVIEW_JOB, RESTATE_JOB, landing_assets
+from assets_pkg.partitions import days
+from assets_pkg.rollback import ROLLBACK_JOB, version_before
 from assets_pkg.backfill import observe_landing, run_backfill
 from assets_pkg.checks import LATE_DATA, UP_TO_DATE
 from assets_pkg.cli import main
 from assets_pkg.definitions import defs
 from assets_pkg.generate import generate
-from resources import control
+from resources import audit, control
+from resources.lake import table_path
 from resources.delta_io import read_days, read_table
 from resources.settings import settings
 from resources.spark import spark_resource
@@ -157,6 +168,65 @@ def test_corrections_on_three_old_days_and_late_rows_on_two_others_restate_exact
     corrected = {(r[0], r[1]): r[6] for r in items}
     fact = {(r.order_id, r.order_item_id): r.quantity for r in read_table(spark, "fact_order_item").collect()}
     assert all(fact[key] == quantity for key, quantity in corrected.items())
+
+
+def content_of_days(spark, tables, days, version_of=None):
+    """Each table's rows of `days` (at a Delta version when `version_of` gives one), by column name."""
+    found = {}
+    for table in tables:
+        reader = spark.read.format("delta")
+        if version_of:
+            reader = reader.option("versionAsOf", version_of[table])
+        df = reader.load(table_path(table)).where(F.col(DAY_COLUMN[table]).between(min(days), max(days))).drop("run_id")
+        found[table] = sorted((r.asDict() for r in df.collect()), key=lambda row: repr(sorted(row.items())))
+    return found
+
+
+def test_rolling_the_fact_back_before_a_restatement_rolls_back_its_chunk_and_holds_the_days_until_released(spark, lake, lake_state, capsys):
+    _, instance = lake
+    restatement = instance.get_runs(RunsFilter(job_name=RESTATE_JOB, statuses=[DagsterRunStatus.SUCCESS]), limit=1)[0]
+    restated = sorted({r.partition for r in audit.read(spark).where(f"run_id = '{restatement.run_id}'").collect()})
+    a, b = restated[0], restated[-1]
+    chunk = [t for t in [QUARANTINE_ORDER_ITEMS, *PUBLISH_ORDER] if version_before(spark, t, restatement.run_id) is not None]
+    assert {STG_ORDER_ITEMS, FACT_ORDER_ITEM} <= set(chunk) and DIM_PRODUCT not in chunk  # the batch had no products
+    before_restatement = content_of_days(spark, chunk, restated, {t: version_before(spark, t, restatement.run_id) for t in chunk})
+    restated_content = content_of_days(spark, chunk, restated)
+    rollback = ["rollback", "--asset", FACT_ORDER_ITEM, "--start", str(a), "--end", str(b), "--before-run", restatement.run_id]
+
+    # The dry run says what each table of the chunk would hold, day by day, and writes nothing.
+    before = snapshot(spark)
+    assert main([*rollback, "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert all(f"  {t} {d}: " in out for t in chunk for d in restated) and "dry run: nothing written" in out
+    assert_rewrote_exactly(spark, before, set(), tables=[])
+
+    # The fact, and with it every table of the restatement's chunk, holds what it held before it, in one commit each;
+    # every check passes.
+    assert main(rollback) == 0
+    out = capsys.readouterr().out
+    assert content_of_days(spark, chunk, restated) == before_restatement
+    assert main(["check", "--start", str(START), "--end", str(lake_state.next_batch - timedelta(days=1))]) == 0, capsys.readouterr().out
+    capsys.readouterr()
+    # Dagster shows each day's latest materialization as the rollback's, saying what it restored, and the days held.
+    latest = instance.fetch_materializations(
+        AssetRecordsFilter(AssetKey(FACT_ORDER_ITEM), asset_partitions=[a.isoformat()]), limit=1).records[0]
+    assert latest.run_id != restatement.run_id and "restored_to_version" in latest.asset_materialization.metadata
+    assert instance.get_run_by_id(latest.run_id).job_name == ROLLBACK_JOB
+    assert {h.day for h in control.open_holds(spark)} == set(days(a, b))
+
+    # Held: a restatement does not apply the batch again, `stale` says who holds the days and why, a backfill is refused.
+    before = snapshot(spark)
+    assert main(["restate"]) == 0
+    assert main(["stale"]) == 0
+    out = capsys.readouterr().out
+    assert f"HELD {a} held since" in out and restatement.run_id in out
+    assert not run_backfill(a, b, instance=instance, echo=lambda _: None)
+    assert_rewrote_exactly(spark, before, set(), tables=[])
+
+    # Released: the days are published again from the landing, the batch applied, and no longer held.
+    assert main(["release", "--start", str(a), "--end", str(b)]) == 0
+    assert content_of_days(spark, chunk, restated) == restated_content
+    assert control.open_holds(spark) == []
 
 
 def test_replaying_the_same_batch_changes_nothing(spark, lake_state):

@@ -16,7 +16,7 @@ from assets_pkg.tables import FACT_ORDER_ITEM, PUBLISH_ORDER, QUARANTINE_ORDER_I
 from assets_pkg.checks import FINGERPRINT, KEYS_NOT_NULL, RECONCILES, ROW_COUNT_CHANGE, UNIQUE_KEY, UP_TO_DATE
 from assets_pkg.definitions import defs
 from assets_pkg.generate import generate
-from resources import control
+from resources import audit, control
 from resources.delta_io import read_days, read_table
 from resources.lake import table_path
 from tests.browser import dagster_ui
@@ -212,6 +212,30 @@ def test_a_late_batch_shows_exactly_its_days_stale_then_passed_after_the_sensors
         seen = ui.check_partitions(table, UP_TO_DATE, ALL_DAYS)
         assert (seen["Failed"], seen["Passed"]) == (0, DAYS), (table, seen)
     ui.screenshot("late-batch-restated")
+
+
+def test_a_rolled_back_restatement_shows_each_day_restored_and_held_until_released(spark, dagster_dev, lake, ui, capsys):
+    root, _ = lake
+    restatement = dagster_dev.runs(RESTATE_JOB)[0]  # the sensor's, of the late batch above
+    restated = sorted({r.partition for r in audit.read(spark).where(f"run_id = '{restatement['runId']}'").collect()})
+    day = restated[0].isoformat()
+    with instance_at(root / "dagster_dev_home"):
+        assert cli.main(["rollback", "--start", day, "--end", day, "--before-run", restatement["runId"]]) == 0
+    capsys.readouterr()
+
+    # The day's latest materialization is the rollback's, saying what it restored; its check results say it is held.
+    panel = ui.asset_day(FACT_ORDER_ITEM, day)
+    assert "restored_to_version\n" in panel and f"rolled back to before run {restatement['runId']}" in panel, panel
+    seen = ui.check_partitions(FACT_ORDER_ITEM, UP_TO_DATE, ALL_DAYS)
+    assert (seen["Failed"], seen["Passed"]) == (0, DAYS), seen
+    status, panel = ui.day_result(day)
+    ui.screenshot("rolled-back-day-held")
+    assert status == "Passed" and "held since" in panel, panel
+
+    with instance_at(root / "dagster_dev_home"):
+        assert cli.main(["release", "--start", day, "--end", day]) == 0
+    assert control.open_holds(spark) == []
+    assert "restored_to_version" not in ui.asset_day(FACT_ORDER_ITEM, day)
 
 
 def test_the_resources_page_shows_the_settings_the_runs_use(ui, lake):
