@@ -12,6 +12,7 @@ undone until the operator releases them (`release`, which publishes them again f
 out of the landing (`withdraw`). Dagster records the rollback as a run: a materialization of each restored day,
 saying what it was restored to, and every check evaluated on it."""
 
+import dataclasses
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from pydantic import Field
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from assets_pkg import landing, liveness, recording
+from assets_pkg import checks, landing, liveness, recording
 from assets_pkg.assets import LAKE_WRITES_POOL
 from assets_pkg.operations import check_version, profile
 from assets_pkg.partitions import days as day_range
@@ -152,6 +153,37 @@ class PartlyRolledBack(RuntimeError):
         )
 
 
+class RollbackRefused(RuntimeError):
+    """The restored days would not pass a blocking check (a table no longer matching the tables it is built from):
+    nothing was restored."""
+
+
+def _verify_restored(spark: SparkSession, plan: RollbackPlan) -> None:
+    """Reconcile before restoring: every restored table's blocking checks on the rows it would hold, against its
+    upstream table as it will be (restored too, or as published). Raises RollbackRefused before anything is written.
+    Nothing lost is not among them: the days are held, their landed rows left out on purpose."""
+    after = {t: _rows_at(spark, t, v, plan.days) for t, v in plan.restore.items()}
+    failing = []
+    for table in [t for t in plan.restore if t in BY_NAME]:
+        tc = BY_NAME[table].checks
+        rec = tc.reconciliation
+        if rec and rec.upstream in plan.rebuild:  # rebuilt from restored tables, after this one: checked by its build
+            rec = None
+        upstream = None
+        if rec:
+            upstream = after.get(rec.upstream)
+            if upstream is None:
+                upstream = read_days(spark, rec.upstream, DAY_COLUMN[rec.upstream], plan.days)
+        outcomes, _ = checks.evaluate_blocking(after[table], upstream, None, dataclasses.replace(tc, reconciliation=rec), plan.days)
+        failing += [f"{o.check} of {table} on {o.day}: {checks.summary(o)}" for o in outcomes if not o.passed]
+    if failing:
+        raise RollbackRefused(
+            f"rollback of {plan.start}..{plan.end} refused, nothing restored: the restored days would fail "
+            + "; ".join(failing[:5]) + (f"; and {len(failing) - 5} more" if len(failing) > 5 else "")
+            + ". Roll back the tables it is built from too (--before-run RUN restores everything a run wrote)."
+        )
+
+
 def _landed_batches(spark: SparkSession, days: list[date]) -> str:
     """The landed order item batches with rows on `days` (what a release would apply again)."""
     rows = landing.read_landing(spark, landing.ORDER_ITEMS).where(F.col("order_date").between(min(days), max(days)))
@@ -159,9 +191,11 @@ def _landed_batches(spark: SparkSession, days: list[date]) -> str:
 
 
 def roll_back(spark: SparkSession, plan: RollbackPlan, run: RunInfo) -> Iterator[tuple[str, Publication]]:
-    """Restore, hold, rebuild (see the module's docstring). Yields each table's publication: the restored tables'
-    days with their checks evaluated on what they now hold, then the rebuilt tables'."""
+    """Verify, restore, hold, rebuild (see the module's docstring). Yields each table's publication: the restored
+    tables' days with their checks evaluated on what they now hold, then the rebuilt tables'. Raises RollbackRefused,
+    having written nothing, when a restored table would fail a blocking check."""
     started = datetime.now(timezone.utc)
+    _verify_restored(spark, plan)
     commits: dict[str, tuple[Commit, dict]] = {}
     try:
         for table, version in plan.restore.items():
@@ -233,6 +267,8 @@ def roll_back_days_op(context: OpExecutionContext, config: RollbackConfig, pyspa
             yield from recording.publication_events(context, table, publication)
     except PartlyRolledBack as error:
         raise Failure(description=str(error)) from error.__cause__
+    except RollbackRefused as error:
+        raise Failure(description=str(error)) from None
     yield Output(summary(plan))
 
 

@@ -14,6 +14,7 @@ from pyspark.sql import functions as F
 from assets_pkg import landing, late_data
 from assets_pkg.assets import publish_tables
 from assets_pkg.tables import (
+    DAILY_REVENUE,
     DAY_COLUMN,
     DIM_PRODUCT,
     FACT_ORDER_ITEM,
@@ -199,6 +200,15 @@ def test_rolling_the_fact_back_before_a_restatement_rolls_back_its_chunk_and_hol
     out = capsys.readouterr().out
     assert all(f"  {t} {d}: " in out for t in chunk for d in restated) and "dry run: nothing written" in out
     assert_rewrote_exactly(spark, before, set(), tables=[])
+
+    # A mart alone, back to before the restatement, would no longer match the fact it is built from: refused, with
+    # the days and numbers, and nothing written.
+    mart = [DAILY_REVENUE, "--start", str(a), "--end", str(b), "--version", str(version_before(spark, DAILY_REVENUE, restatement.run_id))]
+    assert main(["rollback", "--asset", *mart]) == 1
+    out = capsys.readouterr().out
+    assert "refused, nothing restored" in out and f"reconciles_with_upstream of {DAILY_REVENUE} on " in out, out
+    assert_rewrote_exactly(spark, before, set(), tables=[])
+    assert control.open_holds(spark) == []
 
     # The fact, and with it every table of the restatement's chunk, holds what it held before it, in one commit each;
     # every check passes.

@@ -106,6 +106,9 @@ def test_a_duplicate_behind_the_pipelines_back_fails_check_naming_day_and_key_an
     assert all(files_after[d] == files_before[d] for d in files_before if d != DAY.isoformat())
     assert main(["check", "--asset", table, "--start", str(START), "--end", str(END)]) == 0
     assert audit.read(spark).where(f"operation = 'rollback' AND asset = '{table}'").count() == 1
+    # The day is held since the rollback; releasing it publishes it again from the landing: the same rows.
+    assert main(["release", "--start", str(DAY), "--end", str(DAY)]) == 0
+    assert profile(read_table(spark, table), table) == fingerprint_before
 
 
 def test_a_blocking_failure_publishes_nothing_and_stops_the_downstream_partitions(spark, built, capsys):
