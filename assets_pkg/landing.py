@@ -12,6 +12,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from assets_pkg.partitions import first_day, last_day
+from resources.delta_io import Scan, file_bytes
 from resources.lake import landing_path
 
 ORDER_ITEMS = "order_items"
@@ -242,6 +243,16 @@ def read_landing(spark: SparkSession, dataset: str, batches: list[str] | None = 
         )
         df = df.unionByName(held, allowMissingColumns=True)
     return df
+
+
+def scan_of_landing(df: DataFrame, dataset: str) -> Scan:
+    """The scan of `df`, a read of the landing (read_landing), against every file landed: files, bytes and batches."""
+    files = df.inputFiles()
+    batches = {next(p for p in Path(f).parts if p.startswith(BATCH_PREFIX)) for f in files}
+    dirs = batch_dirs(dataset)
+    every = [p for d in dirs for p in d.rglob("*") if p.is_file() and not p.name.startswith((".", "_"))]
+    return Scan(f"landing/{dataset}", len(files), len(every), sum(file_bytes(f) for f in files),
+                sum(p.stat().st_size for p in every), len(batches), len(dirs))
 
 
 def assert_new_batches(df: DataFrame, dataset: str) -> list[str]:

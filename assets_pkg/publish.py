@@ -23,7 +23,7 @@ from pyspark.sql import functions as F
 from assets_pkg import checks, landing, quarantine
 from assets_pkg.tables import BY_NAME, DAY_COLUMN, PUBLISH_ORDER, QUARANTINE_ORDER_ITEMS, Build, Staged
 from resources import audit, control
-from resources.delta_io import Commit, day_filter, day_runs, overwrite_days, read_days, table_exists
+from resources.delta_io import Commit, Scan, day_filter, day_runs, overwrite_days, read_days, scan_of_table, table_exists
 
 # On each run of a command-line backfill (which is not a Dagster backfill: see backfill.runs_url), its id.
 CLI_BACKFILL_TAG = "exact_backfills/backfill"
@@ -159,23 +159,30 @@ def publish(
 
 
 def _build(spark: SparkSession, table: str, plan: dict, staged: dict[str, Staged], build: Build) -> Staged:
+    scans: list[Scan] = []
+
+    def published(upstream: str, days: list[date]) -> DataFrame:
+        df = read_days(spark, upstream, DAY_COLUMN[upstream], days)
+        scans.append(scan_of_table(df, upstream))
+        return df
+
     def read(upstream: str, days: list[date]) -> DataFrame:
         """`upstream`'s rows of `days`: this run's where it builds them, the published ones elsewhere."""
-        column = DAY_COLUMN[upstream]
         if upstream not in staged:
-            return read_days(spark, upstream, column, days)
+            return published(upstream, days)
         ours = set(plan[upstream])
         mine, rest = sorted(set(days) & ours), sorted(set(days) - ours)
         built = staged[upstream].table
-        parts = [built if set(mine) == ours else built.where(day_filter(column, mine))] if mine else []
+        parts = [built if set(mine) == ours else built.where(day_filter(DAY_COLUMN[upstream], mine))] if mine else []
         if rest and table_exists(spark, upstream):
-            parts.append(read_days(spark, upstream, column, rest))
+            parts.append(published(upstream, rest))
         if not parts:
             return built.limit(0)
         return parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1])
 
     result = build(spark, plan[table], read)
     result.table = result.table.persist()  # checked, read downstream and written from the same computed rows
+    result.scans = [*result.scans, *scans]
     return result
 
 
@@ -253,6 +260,8 @@ def _record(spark, staged, plan, run, verified, commits, started, t0) -> dict[st
                 "fingerprint_changed": changed.get(day, False),
                 "duplicate_per_1k": duplicates.get(day, 0.0),
                 **({"mismatch_count": mismatches[day]} if day in mismatches else {}),
+                # The run's reads: what building these days scanned of the landing and of published tables.
+                **({"scanned": {scan.source: scan.metadata() for scan in staged[table].scans}} if staged[table].scans else {}),
             }
             for day, day_metadata in commit_metadata(commit, days).items()
         }

@@ -12,11 +12,12 @@ from datetime import date, datetime
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from assets_pkg import landing, quarantine, transforms
+from assets_pkg import landing, landing_index, quarantine, transforms
 from assets_pkg.checks import Outcome, Reconciliation, TableChecks
 from assets_pkg.landing import ORDER_ITEM_KEY
 from assets_pkg.partitions import days as all_days
 from assets_pkg.partitions import first_day, last_day
+from resources.delta_io import Scan
 
 LANDING_ORDER_ITEMS = "landing_order_items"
 LANDING_PRODUCTS = "landing_products"
@@ -48,6 +49,7 @@ class Staged:
     lost: DataFrame | None = None  # keys that should be in the table (or quarantine) but are not
     side_tables: dict[str, DataFrame] = field(default_factory=dict)  # written with it, e.g. quarantine
     persisted: list[DataFrame] = field(default_factory=list)  # inputs read once for the build, checks and writes
+    scans: list[Scan] = field(default_factory=list)  # what its reads of the landing and of published tables scan
     # Called once the table's days are committed, with (spark, days, run_id, now): more check results for those
     # days (late data: see late_data.exceptions_after_publish).
     after_commit: "AfterCommit | None" = None
@@ -75,17 +77,28 @@ class Table:
         return self.checks.key
 
 
-# Up to this many days, staging reads only the items that have a version on them (their keys broadcast: a year of
-# TPC-H SF1's keys is about 900,000); above it, the whole landing once.
+# Up to this many days (a chunk), a build reads only the landed batches that can hold rows of its days (see
+# landing_index), and staging only the items that have a version on them (their keys broadcast: a year of TPC-H SF1's
+# keys is about 900,000); above it, or over every partition day, the whole landing once.
 NARROWED_UP_TO_DAYS = 366
 
 
+def _narrowed(days: list[date]) -> bool:
+    return len(days) <= NARROWED_UP_TO_DAYS and len(days) < (last_day() - first_day()).days + 1
+
+
+def _landed(spark: SparkSession, dataset: str, days: list[date]) -> DataFrame:
+    """The landed rows a build of `days` reads: the batches that can hold them, or, for most of the history, all."""
+    return landing.read_landing(spark, dataset, landing_index.batches_holding(spark, dataset, days) if _narrowed(days) else None)
+
+
 def build_stg_order_items(spark: SparkSession, days: list[date], read: Read) -> Staged:
-    landed = landing.read_landing(spark, landing.ORDER_ITEMS)
-    if len(days) <= NARROWED_UP_TO_DAYS:
+    landed = _landed(spark, landing.ORDER_ITEMS, days)
+    scans = [landing.scan_of_landing(landed, landing.ORDER_ITEMS)]
+    if _narrowed(days):
         # A chunk: only the items with a version on the days can be on them. Their versions are kept for the build
-        # and checks instead of the whole landing, with every row breaking the contract, which quarantine files by a
-        # day of its own: one scan for both.
+        # and checks, with every row breaking the contract, which quarantine files by a day of its own: one scan
+        # for both.
         marked = transforms.mark_items_dated_on(landed, days)
         scanned = marked.where(F.col(transforms.ITEM_ON_DAYS) | quarantine.breaks_contract(first_day(), last_day())).persist()
         items = scanned.where(transforms.ITEM_ON_DAYS).drop(transforms.ITEM_ON_DAYS)
@@ -103,14 +116,17 @@ def build_stg_order_items(spark: SparkSession, days: list[date], read: Read) -> 
         side_tables={QUARANTINE_ORDER_ITEMS: quarantined},
         lost=quarantine.lost_keys(items, stg, quarantined, days),
         persisted=[scanned, quarantined],
-        # Built from the whole landing: it publishes every late row of its days, so their exceptions are resolved.
+        scans=scans,
+        # Built from every batch that can hold its days: it publishes every late row of its days, so their exceptions
+        # are resolved.
         after_commit=late_data.exceptions_after_publish(resolve=True),
     )
 
 
 def build_dim_product(spark: SparkSession, days: list[date], read: Read) -> Staged:
-    versions = landing.read_landing(spark, landing.PRODUCTS)
-    return Staged(table=transforms.dim_product_changes(versions, first_day(), days))
+    versions = _landed(spark, landing.PRODUCTS, days)
+    return Staged(table=transforms.dim_product_changes(versions, first_day(), days),
+                  scans=[landing.scan_of_landing(versions, landing.PRODUCTS)])
 
 
 def build_fact_order_item(spark: SparkSession, days: list[date], read: Read) -> Staged:

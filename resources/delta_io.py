@@ -5,9 +5,11 @@ Every Delta operation goes through Spark SQL and the DataFrame API (`DESCRIBE DE
 Delta's Python table API needs a server plugin."""
 
 import json
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import date, timedelta
+from urllib.parse import unquote, urlparse
 
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
@@ -32,6 +34,36 @@ class Commit:
     files_added: int
     files_removed: int
     by_day: dict[str, dict[str, int]] = field(default_factory=dict)  # day -> rows_written, files_added, files_removed
+
+
+@dataclass(frozen=True)
+class Scan:
+    """What one read scans: the files its plan selects once the days are pruned (`DataFrame.inputFiles`, the list
+    the scan then reads), against every file of the source. A read of a few days of a table partitioned by day
+    selects only those days' files."""
+
+    source: str
+    files: int
+    files_total: int
+    bytes: int
+    bytes_total: int
+    batches: int | None = None  # the landing's: batch folders read, of `batches_total`
+    batches_total: int | None = None
+
+    def metadata(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "source" and v is not None}
+
+
+def file_bytes(uri: str) -> int:
+    """A data file's size, by its URI (the lake is on a file system this process sees)."""
+    return os.path.getsize(unquote(urlparse(uri).path))
+
+
+def scan_of_table(df: DataFrame, table: str) -> Scan:
+    """The scan of `df`, a read of `table` (read_days), against the table's current files."""
+    files = df.inputFiles()
+    detail = df.sparkSession.sql(f"DESCRIBE DETAIL {delta_path(table_path(table))}").select("numFiles", "sizeInBytes").first()
+    return Scan(table, len(files), detail.numFiles, sum(file_bytes(f) for f in files), detail.sizeInBytes)
 
 
 def day_runs(days: Sequence[date]) -> list[tuple[date, date]]:

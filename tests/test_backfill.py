@@ -124,3 +124,43 @@ def test_a_command_line_backfill_links_to_its_runs_reports_each_chunk_and_is_aud
     assert out[3].startswith("  [2/2] 2025-01-12..2025-01-12 ok in ") and "to go" not in out[3]
     written = audit.read(spark).where(f"backfill_id = '{backfill_id}'")
     assert written.select("asset", "partition").distinct().count() == 3 * len(TABLES)
+
+
+def _scanned(instance, table, day):
+    """What the latest materialization of `table` on `day` says its run scanned, per source."""
+    from dagster import AssetKey, AssetRecordsFilter
+
+    record = instance.fetch_materializations(AssetRecordsFilter(asset_key=AssetKey(table), asset_partitions=[day.isoformat()]), limit=1).records[0]
+    return record.asset_materialization.metadata["scanned"].value
+
+
+def batches_that_can_hold(spark, day):
+    """Oracle written without the index: the batches with a row dated `day` or filed there by quarantine (its batch's
+    day), and every batch holding a version of an item that has a version dated `day`."""
+    landed = landing.read_landing(spark, landing.ORDER_ITEMS).collect()
+    keys_on_day = {(r.order_id, r.order_item_id) for r in landed if r.order_date == day and r.order_id is not None}
+    return {r.ingest_date for r in landed
+            if r.order_date == day or r.ingest_date == day or (r.order_id, r.order_item_id) in keys_on_day}
+
+
+def test_a_one_day_run_reads_only_its_day_of_a_table_and_only_the_landed_batches_that_can_hold_it(spark, built):
+    day = date(2025, 1, 20)
+    before = {t: rows(spark, t) for t in TABLES}
+
+    assert run_backfill(day, day, select=["stg_order_items"], instance=built, echo=lambda _: None)
+    landing_read = _scanned(built, "stg_order_items", day)["landing/order_items"]
+    expected = batches_that_can_hold(spark, day)
+    landed_dirs = landing.batch_dirs(landing.ORDER_ITEMS)
+    assert landing_read["batches"] == len(expected) < landing_read["batches_total"] == len(landed_dirs)
+    assert landing_read["files"] == sum(1 for d in landed_dirs if date.fromisoformat(landing.batch_name(d)) in expected
+                                        for f in d.glob("*.parquet"))
+    assert landing_read["bytes"] < landing_read["bytes_total"]
+
+    assert run_backfill(day, day, select=["daily_revenue"], instance=built, echo=lambda _: None)
+    fact_read = _scanned(built, "daily_revenue", day)["fact_order_item"]
+    fact_files = files_by_day(spark, "fact_order_item", "order_date")
+    assert fact_read["files"] == len(fact_files[day.isoformat()]) == 1
+    assert fact_read["files_total"] == sum(len(f) for f in fact_files.values())
+    assert fact_read["bytes"] < fact_read["bytes_total"]
+
+    assert {t: rows(spark, t) for t in TABLES} == before  # and what it built from them is what the whole landing gives

@@ -1,0 +1,95 @@
+"""Which landed batches can hold a day's rows: the control table `landing_batch_days`, one row per (dataset, batch,
+day), written when a build first sees a batch. A build of a few days then reads only those batches, not the whole
+landing (what each read scans is recorded in its materializations: see scans.py).
+
+A batch of order items can hold rows of day D when
+- one of its rows is dated D (a valid order date), or would be quarantined on D: a row breaking the contract is filed
+  on its order date or on its batch's day clamped into the partitions (quarantine.py), so a batch always indexes that
+  day;
+- it holds a version of an order item that has a version dated D in any batch: staging takes an item's latest version
+  wherever it is, so building D needs every batch holding the item, the one that moved it away from D included.
+A batch of products can hold the days its versions take effect on (and, like any batch, its own day).
+
+Indexing new batches reads the key and date columns of the landing once, to link them to the older batches holding
+the same items. Batches are immutable, so a row of the index stays true; a file taken out of the landing later
+(`withdraw`) leaves a superset, which reads a batch too many, never one too few."""
+
+from collections import defaultdict
+from datetime import date
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from assets_pkg import landing
+from assets_pkg.landing import ORDER_ITEM_KEY
+from assets_pkg.partitions import first_day, last_day
+from resources.delta_io import table_exists
+from resources.lake import table_path
+
+INDEX_TABLE = "landing_batch_days"
+_SCHEMA = "dataset string, batch date, day date"
+
+
+def _clamped(batch: str) -> date:
+    """A batch's own day, clamped into the partitions: where quarantine files its rows that have no valid day."""
+    return min(max(date.fromisoformat(batch), first_day()), last_day())
+
+
+def _order_item_days(spark: SparkSession, new: list[str], known: list[str]) -> DataFrame:
+    in_partitions = F.col("order_date").between(F.lit(first_day()), F.lit(last_day()))
+    # The batches listed now only: one landing meanwhile is indexed, whole, by the next update.
+    dated = landing.read_landing(spark, landing.ORDER_ITEMS).select(
+        *ORDER_ITEM_KEY, F.col("ingest_date").alias("batch"), F.when(in_partitions, F.col("order_date")).alias("day"),
+    ).where(F.col("batch").isin([date.fromisoformat(b) for b in known]))
+    arrived = dated.where(F.col("batch").isin([date.fromisoformat(b) for b in new]))
+    own = arrived.where(F.col("day").isNotNull()).select("batch", "day")
+    keys = arrived.where(F.col("order_id").isNotNull() & F.col("order_item_id").isNotNull()).select(*ORDER_ITEM_KEY).distinct()
+    # Every version of the items the new batches hold, in any batch: each of their batches holds each of their days.
+    per_item = dated.join(keys, ORDER_ITEM_KEY, "left_semi").groupBy(*ORDER_ITEM_KEY).agg(
+        F.collect_set("batch").alias("batches"), F.collect_set("day").alias("days"))
+    linked = per_item.select(F.explode("batches").alias("batch"), "days").select("batch", F.explode("days").alias("day"))
+    return own.unionByName(linked)
+
+
+def _product_days(spark: SparkSession, new: list[str], known: list[str]) -> DataFrame:
+    versions = landing.read_landing(spark, landing.PRODUCTS, new)
+    return versions.select(F.col("ingest_date").alias("batch"), landing.event_day(landing.PRODUCTS).alias("day"))
+
+
+_DAYS_OF_NEW_BATCHES = {landing.ORDER_ITEMS: _order_item_days, landing.PRODUCTS: _product_days}
+
+
+def _read(spark: SparkSession) -> dict[str, dict[str, set[date]]]:
+    """dataset -> batch -> its days, as indexed."""
+    found: dict[str, dict[str, set[date]]] = defaultdict(lambda: defaultdict(set))
+    if table_exists(spark, INDEX_TABLE):
+        for r in spark.read.format("delta").load(table_path(INDEX_TABLE)).collect():
+            found[r.dataset][r.batch.isoformat()].add(r.day)
+    return found
+
+
+def update(spark: SparkSession) -> dict[str, dict[str, set[date]]]:
+    """Index the batches not indexed yet (one commit, none when every batch is), and return the whole index."""
+    index = _read(spark)
+    parts = []
+    for dataset, days_of in _DAYS_OF_NEW_BATCHES.items():
+        known = sorted(landing.batch_name(p) for p in landing.batch_dirs(dataset))
+        new = sorted(set(known) - set(index[dataset]))
+        if new:
+            own_days = spark.createDataFrame([(date.fromisoformat(b), _clamped(b)) for b in new], "batch date, day date")
+            parts.append(days_of(spark, new, known).unionByName(own_days).withColumn("dataset", F.lit(dataset)))
+    if not parts:
+        return index
+    rows = parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1])
+    added = [r for r in rows.select("dataset", "batch", "day").distinct().collect()
+             if r.day not in index[r.dataset].get(r.batch.isoformat(), ())]
+    spark.createDataFrame([tuple(r) for r in added], _SCHEMA).write.format("delta").mode("append").save(table_path(INDEX_TABLE))
+    for r in added:
+        index[r.dataset][r.batch.isoformat()].add(r.day)
+    return index
+
+
+def batches_holding(spark: SparkSession, dataset: str, days: list[date]) -> list[str]:
+    """The batches of `dataset` that can hold rows of `days` (indexing any batch not indexed yet first)."""
+    wanted = set(days)
+    return sorted(b for b, indexed in update(spark)[dataset].items() if indexed & wanted)
