@@ -28,6 +28,14 @@ settings.load_profile("ci")
 
 TABLE_KEYS = {t.name: t.key for t in TABLES}
 
+# The longest modules first, so that neither of scripts/test.sh's two workers is left alone with one at the end; a
+# module that drives the daemon beside one that mostly computes.
+_LONGEST_FIRST = ["test_ui.py", "test_late_data.py", "test_equivalence.py", "test_cluster_profile.py", "test_reliability.py", "test_faults.py"]
+
+
+def pytest_collection_modifyitems(items):
+    items.sort(key=lambda item: _LONGEST_FIRST.index(item.path.name) if item.path.name in _LONGEST_FIRST else len(_LONGEST_FIRST))
+
 
 @contextmanager
 def environment(**values: str):
