@@ -1,6 +1,6 @@
 """Which landed batches can hold a day's rows: the control table `landing_batch_days`, one row per (dataset, batch,
 day), written when a build first sees a batch. A build of a few days then reads only those batches, not the whole
-landing (what each read scans is recorded in its materializations: see scans.py).
+landing (what each read scans is recorded in its materializations: see delta_io.Scan).
 
 A batch of order items can hold rows of day D when
 - one of its rows is dated D (a valid order date), or would be quarantined on D: a row breaking the contract is filed

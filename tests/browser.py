@@ -153,6 +153,20 @@ class DagsterUI:
             if status != "Running" or time.monotonic() > deadline:
                 return status, panel
 
+    def freshness(self, asset: str, timeout: float = 90) -> str:
+        """What the asset's overview shows under "Freshness policy" once Dagster's freshness daemon has evaluated it
+        (about every 30 s): Passing, Warning or Failed; or the last line read there when `timeout` passes."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self.open(f"/assets/{asset}")
+            self.page.get_by_text("Freshness policy").first.wait_for()
+            self.page.wait_for_timeout(1000)
+            lines = self._text().splitlines()
+            status = lines[lines.index("Freshness policy") + 1]
+            if status in ("Passing", "Warning", "Failed") or time.monotonic() > deadline:
+                return status
+            self.page.wait_for_timeout(5000)
+
     def observe(self, asset: str) -> str:
         """The source asset's "Observe" button: Dagster launches an observation run; the start of its id."""
         self.open(f"/assets/{asset}")

@@ -1,6 +1,6 @@
 """What a person sees in the Dagster UI, in Chromium, against a real webserver and daemon, on a lake of 90 built days:
 a range backfill launched from the Materialize dialog succeeds in chunked runs, changes nothing it re-runs and shows
-every day materialized and every check passed; a duplicate written behind the pipeline's back shows its day failed
+every day materialized, every check passed and every table's freshness policy passing; a duplicate written behind the pipeline's back shows its day failed
 with the numbers; a late batch shows exactly its days stale, then passed after the sensor's restatement; the landing
 shows as observed. The tests share the lake and run in file order."""
 
@@ -12,7 +12,7 @@ from dagster import AssetKey
 from assets_pkg import cli, late_data
 from assets_pkg.automation import LANDING_STATE_TAG, RESTATE_JOB, landing_state
 from assets_pkg.backfill import observe_landing, run_backfill, run_restatement
-from assets_pkg.tables import FACT_ORDER_ITEM, PUBLISH_ORDER, QUARANTINE_ORDER_ITEMS
+from assets_pkg.tables import FACT_ORDER_ITEM, PUBLISH_ORDER, QUARANTINE_ORDER_ITEMS, TABLES
 from assets_pkg.checks import FINGERPRINT, KEYS_NOT_NULL, RECONCILES, ROW_COUNT_CHANGE, UNIQUE_KEY, UP_TO_DATE
 from assets_pkg.definitions import defs
 from assets_pkg.generate import generate
@@ -149,6 +149,12 @@ def test_each_days_materialization_shows_that_days_own_rows(spark, ui):
     assert f"rows_written\n{rows_on_day}\n" in panel, panel
     for figure in ("files_added", "delta_version", "fingerprint"):
         assert f"\n{figure}\n" in panel, (figure, panel)
+
+
+def test_every_table_shows_its_freshness_policy_evaluated_and_passing_after_the_backfill(ui):
+    for table in [t.name for t in TABLES]:
+        assert ui.freshness(table) == "Passing", table
+    ui.screenshot("freshness-passing")
 
 
 def test_a_duplicate_written_behind_the_pipelines_back_shows_its_day_failed_with_the_numbers(spark, lake, ui, capsys):
