@@ -158,11 +158,10 @@ class RollbackRefused(RuntimeError):
     nothing was restored."""
 
 
-def _verify_restored(spark: SparkSession, plan: RollbackPlan) -> None:
-    """Reconcile before restoring: every restored table's blocking checks on the rows it would hold, against its
-    upstream table as it will be (restored too, or as published). Raises RollbackRefused before anything is written.
-    Nothing lost is not among them: the days are held, their landed rows left out on purpose."""
-    after = {t: _rows_at(spark, t, v, plan.days) for t, v in plan.restore.items()}
+def _verify_restored(spark: SparkSession, plan: RollbackPlan, after: dict[str, DataFrame]) -> None:
+    """Reconcile before restoring: every restored table's blocking checks on the rows it would hold (`after`), against
+    its upstream table as it will be (restored too, or as published). Raises RollbackRefused before anything is
+    written. Nothing lost is not among them: the days are held, their landed rows left out on purpose."""
     failing = []
     for table in [t for t in plan.restore if t in BY_NAME]:
         tc = BY_NAME[table].checks
@@ -195,24 +194,25 @@ def roll_back(spark: SparkSession, plan: RollbackPlan, run: RunInfo) -> Iterator
     tables' days with their checks evaluated on what they now hold, then the rebuilt tables'. Raises RollbackRefused,
     having written nothing, when a restored table would fail a blocking check."""
     started = datetime.now(timezone.utc)
-    _verify_restored(spark, plan)
+    # Each table's rows as restored, read once for the checks and the write.
+    after = {t: _rows_at(spark, t, v, plan.days).persist() for t, v in plan.restore.items()}
     commits: dict[str, tuple[Commit, dict]] = {}
     try:
+        _verify_restored(spark, plan, after)
         for table, version in plan.restore.items():
-            rows = _rows_at(spark, table, version, plan.days).persist()
-            try:
-                restored = profile(rows, table)
-                info = {"run_id": run.run_id, "operation": "rollback", "restored_version": version, "asset": table,
-                        "first": plan.start, "last": plan.end}
-                commits[table] = (overwrite_days(rows, table, DAY_COLUMN[table], plan.days, info), restored)
-            finally:
-                rows.unpersist()
+            restored = profile(after[table], table)
+            info = {"run_id": run.run_id, "operation": "rollback", "restored_version": version, "asset": table,
+                    "first": plan.start, "last": plan.end}
+            commits[table] = (overwrite_days(after[table], table, DAY_COLUMN[table], plan.days, info), restored)
         control.hold_days(spark, plan.days, plan.why, _landed_batches(spark, plan.days), run.run_id, datetime.now(timezone.utc))
         rebuilt = publish(spark, {t: plan.days for t in plan.rebuild}, run, held="keep") if plan.rebuild else {}
     except Exception as e:
         if commits:
             raise PartlyRolledBack(plan, list(commits), e) from e
         raise
+    finally:
+        for rows in after.values():
+            rows.unpersist()
     ended = datetime.now(timezone.utc)
     audit.append(spark, [
         audit.AuditRow(run_id=run.run_id, backfill_id=None, operation="rollback", asset=table, partition=day,
