@@ -10,7 +10,8 @@ from urllib.parse import urlencode
 
 from dagster import AssetKey, AssetSelection, DagsterInstance
 
-from assets_pkg.assets import PUBLISHED_TAG
+from assets_pkg import liveness
+from assets_pkg.assets import LAKE_WRITES_POOL, PUBLISHED_TAG
 from assets_pkg.publish import CLI_BACKFILL_TAG
 from assets_pkg.automation import LANDING_STATE_TAG, PREVIEW_JOB, RESTATE_JOB, landing_state
 from assets_pkg.checks import events_max_days
@@ -27,6 +28,19 @@ def dagster_instance() -> DagsterInstance:
     """The instance in $DAGSTER_HOME (default: .dagster_home in the repo), configured by assets_pkg.instance."""
     write_config()
     return DagsterInstance.get()
+
+
+def before_writing(instance: DagsterInstance, echo: Callable[[str], None]) -> None:
+    """Before this process runs a writing step: close the runs whose process is gone, which frees the lake_writes
+    slot such a run still holds (otherwise this run would wait for it for good, in silence), and name the live run
+    this one will wait for, if any."""
+    closed, active = liveness.close_dead_runs(instance)
+    for run in closed:
+        echo(f"  marked failed: {run.describe()} (it held the lake's writes)")
+    holders = {slot.run_id for slot in instance.event_log_storage.get_concurrency_info(LAKE_WRITES_POOL).claimed_slots}
+    for run in active:
+        if run.run.run_id in holders:
+            echo(f"  waiting for {run.describe()}: it is writing the lake (pool {LAKE_WRITES_POOL})")
 
 
 def selected_keys(select: list[str] | None) -> list[AssetKey]:
@@ -89,6 +103,7 @@ def run_backfill(
         job = job.get_subset(asset_selection=set(keys), asset_check_selection=set())
     echo(f"backfill {backfill_id}: {start}..{end}, {len(ranges)} run(s), assets: {', '.join(k.to_user_string() for k in keys)}")
     echo(f"  its runs in the Dagster UI: {runs_url(backfill_id)}")
+    before_writing(instance, echo)
     started = time.monotonic()
     for i, (a, b) in enumerate(ranges, 1):
         t0 = time.monotonic()
@@ -139,24 +154,28 @@ def run_checks(start: date, end: date, tables: list[str], instance: DagsterInsta
     return result, evaluations
 
 
-def run_rollback(plan, instance: DagsterInstance | None = None):
+def run_rollback(plan, instance: DagsterInstance | None = None, echo: Callable[[str], None] = print):
     """The rollback job (what the UI's launchpad runs with the same config), run in this process."""
     from assets_pkg.rollback import ROLLBACK_JOB, ROLLBACK_OP  # which imports the Spark resource
 
     config = {"start": plan.start.isoformat(), "end": plan.end.isoformat(), "before_run": plan.before_run or "",
               "before_backfill": plan.before_backfill or "", "table": plan.table or "", "version": plan.version}
+    instance = instance or dagster_instance()
+    before_writing(instance, echo)
     return defs.resolve_job_def(ROLLBACK_JOB).execute_in_process(
-        instance=instance or dagster_instance(),
+        instance=instance,
         raise_on_error=False,
         run_config={**QUIET, "ops": {ROLLBACK_OP: {"config": config}}},
     )
 
 
-def run_restatement(instance: DagsterInstance | None = None):
+def run_restatement(instance: DagsterInstance | None = None, echo: Callable[[str], None] = print):
     """What late_data_sensor launches, run in this process (the `restate` command), tagged with the landing state it
     starts from so that the sensor does not launch it again for that state."""
+    instance = instance or dagster_instance()
+    before_writing(instance, echo)
     return defs.resolve_job_def(RESTATE_JOB).execute_in_process(
-        instance=instance or dagster_instance(),
+        instance=instance,
         tags={LANDING_STATE_TAG: landing_state()},
         raise_on_error=False,
         run_config=QUIET,

@@ -3,20 +3,23 @@ message, and no longer holds late data back; two runs over the same days write o
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+import uuid
 from datetime import date
 
 import pytest
-from dagster import DagsterEventType, DagsterRunStatus, RunsFilter, SkipReason, build_sensor_context
+from dagster import DagsterEventType, DagsterRun, DagsterRunStatus, RunsFilter, SkipReason, build_sensor_context
 
 from assets_pkg import liveness
+from assets_pkg.assets import LAKE_WRITES_POOL, PUBLISH_STEP
 from assets_pkg.publish import CLI_BACKFILL_TAG
 from assets_pkg.automation import REPAIR_OF_TAG, late_data_sensor
 from assets_pkg.backfill import run_backfill
 from assets_pkg.cli import main
-from assets_pkg.definitions import defs
+from assets_pkg.definitions import ALL_ASSETS_JOB, defs
 from assets_pkg.generate import generate
 from resources.lake import REPO_ROOT
 from tests.conftest import TABLE_KEYS, from_scratch, rows
@@ -115,6 +118,35 @@ def test_two_backfills_over_the_same_days_at_once_write_one_step_at_a_time_and_b
             assert a_end <= b_start or b_end <= a_start, f"{a_step} and {b_step} wrote at the same time"
     for table in TABLE_KEYS:
         assert rows(spark, table) == before[table], f"{table}: two runs of the same days changed its content"
+
+
+def test_a_backfill_started_while_a_dead_run_holds_the_lake_writes_closes_that_run_says_so_and_publishes(spark, built):
+    """A run whose process died mid-step still holds its lake_writes slot. A command-line backfill started after it
+    marks it failed, says so and runs: it does not wait for that slot for good, in silence."""
+    instance = built
+    finished = subprocess.Popen(["true"])  # a process that has ended: its pid names no live process
+    finished.wait()
+    dead = instance.add_run(DagsterRun(
+        job_name=ALL_ASSETS_JOB, run_id=str(uuid.uuid4()), status=DagsterRunStatus.STARTED,
+        tags={liveness.PROCESS_TAG: f"{socket.gethostname()}:{finished.pid}:1"}))
+    storage = instance.event_log_storage
+    storage.initialize_concurrency_limit_to_default(LAKE_WRITES_POOL)
+    assert storage.claim_concurrency_slot(LAKE_WRITES_POOL, dead.run_id, PUBLISH_STEP).is_claimed
+    before = {table: rows(spark, table) for table in TABLE_KEYS}
+
+    backfill = _backfill()
+    try:
+        out = backfill.communicate(timeout=300)[0]
+    finally:
+        if backfill.poll() is None:
+            os.killpg(backfill.pid, signal.SIGKILL)
+    assert backfill.returncode == 0, out
+    assert f"marked failed: run {dead.run_id}" in out and "it held the lake's writes" in out, out
+    closed = instance.get_run_by_id(dead.run_id)
+    assert closed.status == DagsterRunStatus.FAILURE
+    assert not storage.get_concurrency_info(LAKE_WRITES_POOL).claimed_slots
+    for table in TABLE_KEYS:
+        assert rows(spark, table) == before[table], f"{table}: re-running built days changed its content"
 
 
 def test_a_killed_daemon_run_is_closed_with_its_cause_its_backfill_ends_and_the_sensor_repairs_its_days(spark, built, lake, tmp_path):
