@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Set up (idempotent), land the demo data, backfill every asset over the whole partition range in chunked runs
-# recorded in the Dagster instance, then serve the Dagster UI (webserver + daemon) on http://127.0.0.1:${DAGSTER_PORT:-3000}.
+# Set up (idempotent), land the demo data, backfill every asset over the whole partition range in runs of up to
+# BACKFILL_MAX_PARTITIONS_PER_RUN days recorded in the Dagster instance, then serve the Dagster UI (webserver + daemon)
+# on http://127.0.0.1:${DAGSTER_PORT:-3000}.
 #
 #   bash scripts/demo.sh                     # the embedded default: local Spark, Dagster on SQLite
 #   bash scripts/demo.sh --profile cluster   # the production profile: a Spark cluster behind Spark Connect, Dagster
