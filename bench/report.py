@@ -61,7 +61,7 @@ def derived(run: dict) -> dict:
     default chunk's runs), and the rows a run of the default chunk holds."""
     run = dict(run)
     chunk, short = min(run["chunk_days"], run["days"]), run.get("short_run_days")
-    mean_days = run["days"] / run["runs"] if run.get("runs") else None  # the last run of a backfill may be shorter
+    mean_days = run["days"] / run["runs"] if run.get("runs") else 0  # the last run of a backfill may be shorter
     if short and run.get("run_mean_s") is not None and mean_days > short:
         run["run_per_day_s"] = round((run["run_mean_s"] - run["short_run_s"]) / (mean_days - short), 3)
         run["run_intercept_s"] = round(run["short_run_s"] - short * run["run_per_day_s"], 1)

@@ -16,8 +16,9 @@ Each step in its own process, as users run them:
   landed     the sensor's first restatement after the backfill (nothing new: it must rewrite nothing), then a batch
              correcting one old day landed while `dagster dev` runs: seconds until the sensor's restatement has
              published it, with the sensor's default interval.
-  run31      `backfill` of 31 built days (fewer with --days) in one run from the command line (its own process, as a run's): with the
-             backfill's runs, a run's cost against its days (what the default chunk size is chosen from)
+  short      `backfill` of 31 built days (fewer with --days) in one run from the command line, in its own process as a
+             run is: with the backfill's runs, a run's fixed cost and its cost per day (what the default chunk is
+             chosen from)
   restate3   a batch correcting items on 3 old days, then `restate`, timed from the process start to the last check
   idle       `restate` again, with nothing new: what the restatement path costs before it has any day to write
 

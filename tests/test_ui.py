@@ -1,8 +1,8 @@
 """What a person sees in the Dagster UI, in Chromium, against a real webserver and daemon, on a lake of 90 built days:
 a range backfill launched from the Materialize dialog succeeds in chunked runs, changes nothing it re-runs and shows
-every day materialized, every check passed and every table's freshness policy passing; a duplicate written behind the pipeline's back shows its day failed
-with the numbers; a late batch shows exactly its days stale, then passed after the sensor's restatement; the landing
-shows as observed. The tests share the lake and run in file order."""
+every day materialized, every check passed and every table's freshness policy passing; a duplicate written behind the
+pipeline's back shows its day failed with the numbers; a late batch shows exactly its days stale, then passed after
+the sensor's restatement; the landing shows as observed. The tests share the lake and run in file order."""
 
 from datetime import date, timedelta
 
