@@ -49,19 +49,31 @@ def _logging_options(configured: Settings) -> str:
 def _local_mode_config(configured: Settings, short_runs: bool) -> dict[str, str]:
     java = f"{LOCAL_JAVA_OPTIONS} {SHORT_RUN_JAVA_OPTIONS}" if short_runs else LOCAL_JAVA_OPTIONS
     conf = {
-        # List folders on the driver: above 32 folders Spark lists them with a job of one task per folder.
-        "spark.sql.sources.parallelPartitionDiscovery.threshold": "1000000",
         "spark.driver.extraJavaOptions": f"{java} {_logging_options(configured)}",
     }
+    return {**conf, **local_fs_config(configured)}
+
+
+def local_fs_config(configured: Settings, executors: bool = False) -> dict[str, str]:
+    """The project's local file system, for a lake on this machine's disk, once scripts/setup.sh has built its jar:
+    the driver's, and with `executors` (a cluster on this machine) its executors' too."""
     local_fs = Path(configured.delta_jars_dir) / LOCAL_FS_JAR
-    if local_fs.exists():
-        # Without it, every file and day folder written costs a `chmod` child process, every Delta commit a `readlink`
-        # (see the Java source). On the driver's class path, not in spark.jars: spark-submit uses the file system
-        # before it loads those.
-        conf["spark.driver.extraClassPath"] = str(local_fs)
-        conf["spark.hadoop.fs.file.impl"] = LOCAL_FS_CLASS
-        conf["spark.hadoop.fs.AbstractFileSystem.file.impl"] = LOCAL_FS_CONTEXT_CLASS
-    return conf
+    if not local_fs.exists():
+        return {}
+    # Without it, every file and day folder written costs a `chmod` child process, every Delta commit a `readlink`
+    # (see the Java source). On the class path, not in spark.jars: spark-submit uses the file system before it loads
+    # those.
+    return {
+        "spark.driver.extraClassPath": str(local_fs),
+        **({"spark.executor.extraClassPath": str(local_fs)} if executors else {}),
+        "spark.hadoop.fs.file.impl": LOCAL_FS_CLASS,
+        "spark.hadoop.fs.AbstractFileSystem.file.impl": LOCAL_FS_CONTEXT_CLASS,
+    }
+
+
+def local_fs_submit_args() -> list[str]:
+    """local_fs_config as spark-submit arguments, for the Connect server of scripts/spark-cluster.sh."""
+    return [arg for key, value in local_fs_config(settings(), executors=True).items() for arg in ("--conf", f"{key}={value}")]
 
 
 def spark_config(configured: Settings | None = None, short_runs: bool = False) -> dict[str, str]:
@@ -76,6 +88,10 @@ def spark_config(configured: Settings | None = None, short_runs: bool = False) -
         "spark.sql.legacy.parquet.nanosAsLong": "true",
         # Delta's default of 50 tasks to replay a table's log is built for clusters.
         "spark.databricks.delta.snapshotPartitions": "2",
+        # List folders on the driver, which sees the lake's file system: above 32 folders Spark lists them with a job
+        # of one task per folder, and the landing has a folder per batch. Over Connect the server lists again for every
+        # request that analyzes a read of the landing (its files, caching it, dropping its cache).
+        "spark.sql.sources.parallelPartitionDiscovery.threshold": "1000000",
     }
     configured = configured or settings()
     if configured.spark_remote:

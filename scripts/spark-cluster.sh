@@ -6,7 +6,9 @@
 #   bash scripts/spark-cluster.sh start|stop|status
 #
 # Pid and log files in .cluster/ (git-ignored). Ports: SPARK_MASTER_PORT [7077], SPARK_MASTER_WEBUI_PORT [8080],
-# SPARK_WORKER_WEBUI_PORT [8081], SPARK_CONNECT_PORT [15002]; SPARK_WORKER_CORES [2], SPARK_WORKER_MEMORY [8g].
+# SPARK_WORKER_WEBUI_PORT [8081], SPARK_CONNECT_PORT [15002]; SPARK_WORKER_CORES [2], SPARK_WORKER_MEMORY [8g];
+# the Connect server's driver SPARK_CONNECT_DRIVER_MEMORY [2g], its executor SPARK_EXECUTOR_MEMORY [4g] (Spark's
+# defaults of 1g each are for a laptop, not for a backfill's year of TPC-H SF1 line items cached between checks).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -63,11 +65,18 @@ start() {
   wait_for_port worker "$WORKER_UI_PORT" 60
   # The Connect server's application: the Delta jars (shipped to the executors), Delta's SQL extension and catalog,
   # and the project's session settings (UTC dates, Parquet nanosecond timestamps as numbers).
+  # The lake is on this machine's disk, which the server's driver and its executor write: the project's local file
+  # system, as local mode uses (resources/spark.py), when scripts/setup.sh has built it.
+  local_fs=()
+  mapfile -t local_fs < <(.venv/bin/python -c 'from resources.spark import local_fs_submit_args; import sys; sys.stdout.writelines(a + "\n" for a in local_fs_submit_args())')
   launch connect "$SPARK_HOME/bin/spark-submit" \
+    "${local_fs[@]}" \
     --class org.apache.spark.sql.connect.service.SparkConnectServer \
     --master "spark://$HOST:$MASTER_PORT" \
     --name exact-backfills-connect \
     --jars "$delta_jars" \
+    --driver-memory "${SPARK_CONNECT_DRIVER_MEMORY:-2g}" \
+    --conf spark.executor.memory="${SPARK_EXECUTOR_MEMORY:-4g}" \
     --conf spark.driver.host="$HOST" \
     --driver-java-options "$LOG4J" \
     --conf spark.executor.extraJavaOptions="$LOG4J" \
