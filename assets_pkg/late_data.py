@@ -92,8 +92,7 @@ class LandedItems:
     staged: DataFrame
 
     def release(self) -> None:
-        self.rows.unpersist()
-        self.staged.unpersist()
+        self.rows.unpersist()  # `staged`, a checkpoint, is freed with its DataFrame
 
 
 @dataclass
@@ -156,14 +155,15 @@ def _order_item_changes(
         valid, rejected = quarantine.split(candidates, first_day(), last_day())
         new = valid.select(*ORDER_ITEM_VERSION_COLUMNS).withColumn("_published", F.lit(False))
         # Staging is scanned whole (a correction may carry another order date) but once: the staged rows of the
-        # landed keys are kept for the comparison, the old days and the restatement's staging build.
+        # landed keys are kept for the comparison, the old days and the restatement's staging build. Checkpointed,
+        # not cached: Spark recomputes a cached read of a table after every write to that table, and every table the
+        # restatement writes after staging is built on these rows, so each write would scan staging whole again.
         staged = (
             read_table(spark, STG_ORDER_ITEMS)
             .join(new.select(*ORDER_ITEM_KEY).distinct(), ORDER_ITEM_KEY, "left_semi")
             .select(*ORDER_ITEM_VERSION_COLUMNS)
-            .persist()
+            .localCheckpoint()
         )
-        cached.append(staged)
         published = staged.withColumn("_published", F.lit(True))
         # The published version wins a tie with an identical landed row: re-reading a batch changes nothing.
         winners = transforms.latest_versions(
@@ -183,7 +183,6 @@ def _order_item_changes(
         landed = LandedItems(batches, candidates, staged) if keep else None
         if landed:
             cached.remove(candidates)
-            cached.remove(staged)
         return candidates.agg(F.max("ingested_at")).first()[0], landed
     finally:
         for df in cached:
