@@ -40,7 +40,7 @@ ROWS = [
     ("idle_commits", "Delta commits it made", "0"),
     ("sensor_idle_rewritten_partitions", "days the sensor's first restatement after the backfill rewrote", "0"),
     ("landed_to_published_s", "a late batch landed until the sensor's restatement published it", "≤ 60 s"),
-    ("peak_memory_mb", "peak memory of every process (MB)", ""),
+    ("peak_memory_mb", "peak memory of every process, the cluster's services included (MB)", ""),
     ("delta_commits", "Delta commits, every table", ""),
     ("files_written", "data files in the lake", ""),
 ]

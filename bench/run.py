@@ -11,11 +11,11 @@ Each step in its own process, as users run them:
              the same landing with the same transforms, written by day to Delta: no checks, no orchestration. What
              the data costs.
   backfill   `dagster dev`, then a backfill of every asset over every day launched with the GraphQL mutation the UI's
-             dialog sends, with the configured chunk size (BACKFILL_MAX_PARTITIONS_PER_RUN, default 31), timed from
+             dialog sends, with the configured chunk size (BACKFILL_MAX_PARTITIONS_PER_RUN, default 366), timed from
              launch to completion. Split into the runs' own time and the daemon loop's (the rest).
   landed     the sensor's first restatement after the backfill (nothing new: it must rewrite nothing), then a batch
-             correcting one old day landed while `dagster dev` runs: seconds until the sensor's restatement has
-             published it, with the sensor's default interval.
+             correcting one old day landed while `dagster dev` runs: seconds from its files being in the landing
+             until the sensor's restatement has published it, with the sensor's default interval.
   short      `backfill` of 31 built days (fewer with --days) in one run from the command line, in its own process as a
              run is: with the backfill's runs, a run's fixed cost and its cost per day (what the default chunk is
              chosen from)
@@ -46,10 +46,12 @@ FIRST_DAY, TPCH_LAST_DAY = date(1992, 1, 1), date(1998, 8, 2)
 
 
 class PeakMemory:
-    """Peak resident memory of this process and all its descendants (Python, JVMs, dagster dev), sampled."""
+    """Peak resident memory of this process and all its descendants (Python, JVMs, dagster dev), sampled; with
+    `services`, of those processes and their descendants too (the cluster profile's Spark and PostgreSQL)."""
 
-    def __init__(self, interval: float = 0.5):
+    def __init__(self, interval: float = 0.5, services: list[int] = ()):
         self.peak_mb, self._stop = 0.0, threading.Event()
+        self._roots = [os.getpid(), *services]
         self._thread = threading.Thread(target=self._run, args=(interval,), daemon=True)
         self._thread.start()
 
@@ -57,16 +59,14 @@ class PeakMemory:
         while not self._stop.wait(interval):
             self.peak_mb = max(self.peak_mb, self._tree_rss_mb())
 
-    @staticmethod
-    def _tree_rss_mb() -> float:
+    def _tree_rss_mb(self) -> float:
         out = subprocess.run(["ps", "-eo", "pid=,ppid=,rss="], capture_output=True, text=True).stdout
         procs = [tuple(int(x) for x in line.split()) for line in out.splitlines() if line.strip()]
         children: dict[int, list[tuple[int, int]]] = {}
         for pid, ppid, rss in procs:
             children.setdefault(ppid, []).append((pid, rss))
-        total, stack = 0, [os.getpid()]
         own = {pid: rss for pid, _, rss in procs}
-        total += own.get(os.getpid(), 0)
+        total, stack = sum(own.get(pid, 0) for pid in self._roots), list(self._roots)
         while stack:
             for pid, rss in children.get(stack.pop(), []):
                 total += rss
@@ -182,6 +182,13 @@ class Bench:
         return {"delta_commits": commits, "files_written": files}
 
 
+def _service_pids() -> list[int]:
+    """The cluster profile's long-lived processes: Spark's master, worker (its executors are its children) and
+    Connect server, PostgreSQL's server (its backends are its children) and PgBouncer."""
+    files = [*(REPO / ".cluster").glob("*.pid"), REPO / ".postgres" / "pgbouncer.pid", REPO / ".postgres" / "data" / "postmaster.pid"]
+    return [int(f.read_text().split()[0]) for f in files if f.exists()]
+
+
 def _cluster_profile() -> dict[str, str]:
     """The production profile's services (scripts/cluster-profile.sh), with a PostgreSQL database of the bench's own."""
     env_file = REPO / ".cluster" / "profile.env"
@@ -248,7 +255,7 @@ def main() -> int:
     lake = Path(args.lake or tempfile.mkdtemp(prefix="bench-"))
     lake.mkdir(parents=True, exist_ok=True)
     bench = Bench(lake, FIRST_DAY, last, args.profile)
-    memory = PeakMemory()
+    memory = PeakMemory(services=_service_pids() if args.profile == "cluster" else [])
     me = str(Path(__file__).resolve())
     from resources.settings import ENVIRONMENT
 
@@ -293,10 +300,11 @@ def main() -> int:
         bench.spark_apps += 1
         result["sensor_idle_rewritten_partitions"] = _restated_partitions(bench, first["runId"])
 
-        # A correction of one old day, landed while the daemon runs: until the sensor's restatement has published it.
+        # A correction of one old day, landed while the daemon runs: from the moment its batch is in the landing (the
+        # process writing it has ended) until the sensor's restatement has published it.
         old_day = (last - timedelta(days=min(30, result["days"] // 4))).isoformat()
-        t0 = time.monotonic()
         bench.run(me, "--scale", str(args.scale), "--out", "-", "--step", "land-corrections", "--step-days", old_day)
+        t0 = time.monotonic()
         bench.restatement(dev, landing_state())
         bench.spark_apps += 1
         step("landed_to_published_s", time.monotonic() - t0)
