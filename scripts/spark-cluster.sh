@@ -67,8 +67,8 @@ start() {
   # and the project's session settings (UTC dates, Parquet nanosecond timestamps as numbers).
   # The lake is on this machine's disk, which the server's driver and its executor write: the project's local file
   # system, as local mode uses (resources/spark.py), when scripts/setup.sh has built it.
-  local_fs=()
-  mapfile -t local_fs < <(.venv/bin/python -c 'from resources.spark import local_fs_submit_args; import sys; sys.stdout.writelines(a + "\n" for a in local_fs_submit_args())')
+  mapfile -t local_fs < <(.venv/bin/python -c \
+    'import sys; from resources.spark import local_fs_submit_args; sys.stdout.writelines(a + "\n" for a in local_fs_submit_args())')
   launch connect "$SPARK_HOME/bin/spark-submit" \
     "${local_fs[@]}" \
     --class org.apache.spark.sql.connect.service.SparkConnectServer \
