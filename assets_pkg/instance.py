@@ -1,7 +1,9 @@
-"""The Dagster instance: the project's `dagster.yaml`, with runs, events and schedules in PostgreSQL when
-DAGSTER_POSTGRES_URL is set (`dagster-postgres.yaml` appended), in DAGSTER_HOME; and, before a command starts, that
-the services it needs (Spark Connect, PostgreSQL) answer, so a service that is down is named within seconds."""
+"""The Dagster instance: the project's `dagster.yaml`, with runs, events and schedules in SQLite files in
+DAGSTER_HOME or, when DAGSTER_POSTGRES_URL is set, in PostgreSQL (`dagster-postgres.yaml` appended); and, before a
+command starts, that the services it needs (Spark Connect, PostgreSQL) answer, so a service that is down is named
+within seconds."""
 
+import json
 import os
 import socket
 from pathlib import Path
@@ -17,11 +19,21 @@ WRITTEN_BY = "# Written by exact-backfills from the repository's dagster.yaml: e
 EARLIER_COPY = "# Instance settings copied into $DAGSTER_HOME"
 
 
-def config_text() -> str:
+# Runs and schedules keep Dagster's defaults; the event log is named for its class (written with the home's path).
+SQLITE_EVENT_LOG = """# Events in Dagster's SQLite files, where Dagster keeps them by default; slot claims atomic (dagster_private.py).
+event_log_storage:
+  module: assets_pkg.dagster_private
+  class: AtomicClaimSqliteEventLogStorage
+  config:
+    base_dir: {base_dir}
+"""
+
+
+def config_text(home: Path) -> str:
     text = WRITTEN_BY + (REPO_ROOT / "dagster.yaml").read_text()
     if os.environ.get(POSTGRES_URL):
-        text += (REPO_ROOT / "dagster-postgres.yaml").read_text()
-    return text
+        return text + (REPO_ROOT / "dagster-postgres.yaml").read_text()
+    return text + SQLITE_EVENT_LOG.format(base_dir=json.dumps(str(home.resolve() / "history" / "runs")))
 
 
 def write_config(home: Path | str | None = None) -> Path:
@@ -29,7 +41,7 @@ def write_config(home: Path | str | None = None) -> Path:
     home = Path(home or os.environ.setdefault("DAGSTER_HOME", str(REPO_ROOT / ".dagster_home")))
     home.mkdir(parents=True, exist_ok=True)
     path = home / "dagster.yaml"
-    text = config_text()
+    text = config_text(home)
     current = path.read_text() if path.exists() else None
     if current is None or (current.startswith((WRITTEN_BY, EARLIER_COPY)) and current != text):
         path.write_text(text)

@@ -14,6 +14,7 @@ from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 
 from assets_pkg.automation import LANDING_STATE_TAG, RESTATE_JOB, landing_state
 from assets_pkg.checks import day_fingerprints
+from assets_pkg.dagster_private import AtomicClaimPostgresEventLogStorage
 from assets_pkg.instance import write_config
 from assets_pkg.publish import CLI_BACKFILL_TAG
 from assets_pkg.tables import DAY_COLUMN, FACT_ORDER_ITEM, PUBLISH_ORDER, QUARANTINE_ORDER_ITEMS, STG_ORDER_ITEMS
@@ -21,6 +22,7 @@ from resources.delta_io import read_days, read_table
 from resources.lake import REPO_ROOT, table_path
 from tests.conftest import duplicate_keys, environment, from_scratch, rows, versions
 from tests.late_batches import assert_rewrote_exactly, land_batch, next_batch_day, snapshot, three_corrected_and_two_late_days
+from tests.test_dagster_private import POOL, assert_one_holds_the_slot_and_the_other_gets_it_next
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 
@@ -69,6 +71,15 @@ def profile(tmp_path_factory):
             _script("spark-cluster.sh", "stop", check=False)
         if postgres_started:
             _script("postgres.sh", "stop", check=False)
+
+
+def test_of_two_processes_claiming_the_lake_writes_slot_at_once_on_postgresql_one_holds_it_the_other_waits(profile):
+    _, instance = profile
+    storage = instance.event_log_storage
+    assert isinstance(storage, AtomicClaimPostgresEventLogStorage)
+    storage.initialize_concurrency_limit_to_default(POOL)
+    with DagsterInstance.get() as other:  # another process's storage: connections of its own
+        assert_one_holds_the_slot_and_the_other_gets_it_next(storage, other.event_log_storage)
 
 
 def content(spark) -> tuple[dict, dict]:

@@ -1,6 +1,8 @@
 """The names assets_pkg/dagster_private.py takes from Dagster's private modules still exist and still mean what the
 project relies on. When one of these fails, Dagster changed it: look for the public API that replaces it."""
 
+import uuid
+
 from dagster import (
     AssetExecutionContext,
     AssetObservation,
@@ -72,3 +74,111 @@ def test_each_beta_or_preview_api_the_project_silences_still_warns():
                 warnings.simplefilter("always")
                 uses[name]()
             assert any(issubclass(w.category, category) and name in str(w.message) for w in caught), name
+
+
+POOL, STEP = "lake_writes", "publish_tables"
+
+
+def _instance(home, storage: str):
+    """An instance in `home` with the project's configuration ("project") or Dagster's default storage ("dagster")."""
+    from assets_pkg.instance import write_config
+
+    if storage == "project":
+        write_config(home)
+    else:
+        home.mkdir(parents=True, exist_ok=True)
+        (home / "dagster.yaml").write_text("concurrency:\n  pools:\n    default_limit: 1\n")
+    instance = DagsterInstance.from_config(str(home))
+    instance.event_log_storage.initialize_concurrency_limit_to_default(POOL)
+    return instance
+
+
+def claim_while_a_rival_takes_the_slot(storage, rival) -> tuple[bool, str, str]:
+    """Claim the pool's one slot for a run of our own, while a rival (another process's storage) takes it between our
+    select of the free slot row and our update of it: the moment two processes claiming at once meet. Returns
+    whether ours was told it holds the slot, our run id and the rival's."""
+    import sqlalchemy
+    from dagster._utils.concurrency import ConcurrencySlotStatus
+
+    our_run, rival_run, armed = str(uuid.uuid4()), str(uuid.uuid4()), [True]
+
+    def before_execute(conn, cursor, statement, *args):
+        if armed and statement.lstrip().upper().startswith("UPDATE CONCURRENCY_SLOTS"):
+            armed.clear()
+            # The rival's step was assigned a slot too (both saw one free): it goes straight to the slot row.
+            assert rival._claim_concurrency_slot(POOL, rival_run, STEP) == ConcurrencySlotStatus.CLAIMED
+
+    sqlalchemy.event.listen(sqlalchemy.engine.Engine, "before_cursor_execute", before_execute)
+    try:
+        ours = storage.claim_concurrency_slot(POOL, our_run, STEP).is_claimed
+    finally:
+        sqlalchemy.event.remove(sqlalchemy.engine.Engine, "before_cursor_execute", before_execute)
+    assert not armed, "the claim never updated a slot row: Dagster claims differently now"
+    return ours, our_run, rival_run
+
+
+def test_dagsters_own_claim_lets_two_processes_hold_the_one_slot_of_a_pool(tmp_path):
+    """Why assets_pkg/dagster_private.py replaces Dagster's claim. When this fails, Dagster's claim is atomic: the
+    AtomicClaim classes and their lines in dagster.yaml and dagster-postgres.yaml go."""
+    storage = _instance(tmp_path / "a", "dagster").event_log_storage
+    rival = DagsterInstance.from_config(str(tmp_path / "a")).event_log_storage
+    ours, _, rival_run = claim_while_a_rival_takes_the_slot(storage, rival)
+    assert ours, "Dagster's claim no longer lets two in"
+    assert [s.run_id for s in storage.get_concurrency_info(POOL).claimed_slots] != [rival_run]
+
+
+def test_of_two_processes_claiming_the_lake_writes_slot_at_once_one_holds_it_and_the_other_waits_for_it(tmp_path):
+    from assets_pkg.dagster_private import AtomicClaimSqliteEventLogStorage
+
+    instance = _instance(tmp_path / "home", "project")
+    storage = instance.event_log_storage
+    assert isinstance(storage, AtomicClaimSqliteEventLogStorage)
+    rival = DagsterInstance.from_config(str(tmp_path / "home")).event_log_storage
+    assert_one_holds_the_slot_and_the_other_gets_it_next(storage, rival)
+
+
+def assert_one_holds_the_slot_and_the_other_gets_it_next(storage, rival) -> None:
+    ours, our_run, rival_run = claim_while_a_rival_takes_the_slot(storage, rival)
+    assert not ours
+    assert [s.run_id for s in storage.get_concurrency_info(POOL).claimed_slots] == [rival_run]
+    # Once the rival's step ends, ours gets the slot as Dagster's executor asks again.
+    rival.free_concurrency_slot_for_step(rival_run, STEP)
+    assert storage.claim_concurrency_slot(POOL, our_run, STEP).is_claimed
+    assert [s.run_id for s in storage.get_concurrency_info(POOL).claimed_slots] == [our_run]
+    storage.free_concurrency_slot_for_step(our_run, STEP)
+
+
+def _claim_at_each_barrier(home: str, barrier, results, trials: int) -> None:
+    """A process of its own claiming the pool's slot once per trial, at the instant the other process does."""
+    storage = DagsterInstance.from_config(home).event_log_storage
+    for _ in range(trials):
+        run_id = str(uuid.uuid4())
+        barrier.wait()
+        results.put((run_id, storage.claim_concurrency_slot(POOL, run_id, STEP).is_claimed))
+        barrier.wait()  # the parent counts and frees the slot before the next trial
+
+
+def test_two_processes_claiming_the_lake_writes_slot_at_the_same_instant_never_both_hold_it(tmp_path):
+    import multiprocessing
+
+    trials = 30
+    instance = _instance(tmp_path / "home", "project")
+    context = multiprocessing.get_context("spawn")
+    barrier, results = context.Barrier(3), context.Queue()
+    workers = [context.Process(target=_claim_at_each_barrier, args=(str(tmp_path / "home"), barrier, results, trials))
+               for _ in range(2)]
+    for worker in workers:
+        worker.start()
+    holders = []
+    try:
+        for _ in range(trials):
+            barrier.wait(timeout=60)
+            claims = [results.get(timeout=60) for _ in workers]
+            holders.append(sum(claimed for _, claimed in claims))
+            for run_id, _ in claims:
+                instance.event_log_storage.free_concurrency_slots_for_run(run_id)
+            barrier.wait(timeout=60)
+    finally:
+        for worker in workers:
+            worker.join(timeout=60)
+    assert holders == [1] * trials
