@@ -19,7 +19,8 @@ WRITTEN_BY = "# Written by exact-backfills from the repository's dagster.yaml: e
 EARLIER_COPY = "# Instance settings copied into $DAGSTER_HOME"
 
 
-# Runs and schedules keep Dagster's defaults; the event log is named for its class (written with the home's path).
+# Runs and schedules keep Dagster's defaults; the event log is named for its class, with the home's path (rewritten by
+# every entry point: setup.sh, demo.sh, the command line, so a moved home is followed).
 SQLITE_EVENT_LOG = """# Events in Dagster's SQLite files, where Dagster keeps them by default; slot claims atomic (dagster_private.py).
 event_log_storage:
   module: assets_pkg.dagster_private

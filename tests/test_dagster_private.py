@@ -117,6 +117,29 @@ def claim_while_a_rival_takes_the_slot(storage, rival) -> tuple[bool, str, str]:
     return ours, our_run, rival_run
 
 
+# The digest of Dagster's claim as the project's replaces it: a Dagster release that changes it makes
+# test_the_claim_the_project_replaces_is_still_dagsters_of_1_13 fail, so the replacement is read again against it.
+DAGSTERS_CLAIM_SHA256 = "7628812bbe08bc3e"
+
+
+def test_the_claim_the_project_replaces_is_still_dagsters_of_1_13():
+    import hashlib
+    import inspect
+
+    from dagster._core.storage.event_log.sql_event_log import SqlEventLogStorage
+
+    from assets_pkg.dagster_private import AtomicClaimPostgresEventLogStorage, AtomicClaimSqliteEventLogStorage
+
+    source = inspect.getsource(SqlEventLogStorage._claim_concurrency_slot)
+    assert hashlib.sha256(source.encode()).hexdigest()[:16] == DAGSTERS_CLAIM_SHA256, (
+        "Dagster changed its slot claim: compare it with assets_pkg/dagster_private.py's, then update the digest")
+    assert "self._claim_concurrency_slot(" in inspect.getsource(SqlEventLogStorage.claim_concurrency_slot)
+    for storage in (AtomicClaimSqliteEventLogStorage, AtomicClaimPostgresEventLogStorage):
+        # Only the project's mixin and Dagster's SQL base define it: no storage class in between overrides it.
+        assert [c.__name__ for c in storage.__mro__ if "_claim_concurrency_slot" in c.__dict__] == [
+            "_AtomicSlotClaim", "SqlEventLogStorage"]
+
+
 def test_dagsters_own_claim_lets_two_processes_hold_the_one_slot_of_a_pool(tmp_path):
     """Why assets_pkg/dagster_private.py replaces Dagster's claim. When this fails, Dagster's claim is atomic: the
     AtomicClaim classes and their lines in dagster.yaml and dagster-postgres.yaml go."""
@@ -139,13 +162,16 @@ def test_of_two_processes_claiming_the_lake_writes_slot_at_once_one_holds_it_and
 
 def assert_one_holds_the_slot_and_the_other_gets_it_next(storage, rival) -> None:
     ours, our_run, rival_run = claim_while_a_rival_takes_the_slot(storage, rival)
-    assert not ours
-    assert [s.run_id for s in storage.get_concurrency_info(POOL).claimed_slots] == [rival_run]
-    # Once the rival's step ends, ours gets the slot as Dagster's executor asks again.
-    rival.free_concurrency_slot_for_step(rival_run, STEP)
-    assert storage.claim_concurrency_slot(POOL, our_run, STEP).is_claimed
-    assert [s.run_id for s in storage.get_concurrency_info(POOL).claimed_slots] == [our_run]
-    storage.free_concurrency_slot_for_step(our_run, STEP)
+    try:
+        assert not ours
+        assert [s.run_id for s in storage.get_concurrency_info(POOL).claimed_slots] == [rival_run]
+        # Once the rival's step ends, ours gets the slot as Dagster's executor asks again.
+        rival.free_concurrency_slot_for_step(rival_run, STEP)
+        assert storage.claim_concurrency_slot(POOL, our_run, STEP).is_claimed
+        assert [s.run_id for s in storage.get_concurrency_info(POOL).claimed_slots] == [our_run]
+    finally:  # the pool as it was, whatever failed: the instance's other runs need its slot
+        for run_id in (our_run, rival_run):
+            storage.free_concurrency_slots_for_run(run_id)
 
 
 def _claim_at_each_barrier(home: str, barrier, results, trials: int) -> None:
@@ -165,8 +191,8 @@ def test_two_processes_claiming_the_lake_writes_slot_at_the_same_instant_never_b
     instance = _instance(tmp_path / "home", "project")
     context = multiprocessing.get_context("spawn")
     barrier, results = context.Barrier(3), context.Queue()
-    workers = [context.Process(target=_claim_at_each_barrier, args=(str(tmp_path / "home"), barrier, results, trials))
-               for _ in range(2)]
+    workers = [context.Process(target=_claim_at_each_barrier, args=(str(tmp_path / "home"), barrier, results, trials),
+                               daemon=True) for _ in range(2)]
     for worker in workers:
         worker.start()
     holders = []
@@ -179,6 +205,9 @@ def test_two_processes_claiming_the_lake_writes_slot_at_the_same_instant_never_b
                 instance.event_log_storage.free_concurrency_slots_for_run(run_id)
             barrier.wait(timeout=60)
     finally:
+        barrier.abort()  # a worker still waiting fails instead of waiting for good
         for worker in workers:
             worker.join(timeout=60)
+            if worker.is_alive():
+                worker.terminate()
     assert holders == [1] * trials

@@ -179,9 +179,12 @@ def test_the_instance_is_on_postgresql_exactly_when_its_url_is_set_and_a_users_o
 
     monkeypatch.delenv(POSTGRES_URL, raising=False)
     written = write_config(tmp_path / "home")
-    assert "postgres" not in written.read_text() and "lake_writes" in written.read_text()
+    assert "postgres_url" not in written.read_text() and "lake_writes" in written.read_text()
+    assert "class: AtomicClaimSqliteEventLogStorage" in written.read_text()
     monkeypatch.setenv(POSTGRES_URL, "postgresql+psycopg2://dagster@127.0.0.1:55432/dagster")
-    assert "postgres_url:\n      env: DAGSTER_POSTGRES_URL" in write_config(tmp_path / "home").read_text()
+    on_postgres = write_config(tmp_path / "home").read_text()
+    assert "postgres_url:\n      env: DAGSTER_POSTGRES_URL" in on_postgres
+    assert "class: AtomicClaimPostgresEventLogStorage" in on_postgres and "AtomicClaimSqlite" not in on_postgres
     own = tmp_path / "own"
     own.mkdir()
     (own / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
