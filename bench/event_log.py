@@ -39,13 +39,13 @@ from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PART
 warnings.filterwarnings("ignore")  # partitioned checks and BackfillPolicy are preview/beta in Dagster 1.13
 
 STORAGE_LABELS = {
-    "sharded": "Dagster's SQLite default, what the embedded profile keeps",
+    "sharded": "Dagster's SQLite default, whose event writes the embedded profile keeps",
     "consolidated": "one SQLite file, a private class path: not used",
     "postgres": "DAGSTER_POSTGRES_URL as given: through PgBouncer with scripts/postgres.sh",
     "postgres-direct": "the same PostgreSQL, without PgBouncer",
 }
 STORAGES = {
-    "sharded": None,  # Dagster's default, what the project's dagster.yaml keeps: one SQLite file per run plus an index
+    "sharded": None,  # Dagster's default, whose event writes the project's instance keeps: a SQLite file per run and an index
     "consolidated": ("dagster._core.storage.event_log", "ConsolidatedSqliteEventLogStorage"),  # one SQLite file
     "postgres": "postgres",  # the production profile's: DAGSTER_POSTGRES_URL (scripts/postgres.sh start)
     "postgres-direct": "postgres",  # DAGSTER_POSTGRES_DIRECT_URL: the server's own port, no PgBouncer
