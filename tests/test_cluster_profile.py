@@ -12,6 +12,7 @@ from datetime import date, timedelta
 import pytest
 from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 
+from assets_pkg.assets import LAKE_WRITES_POOL
 from assets_pkg.automation import LANDING_STATE_TAG, RESTATE_JOB, landing_state
 from assets_pkg.checks import day_fingerprints
 from assets_pkg.dagster_private import AtomicClaimPostgresEventLogStorage
@@ -22,7 +23,7 @@ from resources.delta_io import read_days, read_table
 from resources.lake import REPO_ROOT, table_path
 from tests.conftest import duplicate_keys, environment, from_scratch, rows, versions
 from tests.late_batches import assert_rewrote_exactly, land_batch, next_batch_day, snapshot, three_corrected_and_two_late_days
-from tests.test_dagster_private import POOL, assert_one_holds_the_slot_and_the_other_gets_it_next
+from tests.test_dagster_private import assert_one_holds_the_slot_and_the_other_gets_it_next
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 
@@ -77,7 +78,7 @@ def test_of_two_processes_claiming_the_lake_writes_slot_at_once_on_postgresql_on
     _, instance = profile
     storage = instance.event_log_storage
     assert isinstance(storage, AtomicClaimPostgresEventLogStorage)
-    storage.initialize_concurrency_limit_to_default(POOL)
+    storage.initialize_concurrency_limit_to_default(LAKE_WRITES_POOL)
     with DagsterInstance.get() as other:  # another process's storage: connections of its own
         assert_one_holds_the_slot_and_the_other_gets_it_next(storage, other.event_log_storage)
 

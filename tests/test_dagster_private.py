@@ -14,6 +14,7 @@ from dagster import (
     define_asset_job,
 )
 
+from assets_pkg.assets import LAKE_WRITES_POOL, PUBLISH_STEP
 from assets_pkg.dagster_private import (
     ASSET_PARTITION_RANGE_END_TAG,
     ASSET_PARTITION_RANGE_START_TAG,
@@ -76,8 +77,6 @@ def test_each_beta_or_preview_api_the_project_silences_still_warns():
             assert any(issubclass(w.category, category) and name in str(w.message) for w in caught), name
 
 
-POOL, STEP = "lake_writes", "publish_tables"
-
 
 def _instance(home, storage: str):
     """An instance in `home` with the project's configuration ("project") or Dagster's default storage ("dagster")."""
@@ -89,7 +88,7 @@ def _instance(home, storage: str):
         home.mkdir(parents=True, exist_ok=True)
         (home / "dagster.yaml").write_text("concurrency:\n  pools:\n    default_limit: 1\n")
     instance = DagsterInstance.from_config(str(home))
-    instance.event_log_storage.initialize_concurrency_limit_to_default(POOL)
+    instance.event_log_storage.initialize_concurrency_limit_to_default(LAKE_WRITES_POOL)
     return instance
 
 
@@ -106,11 +105,12 @@ def claim_while_a_rival_takes_the_slot(storage, rival) -> tuple[bool, str, str]:
         if armed and statement.lstrip().upper().startswith("UPDATE CONCURRENCY_SLOTS"):
             armed.clear()
             # The rival's step was assigned a slot too (both saw one free): it goes straight to the slot row.
-            assert rival._claim_concurrency_slot(POOL, rival_run, STEP) == ConcurrencySlotStatus.CLAIMED
+            taken = rival._claim_concurrency_slot(LAKE_WRITES_POOL, rival_run, PUBLISH_STEP)
+            assert taken == ConcurrencySlotStatus.CLAIMED
 
     sqlalchemy.event.listen(sqlalchemy.engine.Engine, "before_cursor_execute", before_execute)
     try:
-        ours = storage.claim_concurrency_slot(POOL, our_run, STEP).is_claimed
+        ours = storage.claim_concurrency_slot(LAKE_WRITES_POOL, our_run, PUBLISH_STEP).is_claimed
     finally:
         sqlalchemy.event.remove(sqlalchemy.engine.Engine, "before_cursor_execute", before_execute)
     assert not armed, "the claim never updated a slot row: Dagster claims differently now"
@@ -147,7 +147,7 @@ def test_dagsters_own_claim_lets_two_processes_hold_the_one_slot_of_a_pool(tmp_p
     rival = DagsterInstance.from_config(str(tmp_path / "a")).event_log_storage
     ours, _, rival_run = claim_while_a_rival_takes_the_slot(storage, rival)
     assert ours, "Dagster's claim no longer lets two in"
-    assert [s.run_id for s in storage.get_concurrency_info(POOL).claimed_slots] != [rival_run]
+    assert [s.run_id for s in storage.get_concurrency_info(LAKE_WRITES_POOL).claimed_slots] != [rival_run]
 
 
 def test_of_two_processes_claiming_the_lake_writes_slot_at_once_one_holds_it_and_the_other_waits_for_it(tmp_path):
@@ -164,11 +164,11 @@ def assert_one_holds_the_slot_and_the_other_gets_it_next(storage, rival) -> None
     ours, our_run, rival_run = claim_while_a_rival_takes_the_slot(storage, rival)
     try:
         assert not ours
-        assert [s.run_id for s in storage.get_concurrency_info(POOL).claimed_slots] == [rival_run]
+        assert [s.run_id for s in storage.get_concurrency_info(LAKE_WRITES_POOL).claimed_slots] == [rival_run]
         # Once the rival's step ends, ours gets the slot as Dagster's executor asks again.
-        rival.free_concurrency_slot_for_step(rival_run, STEP)
-        assert storage.claim_concurrency_slot(POOL, our_run, STEP).is_claimed
-        assert [s.run_id for s in storage.get_concurrency_info(POOL).claimed_slots] == [our_run]
+        rival.free_concurrency_slot_for_step(rival_run, PUBLISH_STEP)
+        assert storage.claim_concurrency_slot(LAKE_WRITES_POOL, our_run, PUBLISH_STEP).is_claimed
+        assert [s.run_id for s in storage.get_concurrency_info(LAKE_WRITES_POOL).claimed_slots] == [our_run]
     finally:  # the pool as it was, whatever failed: the instance's other runs need its slot
         for run_id in (our_run, rival_run):
             storage.free_concurrency_slots_for_run(run_id)
@@ -180,7 +180,7 @@ def _claim_at_each_barrier(home: str, barrier, results, trials: int) -> None:
     for _ in range(trials):
         run_id = str(uuid.uuid4())
         barrier.wait()
-        results.put((run_id, storage.claim_concurrency_slot(POOL, run_id, STEP).is_claimed))
+        results.put((run_id, storage.claim_concurrency_slot(LAKE_WRITES_POOL, run_id, PUBLISH_STEP).is_claimed))
         barrier.wait()  # the parent counts and frees the slot before the next trial
 
 
