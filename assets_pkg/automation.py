@@ -3,6 +3,8 @@ commit per table), a sensor that launches it when a batch lands, and a preview j
 landed day's data version) and shows the days a restatement would rewrite as failing up_to_date_with_landing checks."""
 
 import os
+from collections.abc import Iterator
+from typing import Any
 
 from dagster import (
     AssetCheckEvaluation,
@@ -22,46 +24,50 @@ from dagster import (
     RunsFilter,
     SensorEvaluationContext,
     SkipReason,
+    asset_check,
     define_asset_job,
     in_process_executor,
     job,
     observable_source_asset,
     op,
-    asset_check,
     sensor,
 )
 from dagster_pyspark import LazyPySparkResource
 from pyspark.sql import SparkSession
 
 from assets_pkg import checks, landing, late_data, liveness, recording
+from assets_pkg.assets import all_assets_job, failed_publication
+from assets_pkg.dagster_names import (
+    ALL_ASSETS_JOB,
+    LAKE_WRITES_POOL,
+    LANDING_STATE_TAG,
+    PREVIEW_JOB,
+    PROCESS_TAG,
+    PUBLISHED_NOTHING,
+    PUBLISHED_TAG,
+    REPAIR_OF_TAG,
+    RESTATE_JOB,
+    RESTATE_OP,
+)
 from assets_pkg.dagster_private import (
     ASSET_PARTITION_RANGE_END_TAG,
     ASSET_PARTITION_RANGE_START_TAG,
     DATA_VERSION_TAG,
+    IMPLICIT_ASSET_JOB_NAME,
     PARTITION_NAME_TAG,
     BulkActionStatus,
 )
-from assets_pkg.assets import ALL_ASSETS_JOB, LAKE_WRITES_POOL, PUBLISHED_TAG, all_assets_job, failed_publication
-from assets_pkg.publish import GraphNotPublished, PartlyPublished, RunInfo, describe_hold
-from assets_pkg.tables import LANDING_ORDER_ITEMS, LANDING_PRODUCTS, STG_ORDER_ITEMS
 from assets_pkg.partitions import daily_partitions
+from assets_pkg.publish import PartlyPublished, Refused, RunInfo
+from assets_pkg.tables import BY_NAME, LANDING_DATASETS, LANDING_ORDER_ITEMS, LANDING_PRODUCTS
 from resources.lake import table_path
 from resources.settings import settings
 from resources.spark import spark_resource
 
-RESTATE_JOB = "restate_late_data"
-LANDING_STATE_TAG = "exact_backfills/landing_state"  # on a restatement run: the landing it started from
-RESTATE_OP = "restate_stale_days"
-PREVIEW_JOB = "preview_late_data"
 
-
-# Which landing dataset each landing asset observes.
-LANDING_DATASETS = {LANDING_ORDER_ITEMS: landing.ORDER_ITEMS, LANDING_PRODUCTS: landing.PRODUCTS}
-
-
-def landing_observations(spark: SparkSession, found: late_data.Detection) -> list[AssetObservation]:
+def landing_observations(spark: SparkSession, detection: late_data.Detection) -> list[AssetObservation]:
     """The new data version of each landing day the detected batches add rows to."""
-    landed = found.landed_days()
+    landed = detection.landed_days()
     return [
         AssetObservation(asset, partition=day.isoformat(), tags={DATA_VERSION_TAG: version})
         for asset, dataset in LANDING_DATASETS.items()
@@ -69,28 +75,28 @@ def landing_observations(spark: SparkSession, found: late_data.Detection) -> lis
     ]
 
 
-def stale_day_evaluations(instance: DagsterInstance, found: late_data.Detection) -> list[AssetCheckEvaluation]:
+def stale_day_evaluations(instance: DagsterInstance, detection: late_data.Detection) -> list[AssetCheckEvaluation]:
     """Before anything is written: a failing up_to_date_with_landing result on each day of each table to restate
     (a passing one saying who held it and why on each day held since a rollback),
     and a failing late_data_outside_window result on each day too old to restate, each tied to the day's published
     materialization, so the check's Partitions view shows exactly those days as failed until they are rewritten."""
     evaluations = []
-    for table, days in found.days_by_table().items():
+    for table, days in detection.days_by_table().items():
         outcomes = []
         for day in days:
-            change = found.change(table, day)
+            change = detection.change(table, day)
             outcomes.append(checks.Outcome(checks.UP_TO_DATE, day, False, {
                 "stale": True, "why": change.describe(), "batches": ", ".join(sorted(change.batches))}))
-        if table == STG_ORDER_ITEMS:
+        if BY_NAME[table].checks.late_data:
             outcomes += [
                 checks.Outcome(checks.LATE_DATA, day, False, {
-                    "why": change.describe(), "window_start": str(found.window_start),
+                    "why": change.describe(), "window_start": str(detection.window_start),
                     "action": f"backfill {day} by hand: python -m assets_pkg backfill --start {day} --end {day}"})
-                for day, change in sorted(found.outside.items())
+                for day, change in sorted(detection.outside.items())
             ]
         # Held since a rollback: as the operator wants it, what landed for it left out until released.
-        outcomes += [checks.Outcome(checks.UP_TO_DATE, h.day, True, {"stale": False, "held": True, "why": describe_hold(h)})
-                     for h in found.holds]
+        outcomes += [checks.Outcome(checks.UP_TO_DATE, h.day, True, {"stale": False, "held": True, "why": h.describe()})
+                     for h in detection.holds]
         evaluations += recording.check_evaluations(instance, table, outcomes)
     return evaluations
 
@@ -111,11 +117,11 @@ def landing_order_items(context: OpExecutionContext, pyspark: LazyPySparkResourc
     liveness.record(context)
     spark = pyspark.spark_session
     try:
-        found = late_data.detect(spark)
-    except late_data.RestatementError:
-        found = None  # nothing is published yet, so nothing is stale
-    if found:
-        for evaluation in stale_day_evaluations(context.instance, found):
+        detection = late_data.detect(spark)
+    except late_data.NothingPublished:
+        detection = None  # nothing is stale
+    if detection:
+        for evaluation in stale_day_evaluations(context.instance, detection):
             context.log_event(evaluation)
     return _observed(spark, LANDING_ORDER_ITEMS)
 
@@ -154,38 +160,38 @@ landing_assets = [landing_order_items, landing_products]
 landing_checks = [_landing_contract_check(asset) for asset in LANDING_DATASETS]
 
 
-def _summary(found: late_data.Detection) -> dict:
+def _summary(detection: late_data.Detection) -> dict[str, Any]:
     return {
-        "days_by_table": {table: [d.isoformat() for d in days] for table, days in found.days_by_table().items() if days},
-        "outside_window": [d.isoformat() for d in sorted(found.outside)],
-        "refused_files": [r.describe() for r in found.refused],
-        "watermark": found.new_watermark_ts.isoformat() if found.new_watermark_ts else None,
+        "days_by_table": {table: [d.isoformat() for d in days] for table, days in detection.days_by_table().items() if days},
+        "outside_window": [d.isoformat() for d in sorted(detection.outside)],
+        "refused_files": [r.describe() for r in detection.refused],
+        "watermark": detection.new_watermark_ts.isoformat() if detection.new_watermark_ts else None,
     }
 
 
 @op(name=RESTATE_OP, out=Out(dict), pool=LAKE_WRITES_POOL)
-def restate_late_data_op(context: OpExecutionContext, pyspark: LazyPySparkResource):
+def restate_late_data_op(context: OpExecutionContext, pyspark: LazyPySparkResource) -> Iterator[Any]:
     """Restate the days changed by batches landed since the watermark, in every table, then advance the watermark.
     Dagster records each stage as it happens: the stale days (failing checks) before anything is written, then every
     table's days and check results once all are committed."""
     liveness.record(context)
-    run = RunInfo.of(context.run)
-    found = None
+    spark = pyspark.spark_session
+    detection = late_data.detect(spark, keep_landed=True)
     try:
-        for stage in late_data.restatement(pyspark.spark_session, run):
-            if isinstance(stage, late_data.Detection):
-                found = stage
-                for refused in found.refused:
-                    context.log.warning(f"refused by the landing contract, not read: {refused.describe()} (order item "
-                                        "files are held in quarantine; `withdraw` takes a file out of the landing)")
-                yield from landing_observations(pyspark.spark_session, found)
-                yield from stale_day_evaluations(context.instance, found)
-            else:
-                table, publication = stage
-                yield from recording.publication_events(context, table, publication)
-    except (GraphNotPublished, PartlyPublished) as error:
-        yield from failed_publication(context, error)
-    summary = _summary(found)
+        for refused in detection.refused:
+            context.log.warning(f"refused by the landing contract, not read: {refused.describe()} (order item "
+                                "files are held in quarantine; `withdraw` takes a file out of the landing)")
+        yield from landing_observations(spark, detection)
+        yield from stale_day_evaluations(context.instance, detection)
+        try:
+            restated = late_data.apply_restatement(spark, late_data.plan_restatement(detection), RunInfo.of(context.run))
+        except (Refused, PartlyPublished) as error:
+            yield from failed_publication(context, error)
+        for table, publication in restated.publications.items():
+            yield from recording.publication_events(context, table, publication)
+    finally:
+        detection.unpersist()
+    summary = _summary(detection)
     context.log.info(f"restated: {summary}")
     yield Output(summary)
 
@@ -209,10 +215,9 @@ def landing_state() -> str:
     return "|".join(parts)
 
 
-REPAIR_OF_TAG = "exact_backfills/repair_of"  # on a run launched to repair a failed one: the failed run's id
 _RANGE_TAGS = (ASSET_PARTITION_RANGE_START_TAG, ASSET_PARTITION_RANGE_END_TAG, PARTITION_NAME_TAG)
 # The jobs whose runs write the lake: this project's and the one Dagster runs the UI's backfills and materializations as.
-_WRITING_JOBS = (ALL_ASSETS_JOB, RESTATE_JOB, "__ASSET_JOB")
+_WRITING_JOBS = (ALL_ASSETS_JOB, RESTATE_JOB, IMPLICIT_ASSET_JOB_NAME)
 
 
 def run_to_repair(instance: DagsterInstance) -> RunRequest | None:
@@ -222,8 +227,8 @@ def run_to_repair(instance: DagsterInstance) -> RunRequest | None:
     for record in instance.get_run_records(RunsFilter(statuses=[DagsterRunStatus.FAILURE]), limit=20):
         failed = record.dagster_run
         tags = failed.tags
-        if (failed.job_name not in _WRITING_JOBS or tags.get(PUBLISHED_TAG) == "nothing" or REPAIR_OF_TAG in tags
-                or liveness.PROCESS_TAG not in tags  # its step never started: it wrote nothing
+        if (failed.job_name not in _WRITING_JOBS or tags.get(PUBLISHED_TAG) == PUBLISHED_NOTHING or REPAIR_OF_TAG in tags
+                or PROCESS_TAG not in tags  # its step never started: it wrote nothing
                 # An asset job's run with no asset selected ran checks only (the UI's "Execute", `check`): it wrote
                 # nothing. (A restatement's run has no asset selection either: it is an op job.)
                 or (failed.job_name != RESTATE_JOB and failed.asset_selection == frozenset())):
@@ -257,8 +262,8 @@ def late_data_sensor(context: SensorEvaluationContext):
     closed, active = liveness.close_dead_runs(context.instance)
     for dead in closed:
         context.log.warning(f"closed a dead run: {dead.describe()}")
-    if not os.path.isdir(os.path.join(table_path(STG_ORDER_ITEMS), "_delta_log")):
-        return SkipReason("stg_order_items is not built yet: backfill it first")
+    if not os.path.isdir(os.path.join(table_path(late_data.STAGING.name), "_delta_log")):
+        return SkipReason(f"{late_data.STAGING.name} is not built yet: backfill it first")
     if context.instance.get_backfills(status=BulkActionStatus.REQUESTED, limit=1):
         return SkipReason("a backfill is running: late batches are restated after it")
     if active:

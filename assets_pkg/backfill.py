@@ -6,19 +6,37 @@ import time
 import uuid
 from collections.abc import Callable
 from datetime import date
+from typing import NamedTuple
 from urllib.parse import urlencode
 
-from dagster import AssetKey, AssetSelection, DagsterInstance
+from dagster import AssetCheckEvaluation, AssetKey, AssetSelection, DagsterInstance
+
+from dagster import ExecuteInProcessResult
 
 from assets_pkg import liveness
-from assets_pkg.assets import LAKE_WRITES_POOL, PUBLISHED_TAG
-from assets_pkg.publish import CLI_BACKFILL_TAG
-from assets_pkg.automation import LANDING_STATE_TAG, PREVIEW_JOB, RESTATE_JOB, landing_state
+from assets_pkg.automation import landing_state
 from assets_pkg.checks import events_max_days
-from assets_pkg.dagster_private import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
-from assets_pkg.definitions import ALL_ASSETS_JOB, defs
-from assets_pkg.partitions import chunks, first_day, last_day
+from assets_pkg.dagster_names import (
+    ALL_ASSETS_JOB,
+    CLI_BACKFILL_TAG,
+    LAKE_WRITES_POOL,
+    LANDING_STATE_TAG,
+    PREVIEW_JOB,
+    PUBLISHED_PARTLY,
+    PUBLISHED_TAG,
+    RESTATE_JOB,
+    ROLLBACK_JOB,
+    ROLLBACK_OP,
+)
+from assets_pkg.dagster_private import (
+    ASSET_PARTITION_RANGE_END_TAG,
+    ASSET_PARTITION_RANGE_START_TAG,
+    DagsterAssetCheckFailedError,
+)
+from assets_pkg.definitions import defs
 from assets_pkg.instance import write_config
+from assets_pkg.partitions import chunks, first_day, last_day
+from assets_pkg.rollback import RollbackPlan
 
 # Runs started from the command line print warnings and errors; each run's full log is in the Dagster UI.
 QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
@@ -57,7 +75,12 @@ def selected_keys(select: list[str] | None) -> list[AssetKey]:
     return sorted(selection.resolve(graph) & tables, key=lambda k: k.to_user_string())
 
 
-def step_failures(result, failed_checks: bool = True) -> list[tuple[str, str]]:
+class StepFailure(NamedTuple):
+    step: str
+    cause: str  # the project's own account of it, or the root cause
+
+
+def step_failures(result: ExecuteInProcessResult, failed_checks: bool = True) -> list[StepFailure]:
     """(step, root cause) of each failed step of an in-process run: the cause, not Dagster's "error occurred while
     executing op". Without `failed_checks`, steps that failed only because a blocking check failed are left out (a
     checks-only run reports those checks itself)."""
@@ -65,11 +88,11 @@ def step_failures(result, failed_checks: bool = True) -> list[tuple[str, str]]:
     for event in result.all_events:
         if event.is_step_failure:
             error = event.step_failure_data.error
-            if not failed_checks and error.cls_name == "DagsterAssetCheckFailedError":
+            if not failed_checks and error.cls_name == DagsterAssetCheckFailedError.__name__:
                 continue
             while error.cause and error.cls_name != "Failure":  # a Failure is the project's own account of it
                 error = error.cause
-            failures.append((event.step_key, error.message.strip()))
+            failures.append(StepFailure(event.step_key, error.message.strip()))
     return failures
 
 
@@ -126,7 +149,7 @@ def run_backfill(
         if not result.success:
             for _, message in step_failures(result):
                 echo(f"    {message}")
-            if instance.get_run_by_id(result.run_id).tags.get(PUBLISHED_TAG) == "partly":
+            if instance.get_run_by_id(result.run_id).tags.get(PUBLISHED_TAG) == PUBLISHED_PARTLY:
                 echo(f"backfill {backfill_id} stopped: {a}..{b} is published in the tables named above only, days after "
                      f"{b} were not run; run the same command again (late_data_sensor also runs {a}..{b} again)")
             else:
@@ -136,7 +159,8 @@ def run_backfill(
     return True
 
 
-def run_checks(start: date, end: date, tables: list[str], instance: DagsterInstance | None = None):
+def run_checks(start: date, end: date, tables: list[str],
+               instance: DagsterInstance | None = None) -> tuple[ExecuteInProcessResult, list[AssetCheckEvaluation]]:
     """Every check of `tables` on what is published for start..end, as one checks-only run (what the UI's "Execute
     checks" launches): nothing is written, and each day's results are recorded against its latest materialization.
     Returns the run's result and its check results."""
@@ -154,10 +178,9 @@ def run_checks(start: date, end: date, tables: list[str], instance: DagsterInsta
     return result, evaluations
 
 
-def run_rollback(plan, instance: DagsterInstance | None = None, echo: Callable[[str], None] = print):
+def run_rollback(plan: RollbackPlan, instance: DagsterInstance | None = None,
+                 echo: Callable[[str], None] = print) -> ExecuteInProcessResult:
     """The rollback job (what the UI's launchpad runs with the same config), run in this process."""
-    from assets_pkg.rollback import ROLLBACK_JOB, ROLLBACK_OP  # which imports the Spark resource
-
     config = {"start": plan.start.isoformat(), "end": plan.end.isoformat(), "before_run": plan.before_run or "",
               "before_backfill": plan.before_backfill or "", "table": plan.table or "", "version": plan.version}
     instance = instance or dagster_instance()
@@ -169,7 +192,7 @@ def run_rollback(plan, instance: DagsterInstance | None = None, echo: Callable[[
     )
 
 
-def run_restatement(instance: DagsterInstance | None = None, echo: Callable[[str], None] = print):
+def run_restatement(instance: DagsterInstance | None = None, echo: Callable[[str], None] = print) -> ExecuteInProcessResult:
     """What late_data_sensor launches, run in this process (the `restate` command), tagged with the landing state it
     starts from so that the sensor does not launch it again for that state."""
     instance = instance or dagster_instance()
@@ -182,7 +205,7 @@ def run_restatement(instance: DagsterInstance | None = None, echo: Callable[[str
     )
 
 
-def observe_landing(instance: DagsterInstance | None = None):
+def observe_landing(instance: DagsterInstance | None = None) -> ExecuteInProcessResult:
     """Observe the landing as a run of the preview job (what the UI's "Observe" button launches), after new batches
     land: every landed day's data version, and the days they make stale, are recorded in Dagster."""
     return defs.resolve_job_def(PREVIEW_JOB).execute_in_process(

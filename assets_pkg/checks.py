@@ -5,14 +5,17 @@ result *before* it is committed: a failing day stops the write and the downstrea
 The fingerprint and the row-count change are recorded after the commit.
 """
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import date
+from typing import Any
 
 from dagster import AssetCheckSeverity, AssetCheckSpec
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from assets_pkg.partitions import daily_partitions
+from resources.audit import DayContent
 from resources.settings import settings
 
 UNIQUE_KEY = "unique_key"
@@ -34,9 +37,9 @@ def row_count_tolerance() -> float:
 
 
 def events_max_days() -> int:
-    """Above this many days in one run, only the failing check results are logged day by day. Dagster's SQLite event
-    log stores a check result in ~20 ms: 27 results a day over TPC-H's 2,406 days would add 20 minutes to a
-    full-history run. Every day's numbers stay in backfill_audit, and the `check` command re-evaluates any range."""
+    """Above this many days in one run, only the failing check results are logged day by day: Dagster stores each
+    event one by one, which a run over years of days would spend most of its time on. Every day's numbers stay in
+    backfill_audit, and the `check` command re-evaluates any range."""
     return settings().check_events_max_days
 
 
@@ -46,22 +49,31 @@ class Reconciliation:
     table, SQL aggregate over the upstream table)."""
 
     upstream: str
-    measures: dict
+    measures: dict[str, tuple[str, str]]
+
+
+@dataclass(frozen=True)
+class NothingLost:
+    """Every key whose latest version landed in the `landing` dataset falls on a day is, on that day, in the table or
+    in its `quarantine` side table."""
+
+    landing: str
+    quarantine: str
 
 
 @dataclass(frozen=True)
 class TableChecks:
-    key: list[str]
-    day_column: str
     reconciliation: Reconciliation | None = None
-    nothing_lost: bool = False
-    late_data: bool = False  # days with late rows older than the restatement window (results on those days only)
+    nothing_lost: NothingLost | None = None
+    # The table publishes late rows: late_data_outside_window on its days, and publishing a day from every batch that
+    # can hold it resolves the day's late-data exception.
+    late_data: bool = False
 
     def names(self) -> list[str]:
         names = [UNIQUE_KEY, KEYS_NOT_NULL]
         names += [RECONCILES] if self.reconciliation else []
         names += [NOTHING_LOST] if self.nothing_lost else []
-        return [*names, FINGERPRINT, ROW_COUNT_CHANGE, UP_TO_DATE]
+        return [*names, FINGERPRINT, ROW_COUNT_CHANGE, UP_TO_DATE, *([LATE_DATA] if self.late_data else [])]
 
 
 @dataclass
@@ -99,25 +111,66 @@ _DESCRIPTIONS = {
 def check_specs(table: str, checks: TableChecks) -> list[AssetCheckSpec]:
     # The blocking checks run on the staged rows before the write: a failing day stops it, the step fails, and
     # nothing downstream runs. Declared blocking so that Dagster shows them so (and would gate on them too).
-    names = [*checks.names(), *([LATE_DATA] if checks.late_data else [])]
     return [
         AssetCheckSpec(
             name, asset=table, partitions_def=daily_partitions, description=_DESCRIPTIONS[name], blocking=name in BLOCKING
         )
-        for name in names
+        for name in checks.names()
     ]
 
 
-def _row_hash(df: DataFrame):
+def _row_hash(df: DataFrame) -> Column:
     return F.sha2(F.concat_ws("\u001f", *[F.coalesce(F.col(c).cast("string"), F.lit("\\N")) for c in sorted(df.columns)]), 256)
 
 
-def day_profile(df: DataFrame, checks: TableChecks, measures: list[str] = ()) -> DataFrame:
+@dataclass(frozen=True)
+class DayProfile:
+    """What the checks found of one day's rows."""
+
+    rows: int
+    distinct_keys: int
+    null_key_rows: int
+    fingerprint: str | None
+    measures: dict[str, Any] = field(default_factory=dict)  # the reconciliation's measures over the day's rows
+
+    @property
+    def duplicate_rows(self) -> int:
+        return self.rows - self.distinct_keys
+
+    @property
+    def duplicate_per_1k(self) -> float:
+        return round(1000 * self.duplicate_rows / self.rows, 3) if self.rows else 0.0
+
+    @property
+    def content(self) -> DayContent:
+        return DayContent(self.rows, self.fingerprint)
+
+
+NO_ROWS = DayProfile(rows=0, distinct_keys=0, null_key_rows=0, fingerprint=None)
+
+
+@dataclass
+class Verified:
+    """The blocking checks' results on a table's days, with each day's profile and its reconciliation mismatches."""
+
+    outcomes: list[Outcome]
+    profiles: dict[date, DayProfile]
+    mismatches: dict[date, int] = field(default_factory=dict)  # per day: how many measures differ from the upstream's
+
+    @property
+    def failing(self) -> list[Outcome]:
+        return [o for o in self.outcomes if not o.passed]
+
+    def profile(self, day: date) -> DayProfile:
+        return self.profiles.get(day, NO_ROWS)
+
+
+def _day_profile(df: DataFrame, key: list[str], day_column: str, measures: list[tuple[str, Column]]) -> DataFrame:
     """Per day, in one pass: rows, distinct keys, rows with a null key and the reconciliation measures."""
-    null_key = F.greatest(*[F.col(c).isNull().cast("int") for c in checks.key]) if len(checks.key) > 1 else F.col(checks.key[0]).isNull().cast("int")
-    return df.groupBy(F.col(checks.day_column).alias("day")).agg(
+    null_key = F.greatest(*[F.col(c).isNull().cast("int") for c in key]) if len(key) > 1 else F.col(key[0]).isNull().cast("int")
+    return df.groupBy(F.col(day_column).alias("day")).agg(
         F.count(F.lit(1)).alias("rows"),
-        F.countDistinct(*checks.key).alias("distinct_keys"),
+        F.countDistinct(*key).alias("distinct_keys"),
         F.sum(null_key).alias("null_key_rows"),
         *[expr.alias(name) for name, expr in measures],
     )
@@ -125,83 +178,80 @@ def day_profile(df: DataFrame, checks: TableChecks, measures: list[str] = ()) ->
 
 def day_fingerprints(df: DataFrame, day_column: str) -> DataFrame:
     """Per day: rows and the SHA-256 fingerprint of the day's sorted rows. An aggregation of its own: next to the
-    distinct key count, Spark carries every key's list of row hashes through two shuffles (TPC-H SF1's fact: 20-30 s
-    against 10 s for both apart)."""
+    distinct key count, Spark would carry every key's list of row hashes through two shuffles."""
     return df.groupBy(F.col(day_column).alias("day")).agg(
         F.count(F.lit(1)).alias("rows"),
         F.sha2(F.concat_ws(",", F.array_sort(F.collect_list(_row_hash(df)))), 256).alias("fingerprint"),
     )
 
 
-def duplicate_samples(df: DataFrame, checks: TableChecks, days: list[date]) -> dict[date, list[str]]:
-    dups = (
-        df.where(F.col(checks.day_column).isin(days))
-        .groupBy(checks.day_column, *checks.key)
-        .count()
-        .where("count > 1")
-        .collect()
-    )
+def day_contents(df: DataFrame, day_column: str) -> dict[date, DayContent]:
+    """day -> rows and fingerprint of `df`'s rows: the same fingerprint the checks record."""
+    return {r.day: DayContent(r.rows, r.fingerprint) for r in day_fingerprints(df, day_column).collect()}
+
+
+def duplicate_samples(df: DataFrame, key: list[str], day_column: str, days: list[date]) -> dict[date, list[str]]:
+    dups = df.where(F.col(day_column).isin(days)).groupBy(day_column, *key).count().where("count > 1").collect()
     samples: dict[date, list[str]] = {}
     for r in dups:
-        keys = samples.setdefault(r[checks.day_column], [])
+        keys = samples.setdefault(r[day_column], [])
         if len(keys) < SAMPLE_SIZE:
-            keys.append(", ".join(f"{k}={r[k]}" for k in checks.key))
+            keys.append(", ".join(f"{k}={r[k]}" for k in key))
     return samples
 
 
 def evaluate_blocking(
-    df: DataFrame, upstream: DataFrame | None, lost: DataFrame | None, checks: TableChecks, days: list[date]
-) -> tuple[list[Outcome], dict]:
-    """The blocking checks for each of `days`. Returns the outcomes and the per-day profile of `df`."""
+    df: DataFrame, upstream: DataFrame | None, lost: DataFrame | None, key: list[str], day_column: str,
+    checks: TableChecks, days: list[date],
+) -> Verified:
+    """The blocking checks for each of `days` on `df`, a table's rows: its `key` unique and not null, its measures
+    equal to `upstream`'s (when it reconciles), no key in `lost` (when it checks nothing is lost)."""
     rec = checks.reconciliation
     this_measures = [(name, F.expr(exprs[0])) for name, exprs in rec.measures.items()] if rec else []
-    profile = {r.day: r.asDict() for r in day_profile(df, checks, this_measures).collect()}
-    for r in day_fingerprints(df, checks.day_column).collect():
-        profile[r.day]["fingerprint"] = r.fingerprint
-    outcomes: list[Outcome] = []
-
-    failing_unique = [d for d, r in profile.items() if r["rows"] != r["distinct_keys"]]
-    samples = duplicate_samples(df, checks, failing_unique) if failing_unique else {}
+    fingerprints = {r.day: r.fingerprint for r in day_fingerprints(df, day_column).collect()}
+    profiles = {
+        r.day: DayProfile(r.rows, r.distinct_keys, r.null_key_rows or 0, fingerprints.get(r.day),
+                          {name: r[name] for name, _ in this_measures})
+        for r in _day_profile(df, key, day_column, this_measures).collect()
+    }
+    verified = Verified([], profiles)
+    failing_unique = [d for d, p in profiles.items() if p.duplicate_rows]
+    samples = duplicate_samples(df, key, day_column, failing_unique) if failing_unique else {}
     for day in days:
-        r = profile.get(day)
-        rows = r["rows"] if r else 0
-        duplicates = rows - r["distinct_keys"] if r else 0
-        outcomes.append(
-            Outcome(UNIQUE_KEY, day, duplicates == 0, {
-                "rows": rows,
-                "duplicate_rows": duplicates,
-                "duplicate_per_1k": round(1000 * duplicates / rows, 3) if rows else 0.0,
-                "sample_duplicate_keys": "; ".join(samples.get(day, [])),
-            })
-        )
-        nulls = (r["null_key_rows"] or 0) if r else 0
-        outcomes.append(Outcome(KEYS_NOT_NULL, day, nulls == 0, {"null_key_rows": nulls, "key": ", ".join(checks.key)}))
+        p = verified.profile(day)
+        verified.outcomes.append(Outcome(UNIQUE_KEY, day, p.duplicate_rows == 0, {
+            "rows": p.rows,
+            "duplicate_rows": p.duplicate_rows,
+            "duplicate_per_1k": p.duplicate_per_1k,
+            "sample_duplicate_keys": "; ".join(samples.get(day, [])),
+        }))
+        verified.outcomes.append(Outcome(KEYS_NOT_NULL, day, p.null_key_rows == 0,
+                                         {"null_key_rows": p.null_key_rows, "key": ", ".join(key)}))
 
-    if rec:
+    if rec and upstream is not None:
         up_profile = {
             r.day: r
-            for r in upstream.groupBy(F.col(checks.day_column).alias("day"))
+            for r in upstream.groupBy(F.col(day_column).alias("day"))
             .agg(*[F.expr(exprs[1]).alias(name) for name, exprs in rec.measures.items()])
             .collect()
         }
-        differing = {}
+        differing: dict[date, dict[str, tuple[str, str]]] = {}
         for day in days:
-            mine, theirs = profile.get(day), up_profile.get(day)
+            theirs = up_profile.get(day)
             for name in rec.measures:
-                a = (mine[name] if mine else None) or 0
+                a = verified.profile(day).measures.get(name) or 0
                 b = (theirs[name] if theirs else None) or 0
                 if a != b:
-                    differing.setdefault(day, {})[name] = {"table": str(a), rec.upstream: str(b)}
+                    differing.setdefault(day, {})[name] = (str(a), str(b))
+        verified.mismatches = {day: len(diff) for day, diff in differing.items()}
         for day in days:
             diff = differing.get(day, {})
-            outcomes.append(
-                Outcome(RECONCILES, day, not diff, {
-                    "upstream": rec.upstream,
-                    "mismatch_count": len(diff),
-                    "mismatches": ", ".join(f"{m}: {v['table']} vs {v[rec.upstream]}" for m, v in diff.items()),
-                    "mismatching_days_in_run": len(differing),
-                })
-            )
+            verified.outcomes.append(Outcome(RECONCILES, day, not diff, {
+                "upstream": rec.upstream,
+                "mismatch_count": len(diff),
+                "mismatches": ", ".join(f"{m}: {mine} vs {theirs}" for m, (mine, theirs) in diff.items()),
+                "mismatching_days_in_run": len(differing),
+            }))
 
     if lost is not None:
         lost_by_day: dict[date, list] = {}
@@ -209,13 +259,11 @@ def evaluate_blocking(
             lost_by_day.setdefault(r.day, []).append(r)
         for day in days:
             missing = lost_by_day.get(day, [])
-            outcomes.append(
-                Outcome(NOTHING_LOST, day, not missing, {
-                    "missing_keys": len(missing),
-                    "sample_missing_keys": "; ".join(", ".join(f"{k}={m[k]}" for k in checks.key) for m in missing[:SAMPLE_SIZE]),
-                })
-            )
-    return outcomes, profile
+            verified.outcomes.append(Outcome(NOTHING_LOST, day, not missing, {
+                "missing_keys": len(missing),
+                "sample_missing_keys": "; ".join(", ".join(f"{k}={m[k]}" for k in key) for m in missing[:SAMPLE_SIZE]),
+            }))
+    return verified
 
 
 def summary(o: Outcome) -> str:
@@ -235,43 +283,37 @@ def _row_count_change(day: date, rows: int, previous_rows: int | None, tolerance
     })
 
 
-def evaluate_after_commit(profile: dict, previous: dict, days: list[date]) -> list[Outcome]:
-    """Fingerprint and row-count change against each day's previous materialization (`previous`: day -> (rows, fp))."""
+def fingerprint_changed(now: DayContent, previous: DayContent | None) -> bool:
+    return previous is not None and previous.fingerprint is not None and previous.fingerprint != now.fingerprint
+
+
+def evaluate_after_commit(verified: Verified, previous: Mapping[date, DayContent], days: list[date]) -> list[Outcome]:
+    """Fingerprint and row-count change against each day's previous materialization."""
     tolerance = row_count_tolerance()
     outcomes = []
     for day in days:
-        r = profile.get(day)
-        rows, fingerprint = (r["rows"], r["fingerprint"]) if r else (0, None)
-        prev_rows, prev_fp = previous.get(day, (None, None))
-        outcomes.append(
-            Outcome(FINGERPRINT, day, True, {
-                "fingerprint": fingerprint or "",
-                "previous_fingerprint": prev_fp or "",
-                "changed": prev_fp is not None and prev_fp != fingerprint,
-            })
-        )
-        outcomes.append(_row_count_change(day, rows, prev_rows, tolerance))
-        # Just rewritten from what is landed now: no landed change is left unpublished on the day.
-        outcomes.append(Outcome(UP_TO_DATE, day, True, {"stale": False}))
+        now, before = verified.profile(day).content, previous.get(day)
+        outcomes.append(Outcome(FINGERPRINT, day, True, {
+            "fingerprint": now.fingerprint or "",
+            "previous_fingerprint": before.fingerprint or "" if before else "",
+            "changed": fingerprint_changed(now, before),
+        }))
+        outcomes.append(_row_count_change(day, now.rows, before.rows if before else None, tolerance))
     return outcomes
 
 
-def evaluate_published(profile: dict, recorded: dict, days: list[date], stale: set[date]) -> list[Outcome]:
-    """Fingerprint, row count and freshness of what is published, against what the pipeline last wrote (`recorded`:
-    day -> (rows, fingerprint)) and the days the landing has changed since (`stale`)."""
+def evaluate_published(verified: Verified, recorded: Mapping[date, DayContent], days: list[date], stale: set[date]) -> list[Outcome]:
+    """Fingerprint, row count and freshness of what is published, against what the pipeline last wrote (`recorded`)
+    and the days the landing has changed since (`stale`)."""
     tolerance = row_count_tolerance()
     outcomes = []
     for day in days:
-        r = profile.get(day)
-        rows, fingerprint = (r["rows"], r["fingerprint"]) if r else (0, None)
-        written_rows, written_fp = recorded.get(day, (None, None))
-        outcomes.append(
-            Outcome(FINGERPRINT, day, written_fp is None or written_fp == fingerprint, {
-                "fingerprint": fingerprint or "",
-                "fingerprint_written": written_fp or "",
-                "changed_since_written": written_fp is not None and written_fp != fingerprint,
-            })
-        )
-        outcomes.append(_row_count_change(day, rows, written_rows, tolerance))
+        now, written = verified.profile(day).content, recorded.get(day)
+        outcomes.append(Outcome(FINGERPRINT, day, not fingerprint_changed(now, written), {
+            "fingerprint": now.fingerprint or "",
+            "fingerprint_written": written.fingerprint or "" if written else "",
+            "changed_since_written": fingerprint_changed(now, written),
+        }))
+        outcomes.append(_row_count_change(day, now.rows, written.rows if written else None, tolerance))
         outcomes.append(Outcome(UP_TO_DATE, day, day not in stale, {"stale": day in stale}))
     return outcomes

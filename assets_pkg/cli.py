@@ -7,9 +7,6 @@ import sys
 from datetime import date
 
 
-WITHDRAWN_TAG = "exact_backfills/withdrawn"  # on the runs that publish again the days of a withdrawn file
-
-
 class _Parser(argparse.ArgumentParser):
     """A mistyped command is one line: what is wrong (`--help` for the rest), not the usage block."""
 
@@ -103,11 +100,11 @@ def _cmd_backfill(args) -> int:
 
 
 def _tables(args) -> list[str]:
-    from assets_pkg.tables import TABLE_CHECKS
+    from assets_pkg.tables import PUBLISH_ORDER
 
-    if args.asset and args.asset not in TABLE_CHECKS:
-        raise ValueError(f"unknown asset {args.asset!r}; one of: {', '.join(TABLE_CHECKS)}")
-    return [args.asset] if args.asset else list(TABLE_CHECKS)
+    if args.asset and args.asset not in PUBLISH_ORDER:
+        raise ValueError(f"unknown asset {args.asset!r}; one of: {', '.join(PUBLISH_ORDER)}")
+    return [args.asset] if args.asset else list(PUBLISH_ORDER)
 
 
 def _checked_range(args) -> None:
@@ -158,6 +155,7 @@ def _report_refused_files() -> int:
 
 def _cmd_withdraw(args) -> int:
     from assets_pkg.backfill import run_backfill
+    from assets_pkg.dagster_names import WITHDRAWN_TAG
     from assets_pkg.operations import withdraw
     from resources.delta_io import day_runs
     from resources.spark import get_spark
@@ -181,15 +179,15 @@ def _cmd_report(args) -> int:
     start, end = args.start or first_day(), args.end or last_day()
     against = Path(args.against).resolve() if args.against else None
     mismatches = 0
+    compared = against is not None or args.version is not None
     for table in _tables(args):
-        lines = report(get_spark(), table, start, end, against=against, version=args.version)
-        compared = lines and lines[0][5] is not None
         print(f"{table}:" + (f" compared with {against or f'version {args.version}'}" if compared else ""))
-        for day, rows, sha, o_rows, o_sha, match in lines:
-            line = f"  {day} rows={rows:<8} sha256={sha or '-'}"
-            if compared:
-                line += "  match" if match else f"  MISMATCH other_rows={o_rows} other_sha256={o_sha or '-'}"
-                mismatches += not match
+        for day in report(get_spark(), table, start, end, against=against, version=args.version):
+            line = f"  {day.day} rows={day.rows:<8} sha256={day.fingerprint or '-'}"
+            if day.other is not None:
+                line += "  match" if day.matches else \
+                    f"  MISMATCH other_rows={day.other.rows} other_sha256={day.other.fingerprint or '-'}"
+                mismatches += not day.matches
             print(line)
     if mismatches:
         print(f"{mismatches} mismatching partition(s)")
@@ -209,12 +207,11 @@ def _cmd_rollback(args) -> int:
     plan = plan_rollback(spark, args.start, args.end, args.asset, args.version, args.before_run, args.before_backfill)
     print(f"rollback {plan.describe()}")
     if args.dry_run:
-        found = preview(spark, plan)
-        for r in found:
-            print(f"  {r['table']} {r['day']}: {r['rows_now']} rows ({(r['fingerprint_now'] or '-')[:12]}) -> "
-                  f"{r['rows_after']} rows ({(r['fingerprint_after'] or '-')[:12]})"
-                  + ("" if r["changes"] else " unchanged"))
-        print(f"dry run: nothing written ({sum(r['changes'] for r in found)} table-day(s) would change)")
+        days = preview(spark, plan)
+        for d in days:
+            print(f"  {d.table} {d.day}: {d.now.rows} rows ({(d.now.fingerprint or '-')[:12]}) -> "
+                  f"{d.after.rows} rows ({(d.after.fingerprint or '-')[:12]})" + ("" if d.changes else " unchanged"))
+        print(f"dry run: nothing written ({sum(d.changes for d in days)} table-day(s) would change)")
         return 0
     result = run_rollback(plan)
     if not result.success:
@@ -227,8 +224,8 @@ def _cmd_rollback(args) -> int:
 
 
 def _cmd_release(args) -> int:
-    from assets_pkg.assets import RELEASE_TAG
     from assets_pkg.backfill import run_backfill
+    from assets_pkg.dagster_names import RELEASE_TAG
 
     return 0 if run_backfill(args.start, args.end, tags={RELEASE_TAG: "true"}) else 1
 
@@ -237,41 +234,41 @@ def _cmd_metrics(args) -> int:
     from assets_pkg.operations import metrics
     from resources.spark import get_spark
 
-    found = metrics(get_spark())
+    figures = metrics(get_spark())
     if args.json:
-        print(json.dumps(found, indent=2))
+        print(json.dumps(figures, indent=2))
         return 0
-    lag = "-" if found["landing_lag_s"] is None else f"{found['landing_lag_s']:.0f} s"
-    print(f"landing: newest batch {found['newest_landed_batch'] or '-'}, newest day {found['newest_landed_day'] or '-'}; "
-          f"watermark {found['watermark'] or '- (never restated)'}; landed data not yet published: {lag}")
+    lag = "-" if figures["landing_lag_s"] is None else f"{figures['landing_lag_s']:.0f} s"
+    print(f"landing: newest batch {figures['newest_landed_batch'] or '-'}, newest day {figures['newest_landed_day'] or '-'}; "
+          f"watermark {figures['watermark'] or '- (never restated)'}; landed data not yet published: {lag}")
     print(f"{'asset':<26}{'runs':>6}{'p95 run s':>11}{'dup per 1k':>12}{'mismatches':>12}{'stale days':>12}  newest day")
-    for m in found["assets"]:
+    for m in figures["assets"]:
         stale = "-" if m["stale_days"] is None else m["stale_days"]
         print(f"{m['asset']:<26}{m['runs']:>6}{m['p95_run_s']:>11}{m['duplicate_per_1k'] or 0:>12}"
               f"{m['mismatch_count'] or 0:>12}{stale:>12}  {m['newest_published_day'] or '-'}")
     return 0
 
 
-def _print_detection(found) -> None:
-    from assets_pkg.publish import describe_hold
+def _print_detection(detection) -> None:
+    from assets_pkg.late_data import DIMENSION
 
-    print(f"watermark: {found.watermark.watermark_ts or '-'} -> {found.new_watermark_ts or '-'}; restatement window "
-          f"from {found.window_start or '-'}")
-    for dataset, batches in found.batches_read.items():
+    print(f"watermark: {detection.watermark.watermark_ts or '-'} -> {detection.new_watermark_ts or '-'}; restatement "
+          f"window from {detection.window_start or '-'}")
+    for dataset, batches in detection.batches_read.items():
         print(f"  {dataset}: {len(batches)} batch(es) read{': ' + ', '.join(batches[-5:]) if batches else ''}")
-    for table, days in found.days_by_table().items():
+    for table, days in detection.days_by_table().items():
         if days:
             print(f"{table}: {len(days)} day(s) to restate")
-    for name, changes in (("order tables", found.order_days), ("dim_product", found.product_days)):
+    for name, changes in (("order tables", detection.order_days), (DIMENSION.name, detection.product_days)):
         for day, change in sorted(changes.items()):
             print(f"  {name} {day}: {change.describe()}")
-    for day, change in sorted(found.outside.items()):
+    for day, change in sorted(detection.outside.items()):
         print(f"  OUTSIDE WINDOW {day}: {change.describe()}: not restated automatically; backfill it by hand")
-    for refused in found.refused:
+    for refused in detection.refused:
         print(f"  REFUSED {refused.describe()}: not read (order item files are held in quarantine)")
-    for hold in found.holds:
-        change = found.held.get(hold.day)
-        print(f"  HELD {describe_hold(hold)}{': landed since: ' + change.describe() if change else ''}; "
+    for hold in detection.holds:
+        change = detection.held.get(hold.day)
+        print(f"  HELD {hold.describe()}{': landed since: ' + change.describe() if change else ''}; "
               f"`release --start {hold.day} --end {hold.day}` publishes it again, `withdraw` takes a batch out")
 
 
@@ -279,16 +276,16 @@ def _cmd_stale(args) -> int:
     from assets_pkg.late_data import detect
     from resources.spark import get_spark
 
-    found = detect(get_spark())
-    _print_detection(found)
-    if not any(found.days_by_table().values()) and not found.outside and not found.holds:
+    detection = detect(get_spark())
+    _print_detection(detection)
+    if not any(detection.days_by_table().values()) and not detection.outside and not detection.holds:
         print("nothing is stale")
     return 0
 
 
 def _cmd_restate(args) -> int:
-    from assets_pkg.automation import RESTATE_OP
     from assets_pkg.backfill import run_restatement, step_failures
+    from assets_pkg.dagster_names import RESTATE_OP
 
     result = run_restatement()
     if not result.success:

@@ -16,15 +16,24 @@ from dagster._core.definitions.asset_checks.asset_check_evaluation import (  # n
 # records the versions of the landing days its batches change as observations, which take it only as this tag.
 from dagster._core.definitions.data_version import DATA_VERSION_TAG  # noqa: F401
 
+# The name of the job Dagster runs the UI's backfills and materializations as: runs of it write the lake too.
+from dagster._core.definitions.assets.job.asset_job import IMPLICIT_ASSET_JOB_NAME  # noqa: F401
+
+# A step that failed only because a blocking check failed raises this: a checks-only run reports those checks itself,
+# so its step failures are not repeated. Dagster does not export the class.
+from dagster._core.errors import DagsterAssetCheckFailedError  # noqa: F401
+
 # The status of a Dagster backfill, to see whether one is in progress: DagsterInstance.get_backfills takes it, and
 # Dagster exports neither it nor a filter that does without it.
 from dagster._core.execution.backfill import BulkActionStatus  # noqa: F401
 
 # The run tags by which Dagster gives a run its partition or partition range: a run launched from the command line
 # or by a sensor over a range must carry them, and Dagster exports no constant for them.
+# BACKFILL_ID_TAG: the tag by which Dagster names the backfill a run belongs to.
 from dagster._core.storage.tags import (  # noqa: F401
     ASSET_PARTITION_RANGE_END_TAG,
     ASSET_PARTITION_RANGE_START_TAG,
+    BACKFILL_ID_TAG,
     PARTITION_NAME_TAG,
 )
 

@@ -43,7 +43,8 @@ class LandingSummary:
 
 def _writable(schema: T.StructType) -> T.StructType:
     # Bad rows break the contract on purpose (null keys): the files themselves carry no NOT NULL constraint.
-    return T.StructType([T.StructField(f.name, f.dataType, True) for f in schema.fields] + [T.StructField("ingest_date", T.DateType())])
+    return T.StructType([T.StructField(f.name, f.dataType, True) for f in schema.fields]
+                        + [T.StructField("ingest_date", T.DateType())])
 
 
 def _item(rng, order_id, item_id, day, customer_id, channel, products):
@@ -72,7 +73,8 @@ def _spoil(rng, row):
     return row
 
 
-def order_item_batches(start: date, end: date, seed: int, rows_per_day: int, bad_rate: float, products: list[Decimal], s: LandingSummary):
+def order_item_batches(start: date, end: date, seed: int, rows_per_day: int, bad_rate: float, products: list[Decimal],
+                       s: LandingSummary):
     rng = random.Random(seed)
     rows = []  # contract columns + ingest_date
 
@@ -139,13 +141,15 @@ def product_batches(start: date, end: date, seed: int, n_products: int, s: Landi
             pid = rng.randrange(n_products)
             status[pid] = "PASSIVE" if status[pid] == "ACTIVE" else "ACTIVE"
             ingest_day = day + timedelta(days=rng.choice([0, 0, 0, 1, 3]))  # some changes land late
-            rows.append([pid + 1, categories[pid], status[pid], _money(prices[pid]), _ts(day, 9), _ts(ingest_day, 23), ingest_day])
+            rows.append([pid + 1, categories[pid], status[pid], _money(prices[pid]), _ts(day, 9), _ts(ingest_day, 23),
+                         ingest_day])
             s.product_changes += 1
     s.product_rows = len(rows)
     return rows, prices
 
 
-def generate(spark: SparkSession, start: date, end: date, seed: int = 7, rows_per_day: int = 200, bad_rate: float = 0.0, n_products: int = 60) -> LandingSummary:
+def generate(spark: SparkSession, start: date, end: date, seed: int = 7, rows_per_day: int = 200, bad_rate: float = 0.0,
+             n_products: int = 60) -> LandingSummary:
     if end < start:
         raise ValueError(f"--end {end} is before --start {start}")
     if not 0 <= bad_rate < 1:

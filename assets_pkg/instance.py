@@ -15,19 +15,18 @@ POSTGRES_URL = "DAGSTER_POSTGRES_URL"
 # The first line of an instance configuration the project wrote: it is rewritten when the template or the storage
 # changes. A dagster.yaml without it is the user's own and is left alone.
 WRITTEN_BY = "# Written by exact-backfills from the repository's dagster.yaml: edits here are replaced.\n"
-# How earlier versions of the project's copy began: theirs too, and rewritten (their event log class is gone).
-EARLIER_COPY = "# Instance settings copied into $DAGSTER_HOME"
 
 
 # Runs and schedules keep Dagster's defaults; the event log is named for its class, with the home's path (rewritten by
 # every entry point: setup.sh, demo.sh, the command line, so a moved home is followed).
-SQLITE_EVENT_LOG = """# Events in Dagster's SQLite files, where Dagster keeps them by default; slot claims atomic (dagster_private.py).
-event_log_storage:
+SQLITE_EVENT_LOG = ("# Events in Dagster's SQLite files, where Dagster keeps them by default; "
+                    "slot claims atomic (dagster_private.py).\n"
+                    """event_log_storage:
   module: assets_pkg.dagster_private
   class: AtomicClaimSqliteEventLogStorage
   config:
     base_dir: {base_dir}
-"""
+""")
 
 
 def config_text(home: Path) -> str:
@@ -44,7 +43,7 @@ def write_config(home: Path | str | None = None) -> Path:
     path = home / "dagster.yaml"
     text = config_text(home)
     current = path.read_text() if path.exists() else None
-    if current is None or (current.startswith((WRITTEN_BY, EARLIER_COPY)) and current != text):
+    if current is None or (current.startswith(WRITTEN_BY) and current != text):
         path.write_text(text)
     return path
 

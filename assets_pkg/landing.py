@@ -121,14 +121,16 @@ def _arrow_mismatch(expected: T.DataType, column, arrow_type) -> str | None:
         T.IntegerType: lambda t: pa.types.is_int32(t),
         T.DateType: lambda t: pa.types.is_date32(t),
         T.StringType: lambda t: pa.types.is_string(t) or pa.types.is_large_string(t),
-        T.DecimalType: lambda t: pa.types.is_decimal(t) and (t.precision, t.scale) == (expected.precision, expected.scale),
+        T.DecimalType: lambda t: (pa.types.is_decimal(t)
+                                  and (t.precision, t.scale) == (expected.precision, expected.scale)),
     }.get(type(expected), lambda t: False)
     if ok(arrow_type):
         return None
     return f"column {column.name} is {arrow_type}, the contract says {expected.simpleString()}"
 
 
-_verdicts: dict[tuple[str, int, int], tuple[str, tuple[str, ...]]] = {}  # (path, size, mtime) -> verdict; files are immutable
+# (path, size, mtime) -> verdict; files are immutable
+_verdicts: dict[tuple[str, int, int], tuple[str, tuple[str, ...]]] = {}
 
 
 def _file_verdict(path: Path, dataset: str) -> tuple[str, tuple[str, ...]]:
@@ -179,7 +181,8 @@ def landed_files(dataset: str, batches: list[str] | None = None) -> LandedFiles:
             continue
         if not (entry.is_dir() and _batch_day(entry.name)):
             if batches is None:
-                found.refused.append(Refusal(entry.name, None, f"not a batch folder: its name is not {BATCH_PREFIX}YYYY-MM-DD"))
+                found.refused.append(
+                    Refusal(entry.name, None, f"not a batch folder: its name is not {BATCH_PREFIX}YYYY-MM-DD"))
             continue
         if wanted is not None and entry.name not in wanted:
             continue
@@ -224,13 +227,15 @@ def read_landing(spark: SparkSession, dataset: str, batches: list[str] | None = 
     else:
         parts = [with_file(reader.schema(schema).parquet(*files.plain))] if files.plain else []
         for columns, paths in files.nanos.items():
-            as_numbers = T.StructType([T.StructField(f.name, T.LongType()) if f.name in columns else f for f in schema.fields])
+            as_numbers = T.StructType(
+                [T.StructField(f.name, T.LongType()) if f.name in columns else f for f in schema.fields])
             df = with_file(reader.schema(as_numbers).parquet(*paths))
             for c in columns:
                 df = df.withColumn(c, F.expr(f"timestamp_micros(div({c}, 1000))"))
             parts.append(df)
     if not parts:
-        parts = [spark.createDataFrame([], T.StructType([*schema.fields, T.StructField("source_file", T.StringType())]))]
+        empty = T.StructType([*schema.fields, T.StructField("source_file", T.StringType())])
+        parts = [spark.createDataFrame([], empty)]
     df = parts[0]
     for part in parts[1:]:
         df = df.unionByName(part)

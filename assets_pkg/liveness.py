@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 from dagster import DagsterInstance, DagsterRun, DagsterRunStatus, RunsFilter
 
-PROCESS_TAG = "exact_backfills/process"  # host:pid:start time of the process executing the run
+from assets_pkg.dagster_names import PROCESS_TAG
+
 
 ACTIVE = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING, DagsterRunStatus.STARTED,
           DagsterRunStatus.CANCELING]
@@ -55,7 +56,8 @@ class ActiveRun:
     def describe(self) -> str:
         where = f"process {self.process}" if self.process else "no process recorded yet"
         state = {True: "alive", False: "gone", None: "not checked"}[self.alive]
-        return f"run {self.run.run_id} ({self.run.job_name}, {self.run.status.value}, {self.age_s:.0f}s): {where}, {state}"
+        return (f"run {self.run.run_id} ({self.run.job_name}, {self.run.status.value}, {self.age_s:.0f}s): "
+                f"{where}, {state}")
 
 
 def _alive(process: str) -> bool | None:

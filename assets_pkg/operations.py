@@ -4,16 +4,19 @@ and the minimal metrics, how far each table is behind its landing included (roll
 import json
 import shutil
 from dataclasses import dataclass
+from typing import Any, NamedTuple
 from datetime import date, datetime, timezone
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from assets_pkg import checks, landing
+from assets_pkg import checks, landing, late_data
 from assets_pkg.partitions import days, first_day, last_day
-from assets_pkg.tables import DAY_COLUMN, QUARANTINE_ORDER_ITEMS, STG_ORDER_ITEMS, TABLES
+from assets_pkg.publish import Operation
+from assets_pkg.tables import DAY_COLUMN, TABLES, built_from_landing
 from resources import audit
+from resources.audit import DayContent
 from resources.delta_io import (
     TableNotMaterialized,
     history,
@@ -29,33 +32,40 @@ def _range(df: DataFrame, table: str, start: date, end: date) -> DataFrame:
     return df.where(F.col(DAY_COLUMN[table]).between(F.lit(start), F.lit(end)))
 
 
-def profile(df: DataFrame, table: str) -> dict[date, tuple[int, str]]:
-    """day -> (rows, SHA-256 of the day's sorted rows): the same fingerprint the checks record."""
-    return {r.day: (r.rows, r.fingerprint) for r in checks.day_fingerprints(df, DAY_COLUMN[table]).collect()}
+class DayComparison(NamedTuple):
+    """A day of a table, and the same day elsewhere (another lake, another Delta version) when compared."""
+
+    day: date
+    rows: int
+    fingerprint: str | None
+    other: DayContent | None = None
+
+    @property
+    def matches(self) -> bool | None:
+        return None if self.other is None else DayContent(self.rows, self.fingerprint) == self.other
 
 
-def report(spark: SparkSession, table: str, start: date, end: date, against: Path | None = None, version: int | None = None):
-    """Rows per day: (day, rows, sha256, other_rows, other_sha256, match). `other` is the same table in another lake
-    (dual-run comparison) or at another Delta version; without either, other_* are None and match is None."""
-    mine = profile(read_days(spark, table, DAY_COLUMN[table], days(start, end)), table)
+def report(spark: SparkSession, table: str, start: date, end: date, against: Path | None = None,
+           version: int | None = None) -> list[DayComparison]:
+    """Rows and fingerprint per day; compared with the same table in another lake (dual-run comparison) or at
+    another Delta version, when given."""
+    column = DAY_COLUMN[table]
+    mine = checks.day_contents(read_days(spark, table, column, days(start, end)), column)
     other = None
     if against is not None:
         path = table_path(table, against)
         if not is_delta_table(spark, path):
             raise TableNotMaterialized(f"no Delta table {table!r} at {path}")
-        other = profile(_range(spark.read.format("delta").load(path), table, start, end), table)
+        other = checks.day_contents(_range(spark.read.format("delta").load(path), table, start, end), column)
     elif version is not None:
         check_version(spark, table, version)
-        other = profile(_range(spark.read.format("delta").option("versionAsOf", version).load(table_path(table)), table, start, end), table)
-    lines = []
-    for day in days(start, end):
-        rows, sha = mine.get(day, (0, None))
-        if other is None:
-            lines.append((day, rows, sha, None, None, None))
-        else:
-            o_rows, o_sha = other.get(day, (0, None))
-            lines.append((day, rows, sha, o_rows, o_sha, (rows, sha) == (o_rows, o_sha)))
-    return lines
+        old = spark.read.format("delta").option("versionAsOf", version).load(table_path(table))
+        other = checks.day_contents(_range(old, table, start, end), column)
+    none = DayContent(0, None)
+    return [
+        DayComparison(day, *mine.get(day, none), None if other is None else other.get(day, none))
+        for day in days(start, end)
+    ]
 
 
 def check_version(spark: SparkSession, table: str, version: int) -> None:
@@ -71,25 +81,23 @@ def landing_lag(spark: SparkSession) -> dict:
     """How far the tables are behind their landing, from the landing and the tables alone (not the wall clock): the
     days each table must restate for the batches landed since the watermark, the newest landed and published days,
     and the seconds of landed data not yet published (newest batch load time minus the watermark)."""
-    from assets_pkg import late_data  # it publishes through modules this one is imported by
-
     try:
-        found = late_data.detect(spark)
-    except late_data.RestatementError:
-        found = None  # nothing published yet
-    stale = found.days_by_table() if found else {}
+        detection: late_data.Detection | None = late_data.detect(spark)
+    except late_data.NothingPublished:
+        detection = None
+    stale = detection.days_by_table() if detection else {}
     behind = any(stale.values())
-    watermark = found.watermark.watermark_ts if found else None
+    watermark = detection.watermark.watermark_ts if detection else None
     lag = None
-    if found and watermark and found.new_watermark_ts:
-        lag = round((found.new_watermark_ts - watermark).total_seconds(), 1) if behind else 0.0
+    if detection and watermark and detection.new_watermark_ts:
+        lag = round((detection.new_watermark_ts - watermark).total_seconds(), 1) if behind else 0.0
     landed = (landing.read_landing(spark, landing.ORDER_ITEMS)  # a day outside the partitions is quarantined
               .where(F.col("order_date").between(first_day(), last_day())).agg(F.max("order_date")).first()[0])
     tables = {}
     for table in TABLES:
         newest = (read_table(spark, table.name).agg(F.max(table.day_column)).first()[0]
                   if table_exists(spark, table.name) else None)
-        tables[table.name] = {"stale_days": len(stale.get(table.name, [])) if found else None,
+        tables[table.name] = {"stale_days": len(stale.get(table.name, [])) if detection else None,
                               "newest_published_day": newest.isoformat() if newest else None}
     batches = [landing.batch_name(p) for p in landing.batch_dirs(landing.ORDER_ITEMS)]
     return {
@@ -97,7 +105,8 @@ def landing_lag(spark: SparkSession) -> dict:
         "newest_landed_day": landed.isoformat() if landed else None,
         "watermark": watermark.isoformat() if watermark else None,
         "landing_lag_s": lag,
-        "held_days": [h.day.isoformat() for h in found.holds] if found else [],  # rolled back, not restated until released
+        # Rolled back: not restated until released.
+        "held_days": [h.day.isoformat() for h in detection.holds] if detection else [],
         "tables": tables,
     }
 
@@ -106,7 +115,7 @@ def metrics(spark: SparkSession) -> dict:
     """Per asset: p95 run duration (a run's span of work on the asset), the latest run's duplicate keys per 1,000
     rows and reconciliation mismatch count, and how far it is behind its landing (see `landing_lag`)."""
     freshness = landing_lag(spark)
-    rows = audit.read(spark).where(F.col("operation") == "materialize")
+    rows = audit.read(spark).where(F.col("operation") != Operation.ROLLBACK.value)
     per_run = rows.groupBy("asset", "run_id").agg(
         (F.max("ended_at").cast("double") - F.min("started_at").cast("double")).alias("duration_s"),
         F.max("ended_at").alias("ended_at"),
@@ -165,7 +174,8 @@ def withdraw(spark: SparkSession, file: str, reason: str) -> Withdrawal:
     first, last = first_day(), last_day()
     if dataset == landing.ORDER_ITEMS:
         affected: set[date] = set()
-        for table, column in ((STG_ORDER_ITEMS, "order_date"), (QUARANTINE_ORDER_ITEMS, "quarantine_day")):
+        staging = built_from_landing(dataset)
+        for table, column in [(staging.name, staging.day_column), *((s.name, s.day_column) for s in staging.side_tables)]:
             if table_exists(spark, table):
                 rows = read_table(spark, table).where(F.col("source_file") == rel).select(column).distinct().collect()
                 affected |= {r[0] for r in rows}

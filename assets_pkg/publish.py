@@ -1,32 +1,110 @@
-"""Publishing: the one way rows reach the lake, for a backfill's range and a restatement's scattered days alike.
+"""The one write path: every change to published days goes through `publish`, whatever asked for it (a backfill's run,
+a restatement, a rollback, a release of held days).
 
-A run publishes its tables as a whole, in four stages:
-- build: every table's days, in the graph's order; a table reads its upstream tables' days from what this run
-  builds for them, and any other day from what is published;
+A change is a plan of (table -> days) and, for each table, where its rows come from (`RowSource`): built from the
+landing and its upstream tables, built by the table's restatement build from the batches just read, or read as of an
+earlier Delta version. `publish` takes it through four stages, the whole graph at each stage:
+- build (or read): every table's days, in the graph's order; a table reads its upstream tables' days from what this
+  change stages for them, and any other day from what is published;
 - verify: every blocking check of every table on every day. One failing day and nothing at all is written
-  (reconcile before publish, across the graph: staging and fact can no longer be published without their marts);
-- commit: replace exactly the days (`overwrite_days`), one Delta commit per table, in the graph's order;
-- record: fingerprints, row-count changes and the audit trail (one append for the run), per-day figures.
+  (reconcile before publish, across the graph): `Refused`;
+- commit: replace exactly the days (`overwrite_days`, the one call site of the package), one Delta commit per table,
+  in the graph's order, a side table just before its table;
+- record: the effects the change declares (a rollback holds its days, a release releases them, a table that
+  publishes late rows settles their exceptions), fingerprints, row-count changes, the audit trail (one append), and
+  each day's figures for Dagster.
 
-A failure during the commits (a conflict, a lost executor) raises PartlyPublished, which says which tables were
-committed for which days; the run is then repaired by running it again (see automation.late_data_sensor)."""
+A failure during the commits or after them raises PartlyPublished, which says which tables were committed for which
+days; the days are then repaired by running the same change again (see automation.late_data_sensor)."""
 
 import os
 import signal
 import time
 from dataclasses import dataclass, field
 from datetime import date, datetime, timezone
+from enum import Enum
+from typing import Any
 
+from dagster import DagsterRun
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from assets_pkg import checks, landing, quarantine
-from assets_pkg.tables import BY_NAME, DAY_COLUMN, PUBLISH_ORDER, QUARANTINE_ORDER_ITEMS, Build, Staged
+from assets_pkg import checks
+from assets_pkg.dagster_names import CLI_BACKFILL_TAG, RELEASE_TAG
+from assets_pkg.dagster_private import BACKFILL_ID_TAG
+from assets_pkg.tables import BY_NAME, DAY_COLUMN, PUBLISH_ORDER, LandedBatches, Staged, Table
 from resources import audit, control
 from resources.delta_io import Commit, Scan, day_filter, day_runs, overwrite_days, read_days, scan_of_table, table_exists
+from resources.lake import table_path
 
-# On each run of a command-line backfill (which is not a Dagster backfill: see backfill.runs_url), its id.
-CLI_BACKFILL_TAG = "exact_backfills/backfill"
+
+class Operation(Enum):
+    """Why days change: named in every commit, audit row and message of the change."""
+
+    BACKFILL = "backfill"  # built from the landing: a run of the assets (the UI's, the command line's, a repair)
+    RESTATEMENT = "restatement"  # the days batches landed since the watermark change
+    ROLLBACK = "rollback"  # read as of earlier Delta versions, then held
+    RELEASE = "release"  # days held since a rollback, built from the landing again, then released
+
+    @property
+    def verb(self) -> str:
+        return "restored" if self is Operation.ROLLBACK else "written"
+
+    def refusal_hint(self) -> str:
+        if self is Operation.ROLLBACK:
+            return "Roll back the tables it is built from too (--before-run RUN restores everything a run wrote)."
+        return ("Fix the rows the failing checks name (or withdraw the landed file they come from), then run the same "
+                "days again; `check` shows what is published now.")
+
+
+@dataclass(frozen=True)
+class Rebuilt:
+    """Rows built by the table's build, from the landing and its upstream tables."""
+
+
+@dataclass(frozen=True)
+class Restated:
+    """Rows built by the table's restatement build, from what it holds plus the batches just read."""
+
+    landed: LandedBatches
+
+
+@dataclass(frozen=True)
+class Restored:
+    """Rows as of an earlier Delta version of the table (-1: before it existed), and of its side tables'."""
+
+    version: int
+    side_versions: dict[str, int] = field(default_factory=dict)
+
+
+RowSource = Rebuilt | Restated | Restored
+
+
+@dataclass(frozen=True)
+class Hold:
+    """Why a rollback holds its days, and the landed batches with rows on them then."""
+
+    why: str
+    batches: str
+
+
+@dataclass(frozen=True)
+class Change:
+    """Days to change: table -> days, where each table's rows come from (Rebuilt unless said), and why."""
+
+    operation: Operation
+    days: dict[str, list[date]]
+    sources: dict[str, RowSource] = field(default_factory=dict)
+    hold: Hold | None = None  # a rollback's: its days are held once committed
+
+    def source(self, table: str) -> RowSource:
+        return self.sources.get(table, Rebuilt())
+
+    def tables(self) -> list[str]:
+        return [t for t in PUBLISH_ORDER if self.days.get(t)]
+
+    def every_day(self) -> list[date]:
+        return sorted({d for days in self.days.values() for d in days})
 
 
 @dataclass(frozen=True)
@@ -37,74 +115,82 @@ class RunInfo:
     backfill_id: str | None = None
 
     @classmethod
-    def of(cls, run) -> "RunInfo":
+    def of(cls, run: DagsterRun) -> "RunInfo":
         """A Dagster run's: its backfill is Dagster's (the UI's) or the command line's."""
-        return cls(run.run_id, run.tags.get("dagster/backfill") or run.tags.get(CLI_BACKFILL_TAG))
+        return cls(run.run_id, run.tags.get(BACKFILL_ID_TAG) or run.tags.get(CLI_BACKFILL_TAG))
+
+
+def operation_of(run: DagsterRun) -> Operation:
+    """What a run of the assets does: a release when tagged so, else a backfill."""
+    return Operation.RELEASE if run.tags.get(RELEASE_TAG) == "true" else Operation.BACKFILL
 
 
 @dataclass
 class Publication:
     days: list[date]
     outcomes: list[checks.Outcome]  # every check result, one per check per day
-    metadata: dict[str, dict[date, dict]]  # per table written (the table and its side tables): each day's figures
-    totals: dict[str, dict] = field(default_factory=dict)  # per table written: the run's figures over all its days
+    metadata: dict[str, dict[date, dict[str, Any]]]  # per table written (and its side tables): each day's figures
+    totals: dict[str, dict[str, Any]] = field(default_factory=dict)  # per table written: the run's figures
 
 
 def day_ranges(days: list[date]) -> str:
     return ", ".join(f"{a}..{b}" if a != b else str(a) for a, b in day_runs(days))
 
 
-class GraphNotPublished(RuntimeError):
-    """A blocking check failed on some table's day: nothing was written, in any table."""
-
-    def __init__(self, plan: dict[str, list[date]], outcomes: dict[str, list[checks.Outcome]]):
-        self.plan = plan
-        self.failing = {t: [o for o in found if not o.passed] for t, found in outcomes.items()}
-        self.failing = {t: found for t, found in self.failing.items() if found}
-        lines = [f"{o.check} of {t} on {o.day}: {checks.summary(o)}" for t, found in self.failing.items() for o in found]
-        super().__init__(
-            f"blocking checks failed in {', '.join(self.failing)}; nothing written in any of "
-            f"{', '.join(plan)} ({day_ranges(sorted({d for days in plan.values() for d in days}))}). "
-            + "; ".join(lines[:10]) + (f"; and {len(lines) - 10} more" if len(lines) > 10 else "")
-        )
-        self.failing_days = sorted({o.day.isoformat() for found in self.failing.values() for o in found})
+def _first_items(lines: list[str], most: int) -> str:
+    return "; ".join(lines[:most]) + (f"; and {len(lines) - most} more" if len(lines) > most else "")
 
 
-class HeldDays(RuntimeError):
-    """Days of the run are held since a rollback: nothing was written. Released by `release`, which publishes them."""
+class Refused(RuntimeError):
+    """Nothing was written, in any table: a blocking check failed on some table's day (`failing`), or days of the
+    change are held since a rollback (`holds`)."""
 
-    def __init__(self, holds: list):
-        self.holds = holds
-        super().__init__(
-            f"{len(holds)} day(s) held since a rollback, nothing written: "
-            + "; ".join(describe_hold(h) for h in holds[:5]) + (f"; and {len(holds) - 5} more" if len(holds) > 5 else "")
-            + ". Publish them again with `python -m assets_pkg release --start D1 --end D2`, or leave them out."
-        )
+    def __init__(self, change: Change, failing: dict[str, list[checks.Outcome]] | None = None,
+                 holds: list[control.HeldDay] | None = None):
+        self.change, self.failing, self.holds = change, failing or {}, holds or []
+        op, days = change.operation, day_ranges(change.every_day())
+        if self.holds:
+            message = (f"{op.value} of {days} refused, nothing {op.verb}: {len(self.holds)} day(s) held since a "
+                       f"rollback: {_first_items([h.describe() for h in self.holds], 5)}. Publish them again with "
+                       "`python -m assets_pkg release --start D1 --end D2`, or leave them out.")
+        else:
+            lines = [f"{o.check} of {t} on {o.day}: {checks.summary(o)}" for t, found in self.failing.items() for o in found]
+            message = (f"{op.value} of {days} refused, nothing {op.verb} in any of {', '.join(change.tables())}: "
+                       f"blocking checks failed in {', '.join(self.failing)}: {_first_items(lines, 10)}. "
+                       f"{op.refusal_hint()}")
+        super().__init__(message)
 
-
-def describe_hold(hold) -> str:
-    """Who held a day, when and why, and the landed batches with rows on it then."""
-    return (f"{hold.day} held since {hold.held_at:%Y-%m-%d %H:%M} UTC by run {hold.held_by_run} ({hold.why}; landed "
-            f"batches with rows on it: {hold.batches or 'none'})")
+    @property
+    def failing_days(self) -> list[str]:
+        return sorted({o.day.isoformat() for found in self.failing.values() for o in found})
 
 
 class PartlyPublished(RuntimeError):
-    """The run failed after committing some of its tables: those hold this run's days, the others their previous
-    content. Running the same days again publishes them all."""
+    """The change failed after committing some of its tables: those hold its days, the others their previous
+    content. Making the same change again publishes them all."""
 
-    def __init__(self, plan: dict[str, list[date]], commits: dict[str, Commit], cause: BaseException):
+    def __init__(self, change: Change, commits: dict[str, Commit], cause: BaseException):
         # Side tables have their table's days.
-        plan = {**plan, **{side: plan[t] for t in list(plan) for side in BY_NAME[t].side_tables}}
-        self.plan, self.commits, self.cause = plan, commits, cause
-        self.not_committed = [t for t in plan if t not in commits]
+        self.plan = {name: change.days[_table_of(name)] for name in _with_side_tables(change.tables())}
+        self.operation, self.commits, self.cause = change.operation, commits, cause
+        self.not_committed = [t for t in self.plan if t not in commits]
         committed = ", ".join(
-            f"{t} ({f'version {c.version}' if c.version is not None else 'no change'}, {day_ranges(plan[t])})"
+            f"{t} ({f'version {c.version}' if c.version is not None else 'no change'}, {day_ranges(self.plan[t])})"
             for t, c in commits.items())
+        first = str(cause).strip().splitlines()[0] if str(cause).strip() else ""
         super().__init__(
-            f"failed after committing {committed}; not committed: {', '.join(self.not_committed) or 'none'} "
-            f"({type(cause).__name__}: {str(cause).strip().splitlines()[0] if str(cause).strip() else ''}). "
-            "These days are published in some tables only until the same days are run again."
+            f"{self.operation.value} failed after committing {committed}; not committed: "
+            f"{', '.join(self.not_committed) or 'none'} ({type(cause).__name__}: {first}). These days are published in "
+            f"some tables only until the same {self.operation.value} is run again."
         )
+
+
+def _with_side_tables(tables: list[str]) -> list[str]:
+    return [name for t in tables for name in [*(s.name for s in BY_NAME[t].side_tables), t]]
+
+
+def _table_of(name: str) -> str:
+    return name if name in BY_NAME else next(t.name for t in BY_NAME.values() if name in {s.name for s in t.side_tables})
 
 
 # For the fault-injection tests: EXACT_BACKFILLS_KILL_AT=<point> kills this process with SIGKILL when it reaches that
@@ -119,46 +205,37 @@ def fault_point(name: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def publish(
-    spark: SparkSession, plan: dict[str, list[date]], run: "RunInfo", builds: dict[str, Build] | None = None,
-    held: str = "refuse",
-) -> dict[str, Publication]:
-    """Publish `plan` (table -> days) as a whole: build, verify, commit, record (see the module's docstring).
-    `builds` replaces tables' own builds (a restatement's staging build). A day held since a rollback is refused
-    (HeldDays, nothing written), unless `held` is "release" (published, then released: `release`) or "keep" (a
-    rollback rebuilding tables derived from what it restored). Raises GraphNotPublished, having written nothing,
-    when a blocking check fails; PartlyPublished when a failure comes after the first commit."""
+def publish(spark: SparkSession, change: Change, run: RunInfo) -> dict[str, Publication]:
+    """Publish `change` as a whole: build, verify, commit, record (see the module's docstring). Raises Refused, having
+    written nothing, when a blocking check fails or (for a backfill or restatement) a day is held since a rollback;
+    PartlyPublished when a failure comes after the first commit."""
     started = datetime.now(timezone.utc)
     t0 = time.monotonic()
-    order = [t for t in PUBLISH_ORDER if plan.get(t)]
-    plan = {t: sorted(set(plan[t])) for t in order}
-    every_day = sorted({d for days in plan.values() for d in days})
-    holds = control.open_holds(spark, every_day) if every_day else []
-    if holds and held == "refuse":
-        raise HeldDays(holds)
+    change = Change(change.operation, {t: sorted(set(change.days[t])) for t in change.tables()}, change.sources,
+                    change.hold)
+    holds = control.open_holds(spark, change.every_day()) if change.every_day() else []
+    if holds and change.operation in (Operation.BACKFILL, Operation.RESTATEMENT):
+        raise Refused(change, holds=holds)
     staged: dict[str, Staged] = {}
     try:
-        for table in order:
-            staged[table] = _build(spark, table, plan, staged, (builds or {}).get(table) or BY_NAME[table].build)
-        verified = {table: _verify(staged[table], table, plan[table]) for table in order}
-        outcomes = {table: found for table, (found, _) in verified.items()}
-        if any(not o.passed for found in outcomes.values() for o in found):
-            raise GraphNotPublished(plan, outcomes)
-        commits = _commit(staged, plan, run)
+        for table in change.tables():
+            staged[table] = _stage(spark, BY_NAME[table], change, staged)
+        verified = {table: _verify(staged[table], BY_NAME[table], change.days[table]) for table in change.tables()}
+        failing = {table: v.failing for table, v in verified.items() if v.failing}
+        if failing:
+            raise Refused(change, failing)
+        commits = _commit(staged, change, run)
         try:
-            published = _record(spark, staged, plan, run, verified, commits, started, t0)
-            if held == "release":
-                control.release_holds(spark, [h.day for h in holds], run.run_id, datetime.now(timezone.utc))
-            return published
+            return _record(spark, staged, change, run, verified, commits, holds, started, t0)
         except Exception as e:
-            raise PartlyPublished(plan, commits, e) from e
+            raise PartlyPublished(change, commits, e) from e
     finally:
         for built in staged.values():
-            for cached in [built.table, *built.persisted]:
-                cached.unpersist()
+            built.unpersist()
 
 
-def _build(spark: SparkSession, table: str, plan: dict, staged: dict[str, Staged], build: Build) -> Staged:
+def _stage(spark: SparkSession, table: Table, change: Change, staged: dict[str, Staged]) -> Staged:
+    """The table's rows for the change's days, from its source."""
     scans: list[Scan] = []
 
     def published(upstream: str, days: list[date]) -> DataFrame:
@@ -167,10 +244,10 @@ def _build(spark: SparkSession, table: str, plan: dict, staged: dict[str, Staged
         return df
 
     def read(upstream: str, days: list[date]) -> DataFrame:
-        """`upstream`'s rows of `days`: this run's where it builds them, the published ones elsewhere."""
+        """`upstream`'s rows of `days`: this change's where it stages them, the published ones elsewhere."""
         if upstream not in staged:
             return published(upstream, days)
-        ours = set(plan[upstream])
+        ours = set(change.days[upstream])
         mine, rest = sorted(set(days) & ours), sorted(set(days) - ours)
         built = staged[upstream].table
         parts = [built if set(mine) == ours else built.where(day_filter(DAY_COLUMN[upstream], mine))] if mine else []
@@ -180,32 +257,66 @@ def _build(spark: SparkSession, table: str, plan: dict, staged: dict[str, Staged
             return built.limit(0)
         return parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1])
 
-    result = build(spark, plan[table], read)
+    days = change.days[table.name]
+    source = change.source(table.name)
+    if isinstance(source, Restored):
+        result = _restored(spark, table, source, days, read)
+    elif isinstance(source, Restated) and table.restate:
+        result = table.restate(source.landed)(spark, days, read)
+    else:
+        result = table.build(spark, days, read)
     result.table = result.table.persist()  # checked, read downstream and written from the same computed rows
     result.scans = [*result.scans, *scans]
     return result
 
 
-def _verify(built: Staged, table: str, days: list[date]) -> tuple[list[checks.Outcome], dict]:
-    return checks.evaluate_blocking(built.table, built.upstream, built.lost, BY_NAME[table].checks, days)
+def rows_as_of(spark: SparkSession, table: str, version: int, days: list[date]) -> DataFrame:
+    """The table's rows of `days` as of `version` (none before the table existed)."""
+    if version < 0:
+        return read_days(spark, table, DAY_COLUMN[table], days).where(F.lit(False))
+    old = spark.read.format("delta").option("versionAsOf", version).load(table_path(table))
+    return old.where(day_filter(DAY_COLUMN[table], days))
 
 
-def _commit(staged: dict[str, Staged], plan: dict[str, list[date]], run: "RunInfo") -> dict[str, Commit]:
+def _restored(spark: SparkSession, table: Table, source: Restored, days: list[date], read) -> Staged:
+    """A table's days as of an earlier version, with its upstream to reconcile with as this change leaves it. Nothing
+    lost is not checked: the days are held, what landed for them left out on purpose."""
+    rec = table.checks.reconciliation
+    return Staged(
+        table=rows_as_of(spark, table.name, source.version, days),
+        upstream=read(rec.upstream, days) if rec else None,
+        side_tables={side: rows_as_of(spark, side, v, days).persist() for side, v in source.side_versions.items()},
+    )
+
+
+def _verify(built: Staged, table: Table, days: list[date]) -> checks.Verified:
+    return checks.evaluate_blocking(built.table, built.upstream, built.lost, table.key, table.day_column, table.checks, days)
+
+
+def _commit(staged: dict[str, Staged], change: Change, run: RunInfo) -> dict[str, Commit]:
     """One commit per table, in the graph's order; a side table (rows accepted vs rows quarantined are two halves
     of one build) is committed just before its table."""
     commits: dict[str, Commit] = {}
     fault_point("before-commits")
     try:
-        for table, days in plan.items():
-            info = {"run_id": run.run_id, "backfill_id": run.backfill_id, "days": len(days), "first": days[0], "last": days[-1]}
+        for table, days in change.days.items():
+            source = change.source(table)
+            info = {"run_id": run.run_id, "backfill_id": run.backfill_id, "operation": change.operation.value,
+                    "days": len(days), "first": days[0], "last": days[-1]}
             for side, side_df in staged[table].side_tables.items():
-                side_df = side_df.withColumn("run_id", F.lit(run.run_id))  # which run put the row there
-                commits[side] = overwrite_days(side_df, side, DAY_COLUMN[side], days, {**info, "asset": side})
-            commits[table] = overwrite_days(staged[table].table, table, DAY_COLUMN[table], days, {**info, "asset": table})
+                if isinstance(source, Restored):
+                    info_side = {**info, "asset": side, "restored_version": source.side_versions[side]}
+                else:
+                    side_df = side_df.withColumn("run_id", F.lit(run.run_id))  # which run put the row there
+                    info_side = {**info, "asset": side}
+                commits[side] = overwrite_days(side_df, side, DAY_COLUMN[side], days, info_side)
+            restored = {"restored_version": source.version} if isinstance(source, Restored) else {}
+            commits[table] = overwrite_days(staged[table].table, table, DAY_COLUMN[table], days,
+                                            {**info, "asset": table, **restored})
             fault_point(f"commit:{table}")
     except Exception as e:
         if commits:
-            raise PartlyPublished(plan, commits, e) from e
+            raise PartlyPublished(change, commits, e) from e
         raise
     return commits
 
@@ -218,49 +329,93 @@ def _source_watermark(df: DataFrame) -> datetime | None:
     return datetime.fromtimestamp(seconds, tz=timezone.utc) if seconds is not None else None
 
 
-def _record(spark, staged, plan, run, verified, commits, started, t0) -> dict[str, Publication]:
-    found = audit.latest_before_run(spark, run.run_id)
+def _held_days(spark: SparkSession, change: Change, run: RunInfo, holds: list[control.HeldDay],
+               now: datetime) -> dict[date, control.HeldDay]:
+    """The declared effect on held days: a rollback holds its days, a release releases them. Returns the days held
+    once the change is committed."""
+    days = change.every_day()
+    if change.hold:
+        control.hold_days(spark, days, change.hold.why, change.hold.batches, run.run_id, now)
+        return {d: control.HeldDay(d, change.hold.why, change.hold.batches, now, run.run_id) for d in days}
+    if change.operation is Operation.RELEASE and holds:
+        control.release_holds(spark, [h.day for h in holds], run.run_id, now)
+    return {}
+
+
+def _late_data(spark: SparkSession, days: list[date], source: RowSource, run: RunInfo,
+               now: datetime) -> list[checks.Outcome]:
+    """late_data_outside_window on each day of a table that publishes late rows: it passes unless the day holds late
+    rows older than the restatement window that are still unpublished. A build from every batch that can hold the
+    days publishes them, so it settles their exceptions; a restatement's build (from the batches it read) or a
+    restored version leaves an open one open."""
+    still_open = control.open_exceptions(spark, days)
+    settles = isinstance(source, Rebuilt)
+    if settles and still_open:
+        control.resolve_exceptions(spark, [e.day for e in still_open], run.run_id, now)
+    by_day = {e.day: e for e in still_open}
+    outcomes = []
+    for day in days:
+        e = by_day.get(day)
+        metadata: dict[str, Any] = {"late_rows": e.rows, "batches": e.batches} if e else {"late_rows": 0}
+        if e and settles:
+            metadata["resolved_by_run"] = run.run_id
+        outcomes.append(checks.Outcome(checks.LATE_DATA, day, e is None or settles, metadata))
+    return outcomes
+
+
+def _freshness(table: Table, days: list[date], held: dict[date, control.HeldDay]) -> list[checks.Outcome]:
+    """Just written: up to date with the landing, or, on a day held since a rollback, left out as the operator wants
+    it (what landed for it is not published until it is released)."""
+    outcomes = []
+    for day in days:
+        if day in held:
+            why = {"stale": False, "held": True, "why": held[day].describe()}
+            outcomes.append(checks.Outcome(checks.UP_TO_DATE, day, True, why))
+            if table.checks.nothing_lost:
+                outcomes.append(checks.Outcome(checks.NOTHING_LOST, day, True, {"held": True, "why": why["why"]}))
+        else:
+            outcomes.append(checks.Outcome(checks.UP_TO_DATE, day, True, {"stale": False}))
+    return outcomes
+
+
+def _record(spark: SparkSession, staged: dict[str, Staged], change: Change, run: RunInfo,
+            verified: dict[str, checks.Verified], commits: dict[str, Commit], holds: list[control.HeldDay],
+            started: datetime, t0: float) -> dict[str, Publication]:
+    previous_content = audit.latest_before_run(spark, run.run_id)
     ended = datetime.now(timezone.utc)
+    held = _held_days(spark, change, run, holds, ended)
     publications, audit_rows = {}, []
-    for table, days in plan.items():
-        outcomes, profile = verified[table]
-        commit = commits[table]
-        previous = {day: found[(table, day)] for day in days if (table, day) in found}
-        outcomes = outcomes + checks.evaluate_after_commit(profile, previous, days)
+    for table, days in change.days.items():
+        spec, checked, commit, source = BY_NAME[table], verified[table], commits[table], change.source(table)
+        previous = {day: previous_content[(table, day)] for day in days if (table, day) in previous_content}
+        outcomes = [*checked.outcomes, *checks.evaluate_after_commit(checked, previous, days), *_freshness(spec, days, held)]
+        if spec.checks.late_data:
+            outcomes += _late_data(spark, days, source, run, ended)
         source_watermark = _source_watermark(staged[table].table)
-        duplicates = {o.day: o.metadata["duplicate_per_1k"] for o in outcomes if o.check == checks.UNIQUE_KEY}
-        mismatches = {o.day: o.metadata["mismatch_count"] for o in outcomes if o.check == checks.RECONCILES}
-        changed = {o.day: o.metadata["changed"] for o in outcomes if o.check == checks.FINGERPRINT}
+        changed = {day: checks.fingerprint_changed(checked.profile(day).content, previous.get(day)) for day in days}
+        restored = isinstance(source, Restored)
         audit_rows += [
             audit.AuditRow(
-                run_id=run.run_id,
-                backfill_id=run.backfill_id,
-                operation="materialize",
-                asset=table,
-                partition=day,
-                rows_written=profile[day]["rows"] if day in profile else 0,
-                fingerprint=profile[day]["fingerprint"] if day in profile else None,
-                delta_version=commit.version,
-                started_at=started,
-                ended_at=ended,
-                source_watermark=source_watermark,
-                duplicate_per_1k=duplicates.get(day),
-                mismatch_count=mismatches.get(day),
+                run_id=run.run_id, backfill_id=run.backfill_id, operation=change.operation.value, asset=table,
+                partition=day, rows_written=checked.profile(day).rows, fingerprint=checked.profile(day).fingerprint,
+                delta_version=commit.version, started_at=started, ended_at=ended, source_watermark=source_watermark,
+                duplicate_per_1k=checked.profile(day).duplicate_per_1k,
+                mismatch_count=checked.mismatches.get(day, 0) if spec.checks.reconciliation else None,
             )
             for day in days
         ]
-        if staged[table].after_commit:
-            outcomes += staged[table].after_commit(spark, days, run.run_id, ended)
-        metadata = {side: commit_metadata(commits[side], days) for side in BY_NAME[table].side_tables}
-        totals = {side: commit_totals(commits[side], days) for side in BY_NAME[table].side_tables}
+        why = {"restored_to_version": source.version, "why": change.hold.why} if restored and change.hold else {}
+        metadata = {s.name: commit_metadata(commits[s.name], days) for s in spec.side_tables if s.name in commits}
+        totals = {s.name: commit_totals(commits[s.name], days) for s in spec.side_tables if s.name in commits}
         metadata[table] = {
             day: {
                 **day_metadata,
-                "fingerprint": profile[day]["fingerprint"] if day in profile else "",
-                "fingerprint_changed": changed.get(day, False),
-                "duplicate_per_1k": duplicates.get(day, 0.0),
-                **({"mismatch_count": mismatches[day]} if day in mismatches else {}),
-                # The run's reads: what building these days scanned of the landing and of published tables.
+                **why,
+                "fingerprint": checked.profile(day).fingerprint or "",
+                "fingerprint_changed": changed[day],
+                "duplicate_per_1k": checked.profile(day).duplicate_per_1k,
+                **({"mismatch_count": checked.mismatches.get(day, 0)} if spec.checks.reconciliation else {}),
+                # The change's reads: what building these days scanned of the landing and of published tables.
                 **({"scanned": {scan.source: scan.metadata() for scan in staged[table].scans}} if staged[table].scans else {}),
             }
             for day, day_metadata in commit_metadata(commit, days).items()
@@ -274,12 +429,12 @@ def _record(spark, staged, plan, run, verified, commits, started, t0) -> dict[st
     audit.append(spark, audit_rows)
     duration = round(time.monotonic() - t0, 3)
     for publication in publications.values():
-        for totals in publication.totals.values():
-            totals["run_publish_s"] = duration
+        for table_totals in publication.totals.values():
+            table_totals["run_publish_s"] = duration
     return publications
 
 
-def commit_metadata(commit: Commit, days: list[date]) -> dict[date, dict]:
+def commit_metadata(commit: Commit, days: list[date]) -> dict[date, dict[str, Any]]:
     """Each day's figures of one commit (rows and files as Delta's log records them per partition)."""
     version = commit.version if commit.version is not None else -1
     return {
@@ -288,13 +443,13 @@ def commit_metadata(commit: Commit, days: list[date]) -> dict[date, dict]:
             "files_added": commit.by_day.get(day.isoformat(), {}).get("files_added", 0),
             "files_removed": commit.by_day.get(day.isoformat(), {}).get("files_removed", 0),
             "delta_version": version,
-            "written_with_days": day_ranges(days),  # the run's range, which this day was written with
+            "written_with_days": day_ranges(days),  # the change's days, which this day was written with
         }
         for day in days
     }
 
 
-def commit_totals(commit: Commit, days: list[date]) -> dict:
+def commit_totals(commit: Commit, days: list[date]) -> dict[str, Any]:
     return {
         "rows_written": commit.rows_written,
         "delta_version": commit.version if commit.version is not None else -1,
@@ -302,45 +457,3 @@ def commit_totals(commit: Commit, days: list[date]) -> dict:
         "files_removed": commit.files_removed,
         "partitions": len(days),
     }
-
-
-def check_published(spark: SparkSession, table: str, days: list[date]) -> tuple[list[checks.Outcome], dict]:
-    """The blocking checks on what is published now (the same checks a publication runs before writing), and the
-    days' profile (rows, fingerprint)."""
-    tc = BY_NAME[table].checks
-    df = read_days(spark, table, tc.day_column, days)
-    rec = tc.reconciliation
-    upstream = read_days(spark, rec.upstream, DAY_COLUMN[rec.upstream], days) if rec else None
-    lost = None
-    if tc.nothing_lost:
-        quarantined = read_days(spark, QUARANTINE_ORDER_ITEMS, DAY_COLUMN[QUARANTINE_ORDER_ITEMS], days)
-        lost = quarantine.lost_keys(landing.read_landing(spark, landing.ORDER_ITEMS), df, quarantined, days)
-    return checks.evaluate_blocking(df, upstream, lost, tc, days)
-
-
-def verify_published(spark: SparkSession, table: str, days: list[date], run: "RunInfo") -> list[checks.Outcome]:
-    """Every check of `table` on what is published for `days`, without writing: the blocking checks; the fingerprint
-    and row count against what the pipeline last wrote (a change behind its back fails them); up to date with the
-    landing and late data outside the window, from the late-data detection."""
-    from assets_pkg import late_data  # it publishes through this module; only a checks-only run needs its detection
-
-    outcomes, profile = check_published(spark, table, days)
-    found = audit.latest_before_run(spark, run.run_id)
-    recorded = {day: found[(table, day)] for day in days if (table, day) in found}
-    holds = {}
-    try:
-        detection = late_data.detect(spark)
-        stale, outside = set(detection.days_by_table()[table]), set(detection.outside)
-        holds = {h.day: h for h in detection.holds if h.day in set(days)}
-    except late_data.RestatementError:  # staging not built yet: nothing landed is published, nothing is stale
-        stale, outside = set(), set()
-    outcomes += checks.evaluate_published(profile, recorded, days, stale)
-    for o in outcomes:
-        # Held since a rollback: what landed for the day is left out as the operator wants it, until released.
-        if o.check in (checks.UP_TO_DATE, checks.NOTHING_LOST) and o.day in holds:
-            o.passed = True
-            o.metadata.update({"held": True, "why": describe_hold(holds[o.day])})
-    if BY_NAME[table].checks.late_data:
-        late = {e.day for e in control.open_exceptions(spark, days)} | outside
-        outcomes += [checks.Outcome(checks.LATE_DATA, day, day not in late, {"late_rows_unpublished": day in late}) for day in days]
-    return outcomes

@@ -52,13 +52,15 @@ def split(versions: DataFrame, first_day: date, last_day: date) -> tuple[DataFra
 
 
 def for_days(rejected: DataFrame, days: list[date]) -> DataFrame:
-    return rejected.where(day_filter("quarantine_day", days)).select("quarantine_day", "reason", *ORDER_ITEM_VERSION_COLUMNS)
+    return (rejected.where(day_filter("quarantine_day", days))
+            .select("quarantine_day", "reason", *ORDER_ITEM_VERSION_COLUMNS))
 
 
 def lost_keys(versions: DataFrame, table: DataFrame, quarantined: DataFrame, days: list[date]) -> DataFrame:
     """Keys whose latest landed version (valid or not) falls on one of `days`, yet are neither in `table` nor in
     quarantine: rows that would otherwise vanish without a trace. Columns: day + the key."""
-    latest = Window.partitionBy(*ORDER_ITEM_KEY).orderBy(F.col("updated_at").desc_nulls_last(), F.col("ingested_at").desc_nulls_last())
+    latest = Window.partitionBy(*ORDER_ITEM_KEY).orderBy(
+        F.col("updated_at").desc_nulls_last(), F.col("ingested_at").desc_nulls_last())
     expected = (
         versions.where(F.col("order_id").isNotNull() & F.col("order_item_id").isNotNull())
         .withColumn("_n", F.row_number().over(latest))

@@ -7,7 +7,9 @@ no partition at all. So results are recorded as `AssetCheckEvaluation`s naming t
 day's latest materialization, which is what the UI compares to decide whether a day's result is current."""
 
 from collections.abc import Iterable, Iterator
+from collections.abc import Set as AbstractSet
 from datetime import date
+from typing import Any
 
 from dagster import (
     AssetCheckEvaluation,
@@ -21,6 +23,8 @@ from dagster import (
 
 from assets_pkg import checks
 from assets_pkg.dagster_private import AssetCheckEvaluationTargetMaterializationData as CheckedMaterialization
+from assets_pkg.publish import PartlyPublished, Publication, commit_metadata
+from assets_pkg.tables import BY_NAME
 
 
 def latest_materializations(instance: DagsterInstance, table: str, days: Iterable[date]) -> dict[str, CheckedMaterialization]:
@@ -67,7 +71,8 @@ def check_evaluations(
 
 
 def publication_events(
-    context, table: str, publication, selected: set[str] = frozenset(), check_outputs: Iterable[str] = ()
+    context: Any, table: str, publication: Publication, selected: AbstractSet[str] = frozenset(),
+    check_outputs: Iterable[str] = (),
 ) -> Iterator[AssetMaterialization | MaterializeResult | AssetCheckEvaluation | Output]:
     """Yield, in this order: every table's materialization of every day written, then the check results tied to
     them, then an empty output for each of the step's selected check outputs (what Dagster itself yields for a check
@@ -94,7 +99,7 @@ def publication_events(
         yield Output(None, output_name=output_name)
 
 
-def selected_check_outputs(context, table: str) -> list[str]:
+def selected_check_outputs(context: Any, table: str) -> list[str]:
     """The output names of the step's selected checks of `table`."""
     return [
         context.assets_def.get_output_name_for_asset_check_key(key)
@@ -102,15 +107,10 @@ def selected_check_outputs(context, table: str) -> list[str]:
         if key.asset_key == AssetKey(table)
     ]
 
-
-
-def partly_published_events(context, partly) -> Iterator[AssetMaterialization | AssetCheckEvaluation]:
+def partly_published_events(context: Any, partly: PartlyPublished) -> Iterator[AssetMaterialization | AssetCheckEvaluation]:
     """A run that failed after committing some tables: a materialization of each day of each table committed (it
     holds this run's rows), then, on each table not committed, a failing up_to_date_with_landing result on each day,
     so that the UI shows those days as behind until the days are run again."""
-    from assets_pkg.publish import commit_metadata
-    from assets_pkg.tables import BY_NAME
-
     for table, commit in partly.commits.items():
         days = partly.plan[table]
         for day, metadata in sorted(commit_metadata(commit, days).items()):
@@ -119,7 +119,8 @@ def partly_published_events(context, partly) -> Iterator[AssetMaterialization | 
     for table in [t for t in partly.not_committed if t in BY_NAME]:  # side tables have no checks
         outcomes = [
             checks.Outcome(checks.UP_TO_DATE, day, False, {
-                "stale": True, "why": f"the run failed after committing {committed}, not {table}: run these days again"})
+                "stale": True,
+                "why": f"the {partly.operation.value} failed after committing {committed}, not {table}: run these days again"})
             for day in partly.plan[table]
         ]
         yield from check_evaluations(context.instance, table, outcomes)

@@ -42,7 +42,8 @@ def mark_items_dated_on(versions: DataFrame, days: list[date]) -> DataFrame:
     `days`: the only items whose latest version can be on those days, with all their versions (the latest may be
     dated on another day). The keys are broadcast, so the versions are marked where they are read instead of
     shuffled: for a limited number of days."""
-    keys = versions.where(day_filter("order_date", days)).select(*ORDER_ITEM_KEY).distinct().withColumn(ITEM_ON_DAYS, F.lit(True))
+    keys = (versions.where(day_filter("order_date", days)).select(*ORDER_ITEM_KEY).distinct()
+            .withColumn(ITEM_ON_DAYS, F.lit(True)))
     marked = versions.join(F.broadcast(keys), ORDER_ITEM_KEY, "left")
     return marked.select(*versions.columns, F.coalesce(ITEM_ON_DAYS, F.lit(False)).alias(ITEM_ON_DAYS))
 
@@ -68,7 +69,7 @@ def product_validity(changes: DataFrame) -> DataFrame:
     return changes.withColumn("valid_to", F.date_sub(nxt, 1))
 
 def fact_order_item(stg: DataFrame, product_changes: DataFrame) -> DataFrame:
-    """Order items with the product as of the order day (seed 001: reproducible re-runs of old days)."""
+    """Order items with the product as of the order day, so a re-run of an old day reproduces it."""
     products = product_validity(product_changes).select(
         "product_id",
         "valid_from",
@@ -103,8 +104,7 @@ def _money_sum(column: str):
 
 def _distinct_count(column: str):
     """countDistinct's value (nulls not counted) without its plan, which expands every row once per distinct column
-    and aggregates twice: a set per group is cheaper for groups of a day's size (TPC-H SF1's customer features:
-    14.6-18.8 s -> 9.8-12.9 s)."""
+    and aggregates twice: a set per group is cheaper for groups of a day's size."""
     return F.size(F.collect_set(column)).cast("long")  # countDistinct's type: the tables keep their schema
 
 def daily_revenue(fact: DataFrame) -> DataFrame:
@@ -128,7 +128,7 @@ def daily_category_revenue(fact: DataFrame) -> DataFrame:
 
 
 def customer_daily_features(fact: DataFrame) -> DataFrame:
-    """ML features keyed (customer_id, order_date) (seed 003), from that day's facts only: a re-run is exact."""
+    """ML features keyed (customer_id, order_date), from that day's facts only: a re-run is exact."""
     gross = F.sum("gross_amount")
     return fact.groupBy("customer_id", "order_date").agg(
         _distinct_count("order_id").alias("order_count"),

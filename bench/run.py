@@ -166,7 +166,7 @@ class Bench:
 
     def restatement(self, dev, state: str, timeout: float = 3600) -> dict:
         """The sensor's restatement run for landing `state`, once it has finished."""
-        from assets_pkg.automation import LANDING_STATE_TAG, RESTATE_JOB
+        from assets_pkg.dagster_names import LANDING_STATE_TAG, RESTATE_JOB
 
         run = dev.wait_for_run(RESTATE_JOB, (LANDING_STATE_TAG, state), timeout=timeout)
         if run["status"] != "SUCCESS":

@@ -2,6 +2,7 @@
 
 from dataclasses import asdict, dataclass
 from datetime import date, datetime
+from typing import NamedTuple
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
@@ -17,7 +18,7 @@ SCHEMA = T.StructType(
     [
         T.StructField("run_id", T.StringType()),
         T.StructField("backfill_id", T.StringType()),
-        T.StructField("operation", T.StringType()),  # materialize | rollback
+        T.StructField("operation", T.StringType()),  # publish.Operation: backfill, restatement, rollback, release
         T.StructField("asset", T.StringType()),
         T.StructField("partition", T.DateType()),
         T.StructField("rows_written", T.LongType()),
@@ -30,6 +31,13 @@ SCHEMA = T.StructType(
         T.StructField("mismatch_count", T.IntegerType()),
     ]
 )
+
+
+class DayContent(NamedTuple):
+    """A day of a table: its rows and their fingerprint (None: no rows)."""
+
+    rows: int
+    fingerprint: str | None
 
 
 @dataclass
@@ -64,10 +72,10 @@ def read(spark: SparkSession):
 
 
 # run id -> the audit trail's latest row per (asset, day) as that run found it.
-_found_by_run: dict[str, dict[tuple[str, date], tuple[int, str]]] = {}
+_found_by_run: dict[str, dict[tuple[str, date], DayContent]] = {}
 
 
-def latest_before_run(spark: SparkSession, run_id: str) -> dict[tuple[str, date], tuple[int, str]]:
+def latest_before_run(spark: SparkSession, run_id: str) -> dict[tuple[str, date], DayContent]:
     """Each (asset, day)'s rows and fingerprint as last written before run `run_id` started writing, to compare a
     new write with. Read once per run: every read of the audit table after an append costs a new Delta snapshot,
     and a run writes several tables (each one's previous state is the same whether read before or after the
@@ -82,5 +90,5 @@ def latest_before_run(spark: SparkSession, run_id: str) -> dict[tuple[str, date]
             .select("asset", "partition", "rows_written", "fingerprint")
             .collect()
         )
-        _found_by_run[run_id] = {(r.asset, r.partition): (r.rows_written, r.fingerprint) for r in rows}
+        _found_by_run[run_id] = {(r.asset, r.partition): DayContent(r.rows_written, r.fingerprint) for r in rows}
     return _found_by_run[run_id]

@@ -14,6 +14,7 @@ tick) until the operator releases it.
 import uuid
 from dataclasses import dataclass, field
 from datetime import date, datetime, timezone
+from typing import NamedTuple
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
@@ -154,15 +155,30 @@ def resolve_exceptions(spark: SparkSession, days: list[date], run_id: str, now: 
     _resolve(spark, EXCEPTIONS_TABLE, days, run_id, now)
 
 
+class HeldDay(NamedTuple):
+    """A day rolled back and held: restatements leave it as it is until it is released."""
+
+    day: date
+    why: str
+    batches: str  # the landed batches with rows on the day when it was held
+    held_at: datetime
+    held_by_run: str
+
+    def describe(self) -> str:
+        """Who held the day, when and why, and the landed batches with rows on it then."""
+        return (f"{self.day} held since {self.held_at:%Y-%m-%d %H:%M} UTC by run {self.held_by_run} ({self.why}; landed "
+                f"batches with rows on it: {self.batches or 'none'})")
+
+
 def hold_days(spark: SparkSession, days: list[date], why: str, batches: str, run_id: str, now: datetime) -> None:
     """Hold `days` (rolled back): no restatement rewrites them until they are released."""
     new = spark.createDataFrame([(d, why, batches, now, run_id, None, None) for d in days], HOLDS_SCHEMA)
     _upsert_open(spark, HOLDS_TABLE, new, ["why", "batches", "held_at", "held_by_run"])
 
 
-def open_holds(spark: SparkSession, days: list[date] | None = None) -> list:
-    """Days held, oldest first (only those of `days` when given): day, why, batches, held_at, held_by_run."""
-    return _open(spark, HOLDS_TABLE, days)
+def open_holds(spark: SparkSession, days: list[date] | None = None) -> list[HeldDay]:
+    """Days held, oldest first (only those of `days` when given)."""
+    return [HeldDay(r.day, r.why, r.batches, r.held_at, r.held_by_run) for r in _open(spark, HOLDS_TABLE, days)]
 
 
 def release_holds(spark: SparkSession, days: list[date], run_id: str, now: datetime) -> None:

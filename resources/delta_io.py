@@ -62,7 +62,8 @@ def file_bytes(uri: str) -> int:
 def scan_of_table(df: DataFrame, table: str) -> Scan:
     """The scan of `df`, a read of `table` (read_days), against the table's current files."""
     files = df.inputFiles()
-    detail = df.sparkSession.sql(f"DESCRIBE DETAIL {delta_path(table_path(table))}").select("numFiles", "sizeInBytes").first()
+    detail = (df.sparkSession.sql(f"DESCRIBE DETAIL {delta_path(table_path(table))}")
+              .select("numFiles", "sizeInBytes").first())
     return Scan(table, len(files), detail.numFiles, sum(file_bytes(f) for f in files), detail.sizeInBytes)
 
 

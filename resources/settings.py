@@ -79,8 +79,8 @@ ENVIRONMENT = {
     "delta_jars_dir": ("DELTA_JARS_DIR", str(REPO_ROOT / ".jars")),
 }
 
-_POSITIVE = {"backfill_max_partitions_per_run", "restatement_window_days", "late_data_sensor_interval_s", "check_events_max_days",
-             "freshness_fail_window_h"}
+_POSITIVE = {"backfill_max_partitions_per_run", "restatement_window_days", "late_data_sensor_interval_s",
+             "check_events_max_days", "freshness_fail_window_h"}
 _NOT_NEGATIVE = {"watermark_reprocess_hours", "check_row_count_tolerance"}
 
 
@@ -102,7 +102,8 @@ def _parsed(field: str, raw: str):
         value = kind(raw)
     except ValueError:
         expected = {"partition_start_date": "a YYYY-MM-DD date", "partition_end_date": "a YYYY-MM-DD date",
-                    "spark_conf": "a JSON object", "spark_verbose": "0 or 1"}.get(field, f"a{'n integer' if kind is int else ' number'}")
+                    "spark_conf": "a JSON object", "spark_verbose": "0 or 1"}.get(
+                        field, f"a{'n integer' if kind is int else ' number'}")
         raise SettingsError(f"{variable}={raw!r} is not {expected}") from None
     if field in _POSITIVE and value <= 0 or field in _NOT_NEGATIVE and value < 0:
         raise SettingsError(f"{variable}={raw!r} must be {'above' if field in _POSITIVE else 'at least'} 0")
@@ -111,7 +112,8 @@ def _parsed(field: str, raw: str):
 
 def settings() -> Settings:
     """The settings from the environment, validated: a SettingsError names the variable and what it must be."""
-    values = {field: _parsed(field, os.environ.get(variable) or default) for field, (variable, default) in ENVIRONMENT.items()}
+    values = {field: _parsed(field, os.environ.get(variable) or default)
+              for field, (variable, default) in ENVIRONMENT.items()}
     values["lake_root"] = str(Path(values["lake_root"]).resolve())
     if date.fromisoformat(values["partition_end_date"]) < date.fromisoformat(values["partition_start_date"]):
         raise SettingsError(f"PARTITION_END_DATE={values['partition_end_date']} is before "

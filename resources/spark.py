@@ -4,10 +4,14 @@ Local mode (`local[2]`) is the embedded default. `SPARK_MASTER` points at a clus
 Connect server, and `SPARK_CONF` (a JSON object) adds or overrides any Spark setting.
 """
 
+import os
+import threading
 from pathlib import Path
 
 from dagster_pyspark import LazyPySparkResource
 from dagster_pyspark.resources import spark_session_from_config
+from pyspark import SparkConf, SparkContext
+from pyspark.java_gateway import launch_gateway
 from pyspark.sql import SparkSession
 
 from resources.settings import Settings, settings
@@ -22,11 +26,11 @@ LOCAL_FS_CLASS = "exactbackfills.NioLocalFileSystem"
 LOCAL_FS_CONTEXT_CLASS = "exactbackfills.NioLocalFileSystem$Context"  # FileContext, used by Delta's commits
 
 # In local mode the driver's JVM does all the work: throughput matters, not pauses, so the parallel garbage collector
-# rather than G1 (the bare SF1 job of bench/run.py: 75.2 s -> 66.3 s, back to back).
+# rather than G1.
 LOCAL_JAVA_OPTIONS = "-XX:+UseParallelGC"
 # For a process that lives for a short run, such as a restatement: the JVM compiles hot code with its quick compiler
-# (C1) only. Its optimizing compiler (C2) makes long runs faster, but on two cores its compile threads slow every first
-# query of a short run. The larger code cache keeps C1 from filling the default one.
+# (C1) only. Its optimizing compiler (C2) makes long runs faster, but on the few cores of a local driver its compile
+# threads slow every first query of a short run. The larger code cache keeps C1 from filling the default one.
 SHORT_RUN_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=512m"
 
 
@@ -40,9 +44,16 @@ def spark_log(configured: Settings) -> Path:
     return Path(configured.lake_root) / "logs" / "spark.log"
 
 
+# The driver's option naming its log file (resources/log4j2.properties).
+SPARK_LOG_OPTION = "-Dexactbackfills.spark.log="
+# What the JVM itself prints on its stderr as it starts, for the vector module that Spark's launcher always adds
+# (JavaModuleOptions): no logger prints it, and neither Spark nor Java has an option to leave it out.
+INCUBATOR_NOTICE = b"WARNING: Using incubator modules:"
+
+
 def _logging_options(configured: Settings) -> str:
     spark_log(configured).parent.mkdir(parents=True, exist_ok=True)
-    return (f"-Dlog4j2.configurationFile=file:{LOG4J2_PROPERTIES} -Dexactbackfills.spark.log={spark_log(configured)} "
+    return (f"-Dlog4j2.configurationFile=file:{LOG4J2_PROPERTIES} {SPARK_LOG_OPTION}{spark_log(configured)} "
             f"-Dexactbackfills.spark.console={'warn' if configured.spark_verbose else 'off'}")
 
 
@@ -73,7 +84,8 @@ def local_fs_config(configured: Settings, executors: bool = False) -> dict[str, 
 
 def local_fs_submit_args() -> list[str]:
     """local_fs_config as spark-submit arguments, for the Connect server of scripts/spark-cluster.sh."""
-    return [arg for key, value in local_fs_config(settings(), executors=True).items() for arg in ("--conf", f"{key}={value}")]
+    return [arg for key, value in local_fs_config(settings(), executors=True).items()
+            for arg in ("--conf", f"{key}={value}")]
 
 
 def spark_config(configured: Settings | None = None, short_runs: bool = False) -> dict[str, str]:
@@ -96,7 +108,8 @@ def spark_config(configured: Settings | None = None, short_runs: bool = False) -
     configured = configured or settings()
     if configured.spark_remote:
         # The Connect client logs, as JSON on the terminal, every error the server returns, expected ones included
-        # (a probe for a table not written yet); each still reaches its caller as an exception. SPARK_VERBOSE keeps them.
+        # (a probe for a table not written yet); each still reaches its caller as an exception. SPARK_VERBOSE keeps
+        # them.
         from pyspark.sql.connect.logging import configureLogging
 
         configureLogging("ERROR" if configured.spark_verbose else "CRITICAL")
@@ -125,12 +138,66 @@ def spark_config(configured: Settings | None = None, short_runs: bool = False) -
     return conf
 
 
+def _driver_log(conf: dict[str, str]) -> Path | None:
+    """The log file of a driver started with `conf`, when it logs to one (local mode)."""
+    for option in conf.get("spark.driver.extraJavaOptions", "").split():
+        if option.startswith(SPARK_LOG_OPTION):
+            return Path(option[len(SPARK_LOG_OPTION):])
+    return None
+
+
+def _pass_on_stderr(pipe: int, log: Path) -> None:
+    """Copy the driver JVM's stderr to this process's, except the JVM's incubator notice, which goes to its log."""
+    with open(pipe, "rb") as jvm_stderr:
+        for line in jvm_stderr:
+            if line.startswith(INCUBATOR_NOTICE):
+                with log.open("ab") as f:
+                    f.write(line)
+                continue
+            while line:
+                line = line[os.write(2, line):]
+
+
+def _start_local_driver(conf: dict[str, str]) -> None:
+    """Start the driver JVM for a session with `conf`, as the session's builder would, but with its stderr passed on
+    through _pass_on_stderr. Only for a driver that logs to a file, and only when this process has no JVM yet."""
+    log = _driver_log(conf)
+    if log is None or SparkContext._gateway is not None or "PYSPARK_GATEWAY_PORT" in os.environ:
+        return
+    spark_conf = SparkConf().setAll(list(conf.items()))
+    read, write = os.pipe()
+    copier = threading.Thread(target=_pass_on_stderr, args=(read, log), name="spark-driver-stderr", daemon=True)
+    copier.start()
+    try:
+        gateway = launch_gateway(spark_conf, popen_kwargs={"stderr": write})
+    except BaseException:
+        os.close(write)
+        copier.join(timeout=5)  # what the JVM said before it exited reaches the terminal before the error
+        raise
+    os.close(write)  # the JVM holds its own copy
+    SparkContext(conf=spark_conf, gateway=gateway)
+
+
+def spark_session(conf: dict[str, str]) -> SparkSession:
+    """The process's session for `conf`: created on first use, then shared (getOrCreate)."""
+    _start_local_driver(conf)
+    return spark_session_from_config(conf)
+
+
 def get_spark() -> SparkSession:
-    """The process's session: created on first use, then shared (getOrCreate)."""
-    return spark_session_from_config(spark_config())
+    """The process's session, configured from the environment."""
+    return spark_session(spark_config())
+
+
+class SparkResource(LazyPySparkResource):
+    """LazyPySparkResource whose session starts as get_spark()'s does (spark_session)."""
+
+    def _init_session(self) -> None:
+        if self._spark_session is None:
+            self._spark_session = spark_session(self.spark_config)
 
 
 def spark_resource(configured: Settings, short_runs: bool = False) -> LazyPySparkResource:
     """Dagster resource, from the project's settings; lazy so a run whose steps never touch Spark starts no JVM.
     `short_runs`: for a job whose runs last seconds to a minute (SHORT_RUN_JAVA_OPTIONS)."""
-    return LazyPySparkResource(spark_config=spark_config(configured, short_runs))
+    return SparkResource(spark_config=spark_config(configured, short_runs))

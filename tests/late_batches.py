@@ -6,11 +6,11 @@ from decimal import Decimal
 from pyspark.sql import types as T
 
 from assets_pkg import landing
-from assets_pkg.tables import DAY_COLUMN, DIMENSION, PUBLISH_ORDER, TABLES
+from assets_pkg.tables import DAY_COLUMN, PUBLISH_ORDER, TABLES, Role
 from resources.delta_io import read_days
 
 # The tables by order day: every table but the dimensions.
-ORDER_TABLES = [t.name for t in TABLES if t.role != DIMENSION]
+ORDER_TABLES = [t.name for t in TABLES if t.role is not Role.DIMENSION]
 
 
 def next_batch_day() -> date:

@@ -12,12 +12,13 @@ from datetime import date, timedelta
 import pytest
 from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 
-from assets_pkg.assets import LAKE_WRITES_POOL
-from assets_pkg.automation import LANDING_STATE_TAG, RESTATE_JOB, landing_state
+
+from assets_pkg.dagster_names import CLI_BACKFILL_TAG, LAKE_WRITES_POOL, LANDING_STATE_TAG, RESTATE_JOB
+from assets_pkg.automation import landing_state
 from assets_pkg.checks import day_fingerprints
 from assets_pkg.dagster_private import AtomicClaimPostgresEventLogStorage
 from assets_pkg.instance import write_config
-from assets_pkg.publish import CLI_BACKFILL_TAG
+
 from assets_pkg.tables import DAY_COLUMN, FACT_ORDER_ITEM, PUBLISH_ORDER, QUARANTINE_ORDER_ITEMS, STG_ORDER_ITEMS
 from resources.delta_io import read_days, read_table
 from resources.lake import REPO_ROOT, table_path

@@ -14,7 +14,8 @@ from dagster import (
     define_asset_job,
 )
 
-from assets_pkg.assets import LAKE_WRITES_POOL, PUBLISH_STEP
+
+from assets_pkg.dagster_names import LAKE_WRITES_POOL, PUBLISH_STEP
 from assets_pkg.dagster_private import (
     ASSET_PARTITION_RANGE_END_TAG,
     ASSET_PARTITION_RANGE_START_TAG,
@@ -75,7 +76,6 @@ def test_each_beta_or_preview_api_the_project_silences_still_warns():
                 warnings.simplefilter("always")
                 uses[name]()
             assert any(issubclass(w.category, category) and name in str(w.message) for w in caught), name
-
 
 
 def _instance(home, storage: str):

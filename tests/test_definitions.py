@@ -4,9 +4,10 @@ from datetime import date, timedelta
 
 from dagster import AssetKey, Definitions, FreshnessPolicy, in_process_executor
 
+from assets_pkg.dagster_names import ALL_ASSETS_JOB, RESTATE_JOB
 from assets_pkg.assets import freshness_policy
-from assets_pkg.automation import RESTATE_JOB
-from assets_pkg.definitions import ALL_ASSETS_JOB, defs
+
+from assets_pkg.definitions import defs
 from assets_pkg.partitions import chunks, daily_partitions, max_partitions_per_run
 from assets_pkg.tables import DAY_COLUMN, TABLES
 from resources.spark import LOCAL_JAVA_OPTIONS, SHORT_RUN_JAVA_OPTIONS

@@ -15,8 +15,9 @@ from dagster import DagsterInstance
 from hypothesis import given
 from hypothesis import strategies as st
 
+from assets_pkg.dagster_names import RELEASE_TAG
 from assets_pkg import late_data
-from assets_pkg.assets import RELEASE_TAG
+
 from assets_pkg.backfill import run_backfill, run_checks, run_restatement, run_rollback, step_failures
 from assets_pkg.generate import generate
 from assets_pkg.landing import ORDER_ITEM_SCHEMA

@@ -12,7 +12,8 @@ from datetime import date
 import pytest
 from dagster import DagsterRunStatus, RunRequest, RunsFilter, build_sensor_context
 
-from assets_pkg.automation import REPAIR_OF_TAG, RESTATE_JOB, landing_state, late_data_sensor
+from assets_pkg.dagster_names import REPAIR_OF_TAG, RESTATE_JOB
+from assets_pkg.automation import landing_state, late_data_sensor
 from assets_pkg.backfill import run_backfill
 from assets_pkg.cli import main
 from assets_pkg.definitions import defs

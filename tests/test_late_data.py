@@ -11,6 +11,7 @@ import pytest
 from dagster import AssetKey, AssetRecordsFilter, AutomationCondition, DagsterRunStatus, Definitions, RunsFilter, evaluate_automation_conditions
 from pyspark.sql import functions as F
 
+from assets_pkg.dagster_names import PREVIEW_JOB, RESTATE_JOB, ROLLBACK_JOB
 from assets_pkg import landing, late_data
 from assets_pkg.assets import publish_tables
 from assets_pkg.tables import (
@@ -23,9 +24,9 @@ from assets_pkg.tables import (
     QUARANTINE_ORDER_ITEMS,
     STG_ORDER_ITEMS,
 )
-from assets_pkg.automation import PREVIEW_JOB, RESTATE_JOB, landing_assets
+from assets_pkg.automation import landing_assets
 from assets_pkg.partitions import days
-from assets_pkg.rollback import ROLLBACK_JOB, version_before
+from assets_pkg.rollback import version_before
 from assets_pkg.backfill import observe_landing, run_backfill
 from assets_pkg.checks import LATE_DATA, UP_TO_DATE
 from assets_pkg.cli import main

@@ -1,20 +1,22 @@
 """A run publishes its whole graph or nothing: a blocking check failing in any table writes nothing in any table;
 a failure between commits says which tables hold the days, shows the others as behind, and the days are run again."""
 
+import dataclasses
 from datetime import date
 
 import pytest
 from dagster import AssetKey, RunRequest, build_sensor_context
 
+from assets_pkg.dagster_names import ALL_ASSETS_JOB, PUBLISHED_TAG, REPAIR_OF_TAG
 from assets_pkg import publish as publishing
-from assets_pkg.assets import PUBLISHED_TAG
-from assets_pkg.automation import REPAIR_OF_TAG, landing_state, late_data_sensor
+
+from assets_pkg.automation import landing_state, late_data_sensor
 from assets_pkg.backfill import run_backfill, run_checks
 from assets_pkg.checks import UP_TO_DATE
-from assets_pkg.definitions import ALL_ASSETS_JOB, defs
+from assets_pkg.definitions import defs
 from assets_pkg.generate import generate
 from assets_pkg.partitions import days
-from assets_pkg.publish import GraphNotPublished, RunInfo, publish
+from assets_pkg.publish import Change, Operation, Refused, RunInfo, publish
 from assets_pkg.tables import BY_NAME, DAILY_REVENUE, FACT_ORDER_ITEM, PUBLISH_ORDER, QUARANTINE_ORDER_ITEMS, STG_ORDER_ITEMS, downstream
 from tests.conftest import rows, versions
 from tests.late_batches import latest_check_status
@@ -37,17 +39,20 @@ def content(spark):
     return {t: rows(spark, t) for t in TABLES}
 
 
-def test_a_blocking_failure_in_a_mart_writes_nothing_in_any_table_of_the_run(spark, built):
+def test_a_blocking_failure_in_a_mart_writes_nothing_in_any_table_of_the_run(spark, built, monkeypatch):
     before = {t: versions(spark, t)[0] for t in TABLES}
 
+    build = BY_NAME[DAILY_REVENUE].build
+
     def revenue_with_a_duplicate(spark, days_, read):
-        built_revenue = BY_NAME[DAILY_REVENUE].build(spark, days_, read)
+        built_revenue = build(spark, days_, read)
         built_revenue.table = built_revenue.table.unionByName(built_revenue.table.limit(1))
         return built_revenue
 
-    plan = {t: days(START, END) for t in PUBLISH_ORDER}
-    with pytest.raises(GraphNotPublished) as failed:
-        publish(spark, plan, RunInfo("test-run"), builds={DAILY_REVENUE: revenue_with_a_duplicate})
+    monkeypatch.setitem(BY_NAME, DAILY_REVENUE, dataclasses.replace(BY_NAME[DAILY_REVENUE], build=revenue_with_a_duplicate))
+    change = Change(Operation.BACKFILL, {t: days(START, END) for t in PUBLISH_ORDER})
+    with pytest.raises(Refused) as failed:
+        publish(spark, change, RunInfo("test-run"))
     assert list(failed.value.failing) == [DAILY_REVENUE]
     assert "unique_key of daily_revenue on" in str(failed.value) and "nothing written in any of" in str(failed.value)
     # Staging and the fact passed their checks, and were not published either.

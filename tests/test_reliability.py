@@ -13,13 +13,14 @@ from datetime import date
 import pytest
 from dagster import DagsterEventType, DagsterRun, DagsterRunStatus, RunsFilter, SkipReason, build_sensor_context
 
+from assets_pkg.dagster_names import ALL_ASSETS_JOB, CLI_BACKFILL_TAG, LAKE_WRITES_POOL, PROCESS_TAG, PUBLISH_STEP, REPAIR_OF_TAG
 from assets_pkg import liveness
-from assets_pkg.assets import LAKE_WRITES_POOL, PUBLISH_STEP
-from assets_pkg.publish import CLI_BACKFILL_TAG
-from assets_pkg.automation import REPAIR_OF_TAG, late_data_sensor
+
+
+from assets_pkg.automation import late_data_sensor
 from assets_pkg.backfill import run_backfill
 from assets_pkg.cli import main
-from assets_pkg.definitions import ALL_ASSETS_JOB, defs
+from assets_pkg.definitions import defs
 from assets_pkg.generate import generate
 from resources.lake import REPO_ROOT
 from tests.conftest import TABLE_KEYS, from_scratch, rows
@@ -35,7 +36,7 @@ def _started_run(instance, tags: dict[str, str] | None = None, timeout: float = 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for run in instance.get_runs(RunsFilter(statuses=[DagsterRunStatus.STARTED], tags=tags or {})):
-            if liveness.PROCESS_TAG in run.tags:
+            if PROCESS_TAG in run.tags:
                 return run
         time.sleep(0.5)
     raise TimeoutError("no run started its first step")
@@ -128,7 +129,7 @@ def test_a_backfill_started_while_a_dead_run_holds_the_lake_writes_closes_that_r
     finished.wait()
     dead = instance.add_run(DagsterRun(
         job_name=ALL_ASSETS_JOB, run_id=str(uuid.uuid4()), status=DagsterRunStatus.STARTED,
-        tags={liveness.PROCESS_TAG: f"{socket.gethostname()}:{finished.pid}:1"}))
+        tags={PROCESS_TAG: f"{socket.gethostname()}:{finished.pid}:1"}))
     storage = instance.event_log_storage
     storage.initialize_concurrency_limit_to_default(LAKE_WRITES_POOL)
     assert storage.claim_concurrency_slot(LAKE_WRITES_POOL, dead.run_id, PUBLISH_STEP).is_claimed
@@ -159,7 +160,7 @@ def test_a_killed_daemon_run_is_closed_with_its_cause_its_backfill_ends_and_the_
         every_asset = [k.to_user_string() for k in defs.resolve_asset_graph().materializable_asset_keys]
         backfill_id = dev.launch_backfill(every_asset, [str(START)])
         run = _started_run(instance, tags={"dagster/backfill": backfill_id})
-        pid = int(run.tags[liveness.PROCESS_TAG].rsplit(":", 2)[1])
+        pid = int(run.tags[PROCESS_TAG].rsplit(":", 2)[1])
         os.kill(pid, signal.SIGKILL)  # the run's own process, launched by the daemon
 
         deadline = time.monotonic() + 120

@@ -10,12 +10,12 @@ from pyspark.sql import functions as F
 from assets_pkg import landing
 from assets_pkg.automation import landing_state, late_data_sensor
 from assets_pkg.definitions import defs
-from assets_pkg.tables import TABLE_CHECKS, downstream
+from assets_pkg.tables import BY_NAME, PUBLISH_ORDER, downstream
 from assets_pkg.backfill import run_backfill
 from assets_pkg.checks import LATE_DATA
 from assets_pkg.cli import main
 from assets_pkg.generate import generate
-from assets_pkg.operations import profile
+from assets_pkg.checks import day_contents
 from assets_pkg.partitions import days
 from resources import audit
 from resources.delta_io import read_days, read_table
@@ -64,23 +64,23 @@ def test_every_landed_key_is_in_the_fact_or_in_quarantine_with_a_reason(spark, b
 
 def test_every_check_shows_every_day_of_the_backfill_as_passed(built):
     expected = {day.isoformat(): "SUCCEEDED" for day in days(START, BUILT_END)}
-    for table, tc in TABLE_CHECKS.items():
-        for check in [*tc.names(), *([LATE_DATA] if tc.late_data else [])]:
+    for table in PUBLISH_ORDER:
+        for check in BY_NAME[table].checks.names():
             assert check_partition_statuses(built, table, check) == expected, (table, check)
 
 
 def test_the_audit_trail_has_one_row_per_run_asset_and_day(spark, built):
-    rows = audit.read(spark).where("operation = 'materialize'")
+    rows = audit.read(spark).where("operation = 'backfill'")
     assert rows.groupBy("run_id", "asset", "partition").count().where("count > 1").count() == 0
     per_asset = {r.asset: r.n for r in rows.groupBy("asset").agg(F.countDistinct("partition").alias("n")).collect()}
-    assert per_asset == {t: len(days(START, BUILT_END)) for t in TABLE_CHECKS}
+    assert per_asset == {t: len(days(START, BUILT_END)) for t in PUBLISH_ORDER}
     assert rows.where("fingerprint IS NULL AND rows_written > 0").count() == 0
     assert rows.where("asset = 'stg_order_items' AND source_watermark IS NULL").count() == 0
 
 
 def test_a_duplicate_behind_the_pipelines_back_fails_check_naming_day_and_key_and_rollback_restores_it(spark, built, capsys):
     table = "fact_order_item"
-    fingerprint_before = profile(read_table(spark, table), table)
+    fingerprint_before = day_contents(read_table(spark, table), "order_date")
     version_before = versions(spark, table)[0]
     dup = inject_duplicate(spark, table, DAY)
 
@@ -101,14 +101,14 @@ def test_a_duplicate_behind_the_pipelines_back_fails_check_naming_day_and_key_an
     assert f"version 999 is not in {table}'s history: its versions are 0.." in capsys.readouterr().err
     files_before = files_by_day(spark, table, "order_date")
     assert main(["rollback", "--asset", table, "--start", str(DAY), "--end", str(DAY), "--version", str(version_before)]) == 0
-    assert profile(read_table(spark, table), table) == fingerprint_before
+    assert day_contents(read_table(spark, table), "order_date") == fingerprint_before
     files_after = files_by_day(spark, table, "order_date")
     assert all(files_after[d] == files_before[d] for d in files_before if d != DAY.isoformat())
     assert main(["check", "--asset", table, "--start", str(START), "--end", str(END)]) == 0
     assert audit.read(spark).where(f"operation = 'rollback' AND asset = '{table}'").count() == 1
     # The day is held since the rollback; releasing it publishes it again from the landing: the same rows.
     assert main(["release", "--start", str(DAY), "--end", str(DAY)]) == 0
-    assert profile(read_table(spark, table), table) == fingerprint_before
+    assert day_contents(read_table(spark, table), "order_date") == fingerprint_before
 
 
 def test_a_blocking_failure_publishes_nothing_and_stops_the_downstream_partitions(spark, built, capsys):
@@ -138,10 +138,10 @@ def test_metrics_report_p95_runtime_duplicates_mismatches_and_how_far_each_table
     assert main(["metrics"]) == 0
     out = capsys.readouterr().out
     assert out.startswith(f"landing: newest batch {BUILT_END}, newest day {END}; watermark - (never restated)")
-    for table in TABLE_CHECKS:
+    for table in PUBLISH_ORDER:
         assert table in out
     assert main(["metrics", "--json"]) == 0
     found = {m["asset"]: m for m in json.loads(capsys.readouterr().out)["assets"]}
-    assert set(found) == set(TABLE_CHECKS)
+    assert set(found) == set(PUBLISH_ORDER)
     assert found["fact_order_item"]["newest_published_day"] == END.isoformat()
     assert all(m["p95_run_s"] > 0 and m["runs"] >= 1 for m in found.values())

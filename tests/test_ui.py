@@ -9,8 +9,9 @@ from datetime import date, timedelta
 import pytest
 from dagster import AssetKey
 
+from assets_pkg.dagster_names import LANDING_STATE_TAG, RESTATE_JOB
 from assets_pkg import cli, late_data
-from assets_pkg.automation import LANDING_STATE_TAG, RESTATE_JOB, landing_state
+from assets_pkg.automation import landing_state
 from assets_pkg.backfill import observe_landing, run_backfill, run_restatement
 from assets_pkg.tables import FACT_ORDER_ITEM, PUBLISH_ORDER, QUARANTINE_ORDER_ITEMS, TABLES
 from assets_pkg.checks import FINGERPRINT, KEYS_NOT_NULL, RECONCILES, ROW_COUNT_CHANGE, UNIQUE_KEY, UP_TO_DATE

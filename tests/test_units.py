@@ -8,10 +8,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from assets_pkg.dagster_names import PREVIEW_JOB
 from assets_pkg import landing
-from assets_pkg.late_data import _batches_to_read
+from assets_pkg.late_data import batches_to_read
 from assets_pkg.partitions import chunks
-from assets_pkg.publish import PartlyPublished, day_ranges
+from assets_pkg.publish import Change, Operation, PartlyPublished, day_ranges
 from assets_pkg.tables import BY_NAME, PUBLISH_ORDER, TABLES, downstream
 from resources.control import Watermark
 from resources.delta_io import Commit, day_predicate, day_runs
@@ -48,16 +49,12 @@ def test_every_table_is_published_after_every_table_it_reads():
     assert set(derived[1:]) == {t.name for t in TABLES if "fact_order_item" in t.upstream} | {"daily_revenue"}
 
 
-def test_a_restatement_reads_new_batches_and_those_in_the_reprocess_window(tmp_path, monkeypatch):
-    monkeypatch.setenv("LAKE_ROOT", str(tmp_path))
-    monkeypatch.setenv("WATERMARK_REPROCESS_HOURS", "48")
-    for n in range(6):
-        (tmp_path / "landing" / "order_items" / f"ingest_date={day(n)}").mkdir(parents=True)
-    (tmp_path / "landing" / "order_items" / "ingest_date=latest").mkdir()  # not a batch
+def test_a_restatement_reads_new_batches_and_those_in_the_reprocess_window():
     watermark = Watermark(datetime.combine(day(4), datetime.min.time(), tzinfo=timezone.utc),
                           batches_read=[str(day(n)) for n in range(5) if n != 1])
+    landed = [str(day(n)) for n in range(6)]
     # Never read (day 1), read but within 48 hours of the watermark (days 2..4), and new (day 5).
-    assert _batches_to_read("order_items", watermark) == [str(day(n)) for n in (1, 2, 3, 4, 5)]
+    assert batches_to_read(landed, watermark, timedelta(hours=48)) == [str(day(n)) for n in (1, 2, 3, 4, 5)]
 
 
 def _write(path, types: dict, values: dict, **options):
@@ -102,13 +99,13 @@ def test_the_landing_contract_reads_every_timestamp_encoding_and_refuses_what_it
     }
 
 
-def test_a_failure_between_commits_names_what_was_committed_with_its_version_and_days():
-    plan = {"stg_order_items": [day(0), day(1)], "fact_order_item": [day(0), day(1)]}
+def test_a_failure_between_commits_names_the_operation_and_what_was_committed_with_its_version_and_days():
+    change = Change(Operation.BACKFILL, {"stg_order_items": [day(0), day(1)], "fact_order_item": [day(0), day(1)]})
     commits = {"quarantine_order_items": Commit("quarantine_order_items", None, 0, 0, 0),
                "stg_order_items": Commit("stg_order_items", 7, 10, 2, 2)}
-    error = PartlyPublished(plan, commits, RuntimeError("ConcurrentAppendException: files were added"))
+    error = PartlyPublished(change, commits, RuntimeError("ConcurrentAppendException: files were added"))
     assert str(error).startswith(
-        "failed after committing quarantine_order_items (no change, 2025-01-01..2025-01-02), stg_order_items "
+        "backfill failed after committing quarantine_order_items (no change, 2025-01-01..2025-01-02), stg_order_items "
         "(version 7, 2025-01-01..2025-01-02); not committed: fact_order_item (RuntimeError: ConcurrentAppendException")
 
 
@@ -148,7 +145,7 @@ def test_the_command_line_says_which_setting_is_wrong_instead_of_a_traceback(mon
 def test_the_landing_contract_check_fails_in_dagster_naming_each_refused_file(tmp_path, monkeypatch):
     from dagster import AssetCheckKey, AssetKey, DagsterInstance
 
-    from assets_pkg.automation import LANDING_CONTRACT, PREVIEW_JOB
+    from assets_pkg.automation import LANDING_CONTRACT
     from assets_pkg.definitions import defs
 
     monkeypatch.setenv("LAKE_ROOT", str(tmp_path))
@@ -175,7 +172,7 @@ def _closed_port() -> int:
 
 
 def test_the_instance_is_on_postgresql_exactly_when_its_url_is_set_and_a_users_own_config_is_left_alone(tmp_path, monkeypatch):
-    from assets_pkg.instance import EARLIER_COPY, POSTGRES_URL, write_config
+    from assets_pkg.instance import POSTGRES_URL, WRITTEN_BY, write_config
 
     monkeypatch.delenv(POSTGRES_URL, raising=False)
     written = write_config(tmp_path / "home")
@@ -189,10 +186,10 @@ def test_the_instance_is_on_postgresql_exactly_when_its_url_is_set_and_a_users_o
     own.mkdir()
     (own / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
     assert write_config(own).read_text() == "telemetry:\n  enabled: false\n"
-    earlier = tmp_path / "earlier"  # a copy an earlier version of the project made: rewritten
-    earlier.mkdir()
-    (earlier / "dagster.yaml").write_text(EARLIER_COPY + "\nevent_log_storage:\n  module: resources.event_log\n")
-    assert "resources.event_log" not in write_config(earlier).read_text()
+    stale = tmp_path / "stale"  # the project's own copy, from another template: rewritten
+    stale.mkdir()
+    (stale / "dagster.yaml").write_text(WRITTEN_BY + "event_log_storage:\n  module: resources.event_log\n")
+    assert "resources.event_log" not in write_config(stale).read_text()
 
 
 def test_a_command_whose_connect_server_or_database_is_down_fails_in_seconds_naming_it(monkeypatch, capsys):

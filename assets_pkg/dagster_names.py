@@ -1,0 +1,29 @@
+"""The names the project gives Dagster things, in one place: jobs, steps, the pool, and the run tags it reads back.
+(The names Dagster itself defines are in dagster_private.py.)"""
+
+# Jobs and their steps.
+ALL_ASSETS_JOB = "all_assets"
+PUBLISH_STEP = "publish_tables"  # the one step that writes every table of a run (assets.py)
+RESTATE_JOB = "restate_late_data"
+RESTATE_OP = "restate_stale_days"
+PREVIEW_JOB = "preview_late_data"
+ROLLBACK_JOB = "rollback_days"
+ROLLBACK_OP = "roll_back_days"
+
+# Every step that writes the lake claims this concurrency pool, whose limit dagster.yaml sets to 1: steps of any runs
+# (the UI's, the sensor's, the command line's) write one at a time, so two runs over the same days wait for each
+# other instead of failing on Delta's conflict detection half-way.
+LAKE_WRITES_POOL = "lake_writes"
+
+# Run tags.
+CLI_BACKFILL_TAG = "exact_backfills/backfill"  # a command-line backfill's id, on each of its runs
+RELEASE_TAG = "exact_backfills/release"  # "true": the run publishes days held since a rollback, and releases them
+WITHDRAWN_TAG = "exact_backfills/withdrawn"  # on the runs that publish again the days of a withdrawn file
+LANDING_STATE_TAG = "exact_backfills/landing_state"  # on a restatement run: the landing it started from
+REPAIR_OF_TAG = "exact_backfills/repair_of"  # on a run launched to repair a failed one: the failed run's id
+PROCESS_TAG = "exact_backfills/process"  # host:pid:start time of the process executing the run
+# Set on a writing run that fails: PUBLISHED_NOTHING when it committed nothing (a blocking check, held days),
+# PUBLISHED_PARTLY when it committed some tables (late_data_sensor runs it again). A run killed has neither.
+PUBLISHED_TAG = "exact_backfills/published"
+PUBLISHED_NOTHING = "nothing"
+PUBLISHED_PARTLY = "partly"

@@ -1,0 +1,54 @@
+"""Checks on what is published, without writing: what the UI's "Execute" on a check and the `check` command run.
+The blocking checks are the ones a change runs before it writes (publish.py); the others compare what is published
+with what the pipeline last wrote (audit) and with what has landed since (the late-data detection)."""
+
+from datetime import date
+
+from pyspark.sql import SparkSession
+
+from assets_pkg import checks, landing, late_data, quarantine
+from assets_pkg.publish import RunInfo
+from assets_pkg.tables import BY_NAME, DAY_COLUMN
+from resources import audit, control
+from resources.delta_io import read_days
+
+
+def check_published(spark: SparkSession, table: str, days: list[date]) -> checks.Verified:
+    """The blocking checks on what is published now (the same checks a change runs before writing), with the days'
+    profiles."""
+    spec = BY_NAME[table]
+    df = read_days(spark, table, spec.day_column, days)
+    rec, counted = spec.checks.reconciliation, spec.checks.nothing_lost
+    upstream = read_days(spark, rec.upstream, DAY_COLUMN[rec.upstream], days) if rec else None
+    lost = None
+    if counted:
+        quarantined = read_days(spark, counted.quarantine, DAY_COLUMN[counted.quarantine], days)
+        lost = quarantine.lost_keys(landing.read_landing(spark, counted.landing), df, quarantined, days)
+    return checks.evaluate_blocking(df, upstream, lost, spec.key, spec.day_column, spec.checks, days)
+
+
+def verify_published(spark: SparkSession, table: str, days: list[date], run: RunInfo) -> list[checks.Outcome]:
+    """Every check of `table` on what is published for `days`, without writing: the blocking checks; the fingerprint
+    and row count against what the pipeline last wrote (a change behind its back fails them); up to date with the
+    landing and late data outside the window, from the late-data detection."""
+    verified = check_published(spark, table, days)
+    written = audit.latest_before_run(spark, run.run_id)
+    recorded = {day: written[(table, day)] for day in days if (table, day) in written}
+    holds: dict[date, control.HeldDay] = {}
+    try:
+        detection = late_data.detect(spark)
+        stale, outside = set(detection.days_by_table()[table]), set(detection.outside)
+        holds = {h.day: h for h in detection.holds if h.day in set(days)}
+    except late_data.NothingPublished:  # nothing landed is published yet: nothing is stale
+        stale, outside = set(), set()
+    outcomes = [*verified.outcomes, *checks.evaluate_published(verified, recorded, days, stale)]
+    for o in outcomes:
+        # Held since a rollback: what landed for the day is left out as the operator wants it, until released.
+        if o.check in (checks.UP_TO_DATE, checks.NOTHING_LOST) and o.day in holds:
+            o.passed = True
+            o.metadata.update({"held": True, "why": holds[o.day].describe()})
+    if BY_NAME[table].checks.late_data:
+        late = {e.day for e in control.open_exceptions(spark, days)} | outside
+        outcomes += [checks.Outcome(checks.LATE_DATA, day, day not in late, {"late_rows_unpublished": day in late})
+                     for day in days]
+    return outcomes

@@ -1,0 +1,69 @@
+"""The terminal shows the project's own lines: the JVM's notice of the incubator module Spark's launcher adds goes to
+the local driver's log (resources/spark.py), and nothing else the JVM prints on its stderr is lost."""
+
+import os
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from resources.lake import REPO_ROOT
+from resources.spark import INCUBATOR_NOTICE, _driver_log, _pass_on_stderr, spark_config, spark_log, spark_resource
+
+NOTICE = INCUBATOR_NOTICE.decode() + " jdk.incubator.vector"
+
+
+def _local_environment(lake) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("SPARK_REMOTE", "SPARK_MASTER", "SPARK_CONF", "SPARK_VERBOSE")}
+    return {**env, "LAKE_ROOT": str(lake), "DAGSTER_HOME": str(lake / "dagster_home")}
+
+
+def test_the_jvms_stderr_reaches_the_terminal_but_its_incubator_notice_goes_to_the_log(tmp_path, capfd):
+    log = tmp_path / "spark.log"
+    read, write = os.pipe()
+    copier = threading.Thread(target=_pass_on_stderr, args=(read, log))
+    copier.start()
+    os.write(write, f"{NOTICE}\nError: Could not create the Java Virtual Machine.\n".encode())
+    os.write(write, b"Traceback from a Python worker\n")
+    os.close(write)
+    copier.join(timeout=10)
+    assert not copier.is_alive()
+    err = capfd.readouterr().err
+    assert err == "Error: Could not create the Java Virtual Machine.\nTraceback from a Python worker\n"
+    assert log.read_text() == NOTICE + "\n"
+
+
+def test_the_driver_log_is_the_one_the_local_drivers_log4j_writes(tmp_path, monkeypatch):
+    from resources.settings import settings
+
+    monkeypatch.setenv("LAKE_ROOT", str(tmp_path))
+    for name in ("SPARK_REMOTE", "SPARK_MASTER", "SPARK_CONF"):
+        monkeypatch.delenv(name, raising=False)
+    assert _driver_log(spark_config()) == spark_log(settings())
+    assert _driver_log(spark_config(short_runs=True)) == spark_log(settings())
+    monkeypatch.setenv("SPARK_REMOTE", "sc://127.0.0.1:15002")  # no local driver: no JVM of this process to quiet
+    assert _driver_log(spark_config()) is None
+
+
+def test_a_runs_session_starts_as_get_sparks_does(tmp_path, monkeypatch):
+    import resources.spark
+    from resources.settings import settings
+
+    monkeypatch.setenv("LAKE_ROOT", str(tmp_path))
+    started = []
+    monkeypatch.setattr(resources.spark, "spark_session", lambda conf: started.append(conf) or "session")
+    resource = spark_resource(settings())
+    assert resource.spark_session == "session" and started == [resource.spark_config]
+
+
+@pytest.mark.slow  # starts a JVM
+def test_starting_spark_prints_nothing_on_the_terminal(tmp_path):
+    lake = tmp_path / "lake"
+    code = "from resources.spark import get_spark; get_spark().range(1).count()"
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, env=_local_environment(lake),
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert INCUBATOR_NOTICE.decode() not in done.stderr
+    assert done.stderr == "", done.stderr
+    assert INCUBATOR_NOTICE.decode() in (lake / "logs" / "spark.log").read_text()
