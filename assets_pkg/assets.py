@@ -31,6 +31,7 @@ from assets_pkg.publish import Change, PartlyPublished, Publication, Refused, Ru
 from assets_pkg.tables import BY_NAME, PUBLISH_ORDER, TABLES
 from assets_pkg.verification import verify_published
 from resources.settings import settings
+from resources.spark import session_of
 
 
 def freshness_policy() -> FreshnessPolicy:
@@ -42,10 +43,20 @@ def freshness_policy() -> FreshnessPolicy:
 def _specs() -> list[AssetSpec]:
     specs = []
     for t in TABLES:
-        specs.append(AssetSpec(t.name, deps=list(t.upstream), description=t.description, kinds={"spark", "delta"},
-                               group_name="orders", freshness_policy=freshness_policy()))
-        specs += [AssetSpec(s.name, deps=list(t.upstream), kinds={"spark", "delta"}, group_name="orders")
-                  for s in t.side_tables]
+        specs.append(
+            AssetSpec(
+                t.name,
+                deps=list(t.upstream),
+                description=t.description,
+                kinds={"spark", "delta"},
+                group_name="orders",
+                freshness_policy=freshness_policy(),
+            )
+        )
+        specs += [
+            AssetSpec(s.name, deps=list(t.upstream), kinds={"spark", "delta"}, group_name="orders")
+            for s in t.side_tables
+        ]
     return specs
 
 
@@ -69,8 +80,10 @@ def failed_publication(context: Any, error: Exception) -> Iterator[Any]:
     if isinstance(error, PartlyPublished):
         context.instance.add_run_tags(context.run_id, {PUBLISHED_TAG: PUBLISHED_PARTLY})
         yield from recording.partly_published_events(context, error)
-        raise Failure(description=str(error), metadata={
-            "committed": ", ".join(error.commits), "not_committed": ", ".join(error.not_committed)}) from error.cause
+        raise Failure(
+            description=str(error),
+            metadata={"committed": ", ".join(error.commits), "not_committed": ", ".join(error.not_committed)},
+        ) from error.cause
     # Anything else publish raises came before its first commit.
     context.instance.add_run_tags(context.run_id, {PUBLISHED_TAG: PUBLISHED_NOTHING})
     if not isinstance(error, Refused):
@@ -81,8 +94,11 @@ def failed_publication(context: Any, error: Exception) -> Iterator[Any]:
 
 
 def _refusal(error: Refused) -> NoReturn:
-    metadata = ({"held_days": ", ".join(str(h.day) for h in error.holds)} if error.holds
-                else {"failing_days": ", ".join(error.failing_days)})
+    metadata = (
+        {"held_days": ", ".join(str(h.day) for h in error.holds)}
+        if error.holds
+        else {"failing_days": ", ".join(error.failing_days)}
+    )
     raise Failure(description=str(error), metadata=metadata) from None
 
 
@@ -99,7 +115,7 @@ def _refusal(error: Refused) -> NoReturn:
 )
 def publish_tables(context: AssetExecutionContext, pyspark: LazyPySparkResource) -> Iterator[Any]:
     liveness.record(context)
-    spark = pyspark.spark_session
+    spark = session_of(pyspark)
     days = run_days(context)
     run = RunInfo.of(context.run)
     selected = {k.to_user_string() for k in context.selected_asset_keys}
@@ -109,8 +125,9 @@ def publish_tables(context: AssetExecutionContext, pyspark: LazyPySparkResource)
     for table in [t for t in PUBLISH_ORDER if t in checked and t not in writes]:
         # Only checks selected (the UI's "Execute" on a check, or the `check` command): verify what is published.
         outcomes = verify_published(spark, table, days, run)
-        yield from recording.publication_events(context, table, _checked(days, outcomes),
-                                                check_outputs=_check_outputs(context, table, done))
+        yield from recording.publication_events(
+            context, table, _checked(days, outcomes), check_outputs=_check_outputs(context, table, done)
+        )
     if not writes:
         return
     try:
@@ -118,8 +135,9 @@ def publish_tables(context: AssetExecutionContext, pyspark: LazyPySparkResource)
     except Exception as error:
         yield from failed_publication(context, error)
     for table in writes:
-        yield from recording.publication_events(context, table, publications[table], selected,
-                                                _check_outputs(context, table, done))
+        yield from recording.publication_events(
+            context, table, publications[table], selected, _check_outputs(context, table, done)
+        )
         for written, totals in publications[table].totals.items():
             context.log.info(f"{written}: {len(days)} day(s) {day_ranges(days)} written: {totals}")
 

@@ -9,6 +9,7 @@ from typing import Any
 from dagster import (
     AssetCheckEvaluation,
     AssetCheckResult,
+    AssetChecksDefinition,
     AssetCheckSeverity,
     AssetObservation,
     AssetSelection,
@@ -62,7 +63,7 @@ from assets_pkg.publish import PartlyPublished, Refused, RunInfo
 from assets_pkg.tables import BY_NAME, LANDING_DATASETS, LANDING_ORDER_ITEMS, LANDING_PRODUCTS
 from resources.lake import table_path
 from resources.settings import settings
-from resources.spark import spark_resource
+from resources.spark import session_of, spark_resource
 
 
 def landing_observations(spark: SparkSession, detection: late_data.Detection) -> list[AssetObservation]:
@@ -85,18 +86,33 @@ def stale_day_evaluations(instance: DagsterInstance, detection: late_data.Detect
         outcomes = []
         for day in days:
             change = detection.change(table, day)
-            outcomes.append(checks.Outcome(checks.UP_TO_DATE, day, False, {
-                "stale": True, "why": change.describe(), "batches": ", ".join(sorted(change.batches))}))
+            outcomes.append(
+                checks.Outcome(
+                    checks.UP_TO_DATE,
+                    day,
+                    False,
+                    {"stale": True, "why": change.describe(), "batches": ", ".join(sorted(change.batches))},
+                )
+            )
         if BY_NAME[table].checks.late_data:
             outcomes += [
-                checks.Outcome(checks.LATE_DATA, day, False, {
-                    "why": change.describe(), "window_start": str(detection.window_start),
-                    "action": f"backfill {day} by hand: python -m assets_pkg backfill --start {day} --end {day}"})
+                checks.Outcome(
+                    checks.LATE_DATA,
+                    day,
+                    False,
+                    {
+                        "why": change.describe(),
+                        "window_start": str(detection.window_start),
+                        "action": f"backfill {day} by hand: python -m assets_pkg backfill --start {day} --end {day}",
+                    },
+                )
                 for day, change in sorted(detection.outside.items())
             ]
         # Held since a rollback: as the operator wants it, what landed for it left out until released.
-        outcomes += [checks.Outcome(checks.UP_TO_DATE, h.day, True, {"stale": False, "held": True, "why": h.describe()})
-                     for h in detection.holds]
+        outcomes += [
+            checks.Outcome(checks.UP_TO_DATE, h.day, True, {"stale": False, "held": True, "why": h.describe()})
+            for h in detection.holds
+        ]
         evaluations += recording.check_evaluations(instance, table, outcomes)
     return evaluations
 
@@ -108,49 +124,66 @@ def _observed(spark: SparkSession, asset: str) -> DataVersionsByPartition:
 
 # The landing as Dagster sees it: observable, daily-partitioned (by order day / the day a product version takes
 # effect). Observing records every landed day's data version; a restatement records the days its batches change.
-@observable_source_asset(name=LANDING_ORDER_ITEMS, partitions_def=daily_partitions, group_name="landing",
-                         description="Order item batches ($LAKE_ROOT/landing/order_items/ingest_date=D/), partitioned "
-                         "by order_date. Observing it records each landed day's data version (its batches and their "
-                         "rows), and fails up_to_date_with_landing on the days of each table that batches landed since "
-                         "the last restatement make stale.")
+@observable_source_asset(
+    name=LANDING_ORDER_ITEMS,
+    partitions_def=daily_partitions,
+    group_name="landing",
+    description="Order item batches ($LAKE_ROOT/landing/order_items/ingest_date=D/), partitioned "
+    "by order_date. Observing it records each landed day's data version (its batches and their "
+    "rows), and fails up_to_date_with_landing on the days of each table that batches landed since "
+    "the last restatement make stale.",
+)
 def landing_order_items(context: OpExecutionContext, pyspark: LazyPySparkResource) -> DataVersionsByPartition:
     liveness.record(context)
-    spark = pyspark.spark_session
+    spark = session_of(pyspark)
     try:
         detection = late_data.detect(spark)
     except late_data.NothingPublished:
         detection = None  # nothing is stale
     if detection:
         for evaluation in stale_day_evaluations(context.instance, detection):
-            context.log_event(evaluation)
+            # An op's context logs a check evaluation of any asset at runtime, though its annotation lists fewer kinds.
+            context.log_event(evaluation)  # type: ignore[arg-type]
     return _observed(spark, LANDING_ORDER_ITEMS)
 
 
-@observable_source_asset(name=LANDING_PRODUCTS, partitions_def=daily_partitions, group_name="landing",
-                         description="Product batches ($LAKE_ROOT/landing/products/ingest_date=D/), partitioned by the "
-                         "day a version takes effect. Observing it records each landed day's data version.")
+@observable_source_asset(
+    name=LANDING_PRODUCTS,
+    partitions_def=daily_partitions,
+    group_name="landing",
+    description="Product batches ($LAKE_ROOT/landing/products/ingest_date=D/), partitioned by the "
+    "day a version takes effect. Observing it records each landed day's data version.",
+)
 def landing_products(context: OpExecutionContext, pyspark: LazyPySparkResource) -> DataVersionsByPartition:
     liveness.record(context)
-    return _observed(pyspark.spark_session, LANDING_PRODUCTS)
+    return _observed(session_of(pyspark), LANDING_PRODUCTS)
 
 
 LANDING_CONTRACT = "landing_contract"
 
 
-def _landing_contract_check(asset: str):
+def _landing_contract_check(asset: str) -> AssetChecksDefinition:
     dataset = LANDING_DATASETS[asset]
 
-    @asset_check(asset=asset, name=LANDING_CONTRACT, description=(
-        "Every landed file meets the landing contract (columns and their types, a batch folder named by its date). A "
-        "refused file is not read: order item files are held in quarantine as one row each. Fails while any is "
-        "landed; take one out with `python -m assets_pkg withdraw`."))
+    @asset_check(
+        asset=asset,
+        name=LANDING_CONTRACT,
+        description=(
+            "Every landed file meets the landing contract (columns and their types, a batch folder named by its date). "
+            "A refused file is not read: order item files are held in quarantine as one row each. Fails while any is "
+            "landed; take one out with `python -m assets_pkg withdraw`."
+        ),
+    )
     def check() -> AssetCheckResult:
         refused = landing.refused_files(dataset)
         return AssetCheckResult(
             passed=not refused,
             severity=AssetCheckSeverity.ERROR,
             description=f"{len(refused)} file(s) refused" if refused else "every landed file meets the contract",
-            metadata={"refused_files": len(refused), "refused": "\n".join(f"{dataset}/{r.describe()}" for r in refused[:50])},
+            metadata={
+                "refused_files": len(refused),
+                "refused": "\n".join(f"{dataset}/{r.describe()}" for r in refused[:50]),
+            },
         )
 
     return check
@@ -162,7 +195,9 @@ landing_checks = [_landing_contract_check(asset) for asset in LANDING_DATASETS]
 
 def _summary(detection: late_data.Detection) -> dict[str, Any]:
     return {
-        "days_by_table": {table: [d.isoformat() for d in days] for table, days in detection.days_by_table().items() if days},
+        "days_by_table": {
+            table: [d.isoformat() for d in days] for table, days in detection.days_by_table().items() if days
+        },
         "outside_window": [d.isoformat() for d in sorted(detection.outside)],
         "refused_files": [r.describe() for r in detection.refused],
         "watermark": detection.new_watermark_ts.isoformat() if detection.new_watermark_ts else None,
@@ -175,16 +210,20 @@ def restate_late_data_op(context: OpExecutionContext, pyspark: LazyPySparkResour
     Dagster records each stage as it happens: the stale days (failing checks) before anything is written, then every
     table's days and check results once all are committed."""
     liveness.record(context)
-    spark = pyspark.spark_session
+    spark = session_of(pyspark)
     detection = late_data.detect(spark, keep_landed=True)
     try:
         for refused in detection.refused:
-            context.log.warning(f"refused by the landing contract, not read: {refused.describe()} (order item "
-                                "files are held in quarantine; `withdraw` takes a file out of the landing)")
+            context.log.warning(
+                f"refused by the landing contract, not read: {refused.describe()} (order item "
+                "files are held in quarantine; `withdraw` takes a file out of the landing)"
+            )
         yield from landing_observations(spark, detection)
         yield from stale_day_evaluations(context.instance, detection)
         try:
-            restated = late_data.apply_restatement(spark, late_data.plan_restatement(detection), RunInfo.of(context.run))
+            restated = late_data.apply_restatement(
+                spark, late_data.plan_restatement(detection), RunInfo.of(context.run)
+            )
         except (Refused, PartlyPublished) as error:
             yield from failed_publication(context, error)
         for table, publication in restated.publications.items():
@@ -197,13 +236,19 @@ def restate_late_data_op(context: OpExecutionContext, pyspark: LazyPySparkResour
 
 
 # A restatement rewrites a few days: its run is short, and its JVM is set for that (resources.spark).
-@job(name=RESTATE_JOB, executor_def=in_process_executor, resource_defs={"pyspark": spark_resource(settings(), short_runs=True)})
-def restate_late_data_job():
+@job(
+    name=RESTATE_JOB,
+    executor_def=in_process_executor,
+    resource_defs={"pyspark": spark_resource(settings(), short_runs=True)},
+)
+def restate_late_data_job() -> None:
     restate_late_data_op()
 
 
 # Observing the landing is the preview: what a restatement would rewrite, and why, recorded in Dagster; no writes.
-preview_late_data_job = define_asset_job(PREVIEW_JOB, selection=AssetSelection.assets(LANDING_ORDER_ITEMS, LANDING_PRODUCTS))
+preview_late_data_job = define_asset_job(
+    PREVIEW_JOB, selection=AssetSelection.assets(LANDING_ORDER_ITEMS, LANDING_PRODUCTS)
+)
 
 
 def landing_state() -> str:
@@ -216,7 +261,8 @@ def landing_state() -> str:
 
 
 _RANGE_TAGS = (ASSET_PARTITION_RANGE_START_TAG, ASSET_PARTITION_RANGE_END_TAG, PARTITION_NAME_TAG)
-# The jobs whose runs write the lake: this project's and the one Dagster runs the UI's backfills and materializations as.
+# The jobs whose runs write the lake: this project's, and the one Dagster runs the UI's backfills and materializations
+# as.
 _WRITING_JOBS = (ALL_ASSETS_JOB, RESTATE_JOB, IMPLICIT_ASSET_JOB_NAME)
 
 
@@ -227,25 +273,43 @@ def run_to_repair(instance: DagsterInstance) -> RunRequest | None:
     for record in instance.get_run_records(RunsFilter(statuses=[DagsterRunStatus.FAILURE]), limit=20):
         failed = record.dagster_run
         tags = failed.tags
-        if (failed.job_name not in _WRITING_JOBS or tags.get(PUBLISHED_TAG) == PUBLISHED_NOTHING or REPAIR_OF_TAG in tags
-                or PROCESS_TAG not in tags  # its step never started: it wrote nothing
-                # An asset job's run with no asset selected ran checks only (the UI's "Execute", `check`): it wrote
-                # nothing. (A restatement's run has no asset selection either: it is an op job.)
-                or (failed.job_name != RESTATE_JOB and failed.asset_selection == frozenset())):
+        if (
+            failed.job_name not in _WRITING_JOBS
+            or tags.get(PUBLISHED_TAG) == PUBLISHED_NOTHING
+            or REPAIR_OF_TAG in tags
+            or PROCESS_TAG not in tags  # its step never started: it wrote nothing
+            # An asset job's run with no asset selected ran checks only (the UI's "Execute", `check`): it wrote
+            # nothing. (A restatement's run has no asset selection either: it is an op job.)
+            or (failed.job_name != RESTATE_JOB and failed.asset_selection == frozenset())
+        ):
             continue
         same_days = {k: v for k, v in tags.items() if k in _RANGE_TAGS}
         if instance.get_runs_count(RunsFilter(tags={REPAIR_OF_TAG: failed.run_id})):
             continue
-        later = instance.get_runs(RunsFilter(job_name=failed.job_name, statuses=[DagsterRunStatus.SUCCESS],
-                                             tags=same_days, created_after=record.create_timestamp), limit=1)
+        later = instance.get_runs(
+            RunsFilter(
+                job_name=failed.job_name,
+                statuses=[DagsterRunStatus.SUCCESS],
+                tags=same_days,
+                created_after=record.create_timestamp,
+            ),
+            limit=1,
+        )
         if later:
             continue
         repair_tags = {REPAIR_OF_TAG: failed.run_id, **same_days}
         if failed.job_name == RESTATE_JOB:  # its days are pending in the watermark: a restatement rewrites them
-            return RunRequest(run_key=f"repair:{failed.run_id}", job_name=RESTATE_JOB,
-                              tags={**repair_tags, LANDING_STATE_TAG: landing_state()})
-        return RunRequest(run_key=f"repair:{failed.run_id}", job_name=ALL_ASSETS_JOB, tags=repair_tags,
-                          asset_selection=list(failed.asset_selection) if failed.asset_selection else None)
+            return RunRequest(
+                run_key=f"repair:{failed.run_id}",
+                job_name=RESTATE_JOB,
+                tags={**repair_tags, LANDING_STATE_TAG: landing_state()},
+            )
+        return RunRequest(
+            run_key=f"repair:{failed.run_id}",
+            job_name=ALL_ASSETS_JOB,
+            tags=repair_tags,
+            asset_selection=list(failed.asset_selection) if failed.asset_selection else None,
+        )
     return None
 
 
@@ -256,7 +320,7 @@ def run_to_repair(instance: DagsterInstance) -> RunRequest | None:
     description="Launches restate_late_data when a landing batch arrives. Listing the landing folders is all a tick "
     "costs: Spark starts only in the run.",
 )
-def late_data_sensor(context: SensorEvaluationContext):
+def late_data_sensor(context: SensorEvaluationContext) -> RunRequest | SkipReason | None:
     # A command-line run whose process died (or a run whose code server died with it) stays STARTED for Dagster:
     # closed here, it no longer holds late data back.
     closed, active = liveness.close_dead_runs(context.instance)
@@ -267,8 +331,9 @@ def late_data_sensor(context: SensorEvaluationContext):
     if context.instance.get_backfills(status=BulkActionStatus.REQUESTED, limit=1):
         return SkipReason("a backfill is running: late batches are restated after it")
     if active:
-        return SkipReason(f"waiting for {active[0].describe()}: late batches are restated after it (one writer per "
-                          "day at a time)")
+        return SkipReason(
+            f"waiting for {active[0].describe()}: late batches are restated after it (one writer per day at a time)"
+        )
     repair = run_to_repair(context.instance)
     if repair:
         context.log.warning(f"running again the days of failed run {repair.tags[REPAIR_OF_TAG]}")
@@ -277,8 +342,9 @@ def late_data_sensor(context: SensorEvaluationContext):
     if state == context.cursor:
         return SkipReason("no new landing batch")
     context.update_cursor(state)
-    if context.instance.get_runs_count(RunsFilter(job_name=RESTATE_JOB, statuses=[DagsterRunStatus.SUCCESS],
-                                                  tags={LANDING_STATE_TAG: state})):
+    if context.instance.get_runs_count(
+        RunsFilter(job_name=RESTATE_JOB, statuses=[DagsterRunStatus.SUCCESS], tags={LANDING_STATE_TAG: state})
+    ):
         return SkipReason("this landing state was restated already (e.g. by the `restate` command)")
     # The run key makes a replayed tick for the same landing state launch nothing.
     return RunRequest(run_key=state, job_name=RESTATE_JOB, tags={LANDING_STATE_TAG: state})

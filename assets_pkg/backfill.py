@@ -9,9 +9,7 @@ from datetime import date
 from typing import NamedTuple
 from urllib.parse import urlencode
 
-from dagster import AssetCheckEvaluation, AssetKey, AssetSelection, DagsterInstance
-
-from dagster import ExecuteInProcessResult
+from dagster import AssetCheckEvaluation, AssetKey, AssetSelection, DagsterInstance, ExecuteInProcessResult
 
 from assets_pkg import liveness
 from assets_pkg.automation import landing_state
@@ -38,8 +36,9 @@ from assets_pkg.instance import write_config
 from assets_pkg.partitions import chunks, first_day, last_day
 from assets_pkg.rollback import RollbackPlan
 
-# Runs started from the command line print warnings and errors; each run's full log is in the Dagster UI.
-QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+# Runs started from the command line print nothing of Dagster's own logging: a command prints the one line that matters
+# (see step_failures); each run's full log, stack traces included, is in the Dagster UI.
+QUIET = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
 
 
 def dagster_instance() -> DagsterInstance:
@@ -86,20 +85,20 @@ def step_failures(result: ExecuteInProcessResult, failed_checks: bool = True) ->
     checks-only run reports those checks itself)."""
     failures = []
     for event in result.all_events:
-        if event.is_step_failure:
-            error = event.step_failure_data.error
-            if not failed_checks and error.cls_name == DagsterAssetCheckFailedError.__name__:
-                continue
-            while error.cause and error.cls_name != "Failure":  # a Failure is the project's own account of it
-                error = error.cause
-            failures.append(StepFailure(event.step_key, error.message.strip()))
+        error = event.step_failure_data.error if event.is_step_failure else None
+        if error is None or (not failed_checks and error.cls_name == DagsterAssetCheckFailedError.__name__):
+            continue
+        while error.cause and error.cls_name != "Failure":  # a Failure is the project's own account of it
+            error = error.cause
+        failures.append(StepFailure(event.step_key or "", error.message.strip()))
     return failures
 
 
 def runs_url(backfill_id: str) -> str:
     """The UI's run list filtered to one command-line backfill's runs. A command-line backfill is not a Dagster
     backfill: Dagster's backfills are executed by its daemon, which launches each run in a process of its own, while
-    the command line runs every chunk in this process on one Spark session, so its runs carry CLI_BACKFILL_TAG instead."""
+    the command line runs every chunk in this process on one Spark session, so its runs carry CLI_BACKFILL_TAG
+    instead."""
     base = os.environ.get("DAGSTER_UI_URL", f"http://127.0.0.1:{os.environ.get('DAGSTER_PORT', '3000')}")
     return f"{base.rstrip('/')}/runs?{urlencode({'q[]': f'tag:{CLI_BACKFILL_TAG}={backfill_id}'})}"
 
@@ -124,7 +123,8 @@ def run_backfill(
         # Such runs log only failing check results (see checks.events_max_days), so the checks are not planned
         # either: Dagster stores a planned row per check per day (~1 s per check for 2,406 days).
         job = job.get_subset(asset_selection=set(keys), asset_check_selection=set())
-    echo(f"backfill {backfill_id}: {start}..{end}, {len(ranges)} run(s), assets: {', '.join(k.to_user_string() for k in keys)}")
+    assets = ", ".join(k.to_user_string() for k in keys)
+    echo(f"backfill {backfill_id}: {start}..{end}, {len(ranges)} run(s), assets: {assets}")
     echo(f"  its runs in the Dagster UI: {runs_url(backfill_id)}")
     before_writing(instance, echo)
     started = time.monotonic()
@@ -149,18 +149,24 @@ def run_backfill(
         if not result.success:
             for _, message in step_failures(result):
                 echo(f"    {message}")
-            if instance.get_run_by_id(result.run_id).tags.get(PUBLISHED_TAG) == PUBLISHED_PARTLY:
-                echo(f"backfill {backfill_id} stopped: {a}..{b} is published in the tables named above only, days after "
-                     f"{b} were not run; run the same command again (late_data_sensor also runs {a}..{b} again)")
+            failed = instance.get_run_by_id(result.run_id)
+            if failed is not None and failed.tags.get(PUBLISHED_TAG) == PUBLISHED_PARTLY:
+                echo(
+                    f"backfill {backfill_id} stopped: {a}..{b} is published in the tables named above only, days after "
+                    f"{b} were not run; run the same command again (late_data_sensor also runs {a}..{b} again)"
+                )
             else:
-                echo(f"backfill {backfill_id} stopped: nothing of {a}..{b} was published, days from {a} on were not run")
+                echo(
+                    f"backfill {backfill_id} stopped: nothing of {a}..{b} was published, days from {a} on were not run"
+                )
             return False
     echo(f"backfill {backfill_id} done")
     return True
 
 
-def run_checks(start: date, end: date, tables: list[str],
-               instance: DagsterInstance | None = None) -> tuple[ExecuteInProcessResult, list[AssetCheckEvaluation]]:
+def run_checks(
+    start: date, end: date, tables: list[str], instance: DagsterInstance | None = None
+) -> tuple[ExecuteInProcessResult, list[AssetCheckEvaluation]]:
     """Every check of `tables` on what is published for start..end, as one checks-only run (what the UI's "Execute
     checks" launches): nothing is written, and each day's results are recorded against its latest materialization.
     Returns the run's result and its check results."""
@@ -172,17 +178,24 @@ def run_checks(start: date, end: date, tables: list[str],
         tags={ASSET_PARTITION_RANGE_START_TAG: start.isoformat(), ASSET_PARTITION_RANGE_END_TAG: end.isoformat()},
         raise_on_error=False,
         # A failing blocking check fails its step: expected here, and reported by the caller from the results.
-        run_config={"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}},
+        run_config=QUIET,
     )
     evaluations = [e.event_specific_data for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"]
-    return result, evaluations
+    return result, [e for e in evaluations if isinstance(e, AssetCheckEvaluation)]
 
 
-def run_rollback(plan: RollbackPlan, instance: DagsterInstance | None = None,
-                 echo: Callable[[str], None] = print) -> ExecuteInProcessResult:
+def run_rollback(
+    plan: RollbackPlan, instance: DagsterInstance | None = None, echo: Callable[[str], None] = print
+) -> ExecuteInProcessResult:
     """The rollback job (what the UI's launchpad runs with the same config), run in this process."""
-    config = {"start": plan.start.isoformat(), "end": plan.end.isoformat(), "before_run": plan.before_run or "",
-              "before_backfill": plan.before_backfill or "", "table": plan.table or "", "version": plan.version}
+    config = {
+        "start": plan.start.isoformat(),
+        "end": plan.end.isoformat(),
+        "before_run": plan.before_run or "",
+        "before_backfill": plan.before_backfill or "",
+        "table": plan.table or "",
+        "version": plan.version,
+    }
     instance = instance or dagster_instance()
     before_writing(instance, echo)
     return defs.resolve_job_def(ROLLBACK_JOB).execute_in_process(
@@ -192,7 +205,9 @@ def run_rollback(plan: RollbackPlan, instance: DagsterInstance | None = None,
     )
 
 
-def run_restatement(instance: DagsterInstance | None = None, echo: Callable[[str], None] = print) -> ExecuteInProcessResult:
+def run_restatement(
+    instance: DagsterInstance | None = None, echo: Callable[[str], None] = print
+) -> ExecuteInProcessResult:
     """What late_data_sensor launches, run in this process (the `restate` command), tagged with the landing state it
     starts from so that the sensor does not launch it again for that state."""
     instance = instance or dagster_instance()

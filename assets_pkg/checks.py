@@ -113,14 +113,20 @@ def check_specs(table: str, checks: TableChecks) -> list[AssetCheckSpec]:
     # nothing downstream runs. Declared blocking so that Dagster shows them so (and would gate on them too).
     return [
         AssetCheckSpec(
-            name, asset=table, partitions_def=daily_partitions, description=_DESCRIPTIONS[name], blocking=name in BLOCKING
+            name,
+            asset=table,
+            partitions_def=daily_partitions,
+            description=_DESCRIPTIONS[name],
+            blocking=name in BLOCKING,
         )
         for name in checks.names()
     ]
 
 
 def _row_hash(df: DataFrame) -> Column:
-    return F.sha2(F.concat_ws("\u001f", *[F.coalesce(F.col(c).cast("string"), F.lit("\\N")) for c in sorted(df.columns)]), 256)
+    return F.sha2(
+        F.concat_ws("\u001f", *[F.coalesce(F.col(c).cast("string"), F.lit("\\N")) for c in sorted(df.columns)]), 256
+    )
 
 
 @dataclass(frozen=True)
@@ -167,7 +173,11 @@ class Verified:
 
 def _day_profile(df: DataFrame, key: list[str], day_column: str, measures: list[tuple[str, Column]]) -> DataFrame:
     """Per day, in one pass: rows, distinct keys, rows with a null key and the reconciliation measures."""
-    null_key = F.greatest(*[F.col(c).isNull().cast("int") for c in key]) if len(key) > 1 else F.col(key[0]).isNull().cast("int")
+    null_key = (
+        F.greatest(*[F.col(c).isNull().cast("int") for c in key])
+        if len(key) > 1
+        else F.col(key[0]).isNull().cast("int")
+    )
     return df.groupBy(F.col(day_column).alias("day")).agg(
         F.count(F.lit(1)).alias("rows"),
         F.countDistinct(*key).alias("distinct_keys"),
@@ -201,8 +211,13 @@ def duplicate_samples(df: DataFrame, key: list[str], day_column: str, days: list
 
 
 def evaluate_blocking(
-    df: DataFrame, upstream: DataFrame | None, lost: DataFrame | None, key: list[str], day_column: str,
-    checks: TableChecks, days: list[date],
+    df: DataFrame,
+    upstream: DataFrame | None,
+    lost: DataFrame | None,
+    key: list[str],
+    day_column: str,
+    checks: TableChecks,
+    days: list[date],
 ) -> Verified:
     """The blocking checks for each of `days` on `df`, a table's rows: its `key` unique and not null, its measures
     equal to `upstream`'s (when it reconciles), no key in `lost` (when it checks nothing is lost)."""
@@ -210,8 +225,13 @@ def evaluate_blocking(
     this_measures = [(name, F.expr(exprs[0])) for name, exprs in rec.measures.items()] if rec else []
     fingerprints = {r.day: r.fingerprint for r in day_fingerprints(df, day_column).collect()}
     profiles = {
-        r.day: DayProfile(r.rows, r.distinct_keys, r.null_key_rows or 0, fingerprints.get(r.day),
-                          {name: r[name] for name, _ in this_measures})
+        r.day: DayProfile(
+            r.rows,
+            r.distinct_keys,
+            r.null_key_rows or 0,
+            fingerprints.get(r.day),
+            {name: r[name] for name, _ in this_measures},
+        )
         for r in _day_profile(df, key, day_column, this_measures).collect()
     }
     verified = Verified([], profiles)
@@ -219,14 +239,22 @@ def evaluate_blocking(
     samples = duplicate_samples(df, key, day_column, failing_unique) if failing_unique else {}
     for day in days:
         p = verified.profile(day)
-        verified.outcomes.append(Outcome(UNIQUE_KEY, day, p.duplicate_rows == 0, {
-            "rows": p.rows,
-            "duplicate_rows": p.duplicate_rows,
-            "duplicate_per_1k": p.duplicate_per_1k,
-            "sample_duplicate_keys": "; ".join(samples.get(day, [])),
-        }))
-        verified.outcomes.append(Outcome(KEYS_NOT_NULL, day, p.null_key_rows == 0,
-                                         {"null_key_rows": p.null_key_rows, "key": ", ".join(key)}))
+        verified.outcomes.append(
+            Outcome(
+                UNIQUE_KEY,
+                day,
+                p.duplicate_rows == 0,
+                {
+                    "rows": p.rows,
+                    "duplicate_rows": p.duplicate_rows,
+                    "duplicate_per_1k": p.duplicate_per_1k,
+                    "sample_duplicate_keys": "; ".join(samples.get(day, [])),
+                },
+            )
+        )
+        verified.outcomes.append(
+            Outcome(KEYS_NOT_NULL, day, p.null_key_rows == 0, {"null_key_rows": p.null_key_rows, "key": ", ".join(key)})
+        )
 
     if rec and upstream is not None:
         up_profile = {
@@ -246,12 +274,19 @@ def evaluate_blocking(
         verified.mismatches = {day: len(diff) for day, diff in differing.items()}
         for day in days:
             diff = differing.get(day, {})
-            verified.outcomes.append(Outcome(RECONCILES, day, not diff, {
-                "upstream": rec.upstream,
-                "mismatch_count": len(diff),
-                "mismatches": ", ".join(f"{m}: {mine} vs {theirs}" for m, (mine, theirs) in diff.items()),
-                "mismatching_days_in_run": len(differing),
-            }))
+            verified.outcomes.append(
+                Outcome(
+                    RECONCILES,
+                    day,
+                    not diff,
+                    {
+                        "upstream": rec.upstream,
+                        "mismatch_count": len(diff),
+                        "mismatches": ", ".join(f"{m}: {mine} vs {theirs}" for m, (mine, theirs) in diff.items()),
+                        "mismatching_days_in_run": len(differing),
+                    },
+                )
+            )
 
     if lost is not None:
         lost_by_day: dict[date, list] = {}
@@ -259,28 +294,51 @@ def evaluate_blocking(
             lost_by_day.setdefault(r.day, []).append(r)
         for day in days:
             missing = lost_by_day.get(day, [])
-            verified.outcomes.append(Outcome(NOTHING_LOST, day, not missing, {
-                "missing_keys": len(missing),
-                "sample_missing_keys": "; ".join(", ".join(f"{k}={m[k]}" for k in key) for m in missing[:SAMPLE_SIZE]),
-            }))
+            verified.outcomes.append(
+                Outcome(
+                    NOTHING_LOST,
+                    day,
+                    not missing,
+                    {
+                        "missing_keys": len(missing),
+                        "sample_missing_keys": "; ".join(
+                            ", ".join(f"{k}={m[k]}" for k in key) for m in missing[:SAMPLE_SIZE]
+                        ),
+                    },
+                )
+            )
     return verified
 
 
 def summary(o: Outcome) -> str:
     """One line a person can act on: the numbers that made the check fail."""
-    keys = ("duplicate_rows", "sample_duplicate_keys", "null_key_rows", "mismatches", "missing_keys", "sample_missing_keys",
-            "rows", "previous_rows", "relative_change")
+    keys = (
+        "duplicate_rows",
+        "sample_duplicate_keys",
+        "null_key_rows",
+        "mismatches",
+        "missing_keys",
+        "sample_missing_keys",
+        "rows",
+        "previous_rows",
+        "relative_change",
+    )
     return ", ".join(f"{k}={o.metadata[k]}" for k in keys if o.metadata.get(k) not in (None, "", 0))
 
 
 def _row_count_change(day: date, rows: int, previous_rows: int | None, tolerance: float) -> Outcome:
     change = None if not previous_rows else abs(rows - previous_rows) / previous_rows
-    return Outcome(ROW_COUNT_CHANGE, day, change is None or change <= tolerance, {
-        "rows": rows,
-        "previous_rows": previous_rows if previous_rows is not None else -1,
-        "relative_change": round(change, 4) if change is not None else 0.0,
-        "tolerance": tolerance,
-    })
+    return Outcome(
+        ROW_COUNT_CHANGE,
+        day,
+        change is None or change <= tolerance,
+        {
+            "rows": rows,
+            "previous_rows": previous_rows if previous_rows is not None else -1,
+            "relative_change": round(change, 4) if change is not None else 0.0,
+            "tolerance": tolerance,
+        },
+    )
 
 
 def fingerprint_changed(now: DayContent, previous: DayContent | None) -> bool:
@@ -293,27 +351,43 @@ def evaluate_after_commit(verified: Verified, previous: Mapping[date, DayContent
     outcomes = []
     for day in days:
         now, before = verified.profile(day).content, previous.get(day)
-        outcomes.append(Outcome(FINGERPRINT, day, True, {
-            "fingerprint": now.fingerprint or "",
-            "previous_fingerprint": before.fingerprint or "" if before else "",
-            "changed": fingerprint_changed(now, before),
-        }))
+        outcomes.append(
+            Outcome(
+                FINGERPRINT,
+                day,
+                True,
+                {
+                    "fingerprint": now.fingerprint or "",
+                    "previous_fingerprint": before.fingerprint or "" if before else "",
+                    "changed": fingerprint_changed(now, before),
+                },
+            )
+        )
         outcomes.append(_row_count_change(day, now.rows, before.rows if before else None, tolerance))
     return outcomes
 
 
-def evaluate_published(verified: Verified, recorded: Mapping[date, DayContent], days: list[date], stale: set[date]) -> list[Outcome]:
+def evaluate_published(
+    verified: Verified, recorded: Mapping[date, DayContent], days: list[date], stale: set[date]
+) -> list[Outcome]:
     """Fingerprint, row count and freshness of what is published, against what the pipeline last wrote (`recorded`)
     and the days the landing has changed since (`stale`)."""
     tolerance = row_count_tolerance()
     outcomes = []
     for day in days:
         now, written = verified.profile(day).content, recorded.get(day)
-        outcomes.append(Outcome(FINGERPRINT, day, not fingerprint_changed(now, written), {
-            "fingerprint": now.fingerprint or "",
-            "fingerprint_written": written.fingerprint or "" if written else "",
-            "changed_since_written": fingerprint_changed(now, written),
-        }))
+        outcomes.append(
+            Outcome(
+                FINGERPRINT,
+                day,
+                not fingerprint_changed(now, written),
+                {
+                    "fingerprint": now.fingerprint or "",
+                    "fingerprint_written": written.fingerprint or "" if written else "",
+                    "changed_since_written": fingerprint_changed(now, written),
+                },
+            )
+        )
         outcomes.append(_row_count_change(day, now.rows, written.rows if written else None, tolerance))
         outcomes.append(Outcome(UP_TO_DATE, day, day not in stale, {"stale": day in stale}))
     return outcomes

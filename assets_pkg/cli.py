@@ -4,13 +4,18 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Callable
 from datetime import date
+from typing import TYPE_CHECKING, Any, NoReturn
+
+if TYPE_CHECKING:
+    from assets_pkg.late_data import Detection
 
 
 class _Parser(argparse.ArgumentParser):
     """A mistyped command is one line: what is wrong (`--help` for the rest), not the usage block."""
 
-    def error(self, message: str):
+    def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
@@ -21,8 +26,8 @@ def _day(value: str) -> date:
         raise argparse.ArgumentTypeError(f"not a YYYY-MM-DD date: {value!r}") from None
 
 
-def _number(kind, low, inclusive: bool, what: str):
-    def parse(value: str):
+def _number(kind: type[float] | type[int], low: float, inclusive: bool, what: str) -> Callable[[str], Any]:
+    def parse(value: str) -> Any:
         try:
             number = kind(value)
         except ValueError:
@@ -51,7 +56,7 @@ def _range_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--end", type=_day, default=None, help="last day, inclusive (default: last partition)")
 
 
-def _cmd_generate(args) -> int:
+def _cmd_generate(args: argparse.Namespace) -> int:
     from assets_pkg.generate import generate
     from resources.spark import get_spark
 
@@ -78,7 +83,7 @@ def _observe() -> int:
     return 0 if result.success else 1
 
 
-def _cmd_import_tpch(args) -> int:
+def _cmd_import_tpch(args: argparse.Namespace) -> int:
     from assets_pkg.tpch import import_tpch
     from resources.spark import get_spark
 
@@ -87,7 +92,7 @@ def _cmd_import_tpch(args) -> int:
     return _observe()
 
 
-def _cmd_backfill(args) -> int:
+def _cmd_backfill(args: argparse.Namespace) -> int:
     from assets_pkg.backfill import run_backfill
 
     ok = run_backfill(
@@ -99,7 +104,7 @@ def _cmd_backfill(args) -> int:
     return 0 if ok else 1
 
 
-def _tables(args) -> list[str]:
+def _tables(args: argparse.Namespace) -> list[str]:
     from assets_pkg.tables import PUBLISH_ORDER
 
     if args.asset and args.asset not in PUBLISH_ORDER:
@@ -107,7 +112,7 @@ def _tables(args) -> list[str]:
     return [args.asset] if args.asset else list(PUBLISH_ORDER)
 
 
-def _checked_range(args) -> None:
+def _checked_range(args: argparse.Namespace) -> None:
     """--start after --end, or a day outside the partitions: one line naming both, before anything runs."""
     start, end = getattr(args, "start", None), getattr(args, "end", None)
     if start and end and start > end:
@@ -115,11 +120,13 @@ def _checked_range(args) -> None:
     if args.func in _WITHIN_PARTITIONS:
         for flag, day in (("--start", start), ("--end", end)):
             if day and not first_day() <= day <= last_day():
-                raise ValueError(f"{flag} {day} is outside the partitions {first_day()}..{last_day()} "
-                                 "(PARTITION_START_DATE, PARTITION_END_DATE)")
+                raise ValueError(
+                    f"{flag} {day} is outside the partitions {first_day()}..{last_day()} "
+                    "(PARTITION_START_DATE, PARTITION_END_DATE)"
+                )
 
 
-def _cmd_check(args) -> int:
+def _cmd_check(args: argparse.Namespace) -> int:
     from assets_pkg.backfill import run_checks, step_failures
 
     start, end = args.start or first_day(), args.end or last_day()
@@ -148,12 +155,14 @@ def _report_refused_files() -> int:
     for dataset, r in refused:
         print(f"REFUSED {dataset}/{r.describe()}")
     if refused:
-        print(f"{len(refused)} landed file(s) refused by the landing contract (order item files are held in quarantine "
-              "as one row each); take one out with `withdraw --file <dataset>/<file> --reason ...`")
+        print(
+            f"{len(refused)} landed file(s) refused by the landing contract (order item files are held in quarantine "
+            "as one row each); take one out with `withdraw --file <dataset>/<file> --reason ...`"
+        )
     return len(refused)
 
 
-def _cmd_withdraw(args) -> int:
+def _cmd_withdraw(args: argparse.Namespace) -> int:
     from assets_pkg.backfill import run_backfill
     from assets_pkg.dagster_names import WITHDRAWN_TAG
     from assets_pkg.operations import withdraw
@@ -170,7 +179,7 @@ def _cmd_withdraw(args) -> int:
     return 0 if ok else 1
 
 
-def _cmd_report(args) -> int:
+def _cmd_report(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from assets_pkg.operations import report
@@ -185,8 +194,11 @@ def _cmd_report(args) -> int:
         for day in report(get_spark(), table, start, end, against=against, version=args.version):
             line = f"  {day.day} rows={day.rows:<8} sha256={day.fingerprint or '-'}"
             if day.other is not None:
-                line += "  match" if day.matches else \
-                    f"  MISMATCH other_rows={day.other.rows} other_sha256={day.other.fingerprint or '-'}"
+                line += (
+                    "  match"
+                    if day.matches
+                    else f"  MISMATCH other_rows={day.other.rows} other_sha256={day.other.fingerprint or '-'}"
+                )
                 mismatches += not day.matches
             print(line)
     if mismatches:
@@ -194,7 +206,7 @@ def _cmd_report(args) -> int:
     return 1 if mismatches else 0
 
 
-def _cmd_rollback(args) -> int:
+def _cmd_rollback(args: argparse.Namespace) -> int:
     from assets_pkg.backfill import run_rollback, step_failures
     from assets_pkg.rollback import plan_rollback, preview
     from resources.spark import get_spark
@@ -209,8 +221,10 @@ def _cmd_rollback(args) -> int:
     if args.dry_run:
         days = preview(spark, plan)
         for d in days:
-            print(f"  {d.table} {d.day}: {d.now.rows} rows ({(d.now.fingerprint or '-')[:12]}) -> "
-                  f"{d.after.rows} rows ({(d.after.fingerprint or '-')[:12]})" + ("" if d.changes else " unchanged"))
+            print(
+                f"  {d.table} {d.day}: {d.now.rows} rows ({(d.now.fingerprint or '-')[:12]}) -> "
+                f"{d.after.rows} rows ({(d.after.fingerprint or '-')[:12]})" + ("" if d.changes else " unchanged")
+            )
         print(f"dry run: nothing written ({sum(d.changes for d in days)} table-day(s) would change)")
         return 0
     result = run_rollback(plan)
@@ -218,19 +232,21 @@ def _cmd_rollback(args) -> int:
         for _, message in step_failures(result):
             print(f"rollback failed (run {result.run_id}): {message}")
         return 1
-    print(f"rolled back in run {result.run_id}; the days are held: restatements leave them as they are until "
-          f"`release --start {args.start} --end {args.end}` publishes them again from the landing")
+    print(
+        f"rolled back in run {result.run_id}; the days are held: restatements leave them as they are until "
+        f"`release --start {args.start} --end {args.end}` publishes them again from the landing"
+    )
     return 0
 
 
-def _cmd_release(args) -> int:
+def _cmd_release(args: argparse.Namespace) -> int:
     from assets_pkg.backfill import run_backfill
     from assets_pkg.dagster_names import RELEASE_TAG
 
     return 0 if run_backfill(args.start, args.end, tags={RELEASE_TAG: "true"}) else 1
 
 
-def _cmd_metrics(args) -> int:
+def _cmd_metrics(args: argparse.Namespace) -> int:
     from assets_pkg.operations import metrics
     from resources.spark import get_spark
 
@@ -239,21 +255,30 @@ def _cmd_metrics(args) -> int:
         print(json.dumps(figures, indent=2))
         return 0
     lag = "-" if figures["landing_lag_s"] is None else f"{figures['landing_lag_s']:.0f} s"
-    print(f"landing: newest batch {figures['newest_landed_batch'] or '-'}, newest day {figures['newest_landed_day'] or '-'}; "
-          f"watermark {figures['watermark'] or '- (never restated)'}; landed data not yet published: {lag}")
-    print(f"{'asset':<26}{'runs':>6}{'p95 run s':>11}{'dup per 1k':>12}{'mismatches':>12}{'stale days':>12}  newest day")
+    print(
+        f"landing: newest batch {figures['newest_landed_batch'] or '-'}, "
+        f"newest day {figures['newest_landed_day'] or '-'}; "
+        f"watermark {figures['watermark'] or '- (never restated)'}; landed data not yet published: {lag}"
+    )
+    print(
+        f"{'asset':<26}{'runs':>6}{'p95 run s':>11}{'dup per 1k':>12}{'mismatches':>12}{'stale days':>12}  newest day"
+    )
     for m in figures["assets"]:
         stale = "-" if m["stale_days"] is None else m["stale_days"]
-        print(f"{m['asset']:<26}{m['runs']:>6}{m['p95_run_s']:>11}{m['duplicate_per_1k'] or 0:>12}"
-              f"{m['mismatch_count'] or 0:>12}{stale:>12}  {m['newest_published_day'] or '-'}")
+        print(
+            f"{m['asset']:<26}{m['runs']:>6}{m['p95_run_s']:>11}{m['duplicate_per_1k'] or 0:>12}"
+            f"{m['mismatch_count'] or 0:>12}{stale:>12}  {m['newest_published_day'] or '-'}"
+        )
     return 0
 
 
-def _print_detection(detection) -> None:
+def _print_detection(detection: "Detection") -> None:
     from assets_pkg.late_data import DIMENSION
 
-    print(f"watermark: {detection.watermark.watermark_ts or '-'} -> {detection.new_watermark_ts or '-'}; restatement "
-          f"window from {detection.window_start or '-'}")
+    print(
+        f"watermark: {detection.watermark.watermark_ts or '-'} -> {detection.new_watermark_ts or '-'}; restatement "
+        f"window from {detection.window_start or '-'}"
+    )
     for dataset, batches in detection.batches_read.items():
         print(f"  {dataset}: {len(batches)} batch(es) read{': ' + ', '.join(batches[-5:]) if batches else ''}")
     for table, days in detection.days_by_table().items():
@@ -267,12 +292,14 @@ def _print_detection(detection) -> None:
     for refused in detection.refused:
         print(f"  REFUSED {refused.describe()}: not read (order item files are held in quarantine)")
     for hold in detection.holds:
-        change = detection.held.get(hold.day)
-        print(f"  HELD {hold.describe()}{': landed since: ' + change.describe() if change else ''}; "
-              f"`release --start {hold.day} --end {hold.day}` publishes it again, `withdraw` takes a batch out")
+        landed = detection.held.get(hold.day)
+        print(
+            f"  HELD {hold.describe()}{': landed since: ' + landed.describe() if landed else ''}; "
+            f"`release --start {hold.day} --end {hold.day}` publishes it again, `withdraw` takes a batch out"
+        )
 
 
-def _cmd_stale(args) -> int:
+def _cmd_stale(args: argparse.Namespace) -> int:
     from assets_pkg.late_data import detect
     from resources.spark import get_spark
 
@@ -283,7 +310,7 @@ def _cmd_stale(args) -> int:
     return 0
 
 
-def _cmd_restate(args) -> int:
+def _cmd_restate(args: argparse.Namespace) -> int:
     from assets_pkg.backfill import run_restatement, step_failures
     from assets_pkg.dagster_names import RESTATE_OP
 
@@ -300,12 +327,15 @@ def _cmd_restate(args) -> int:
     for refused in summary["refused_files"]:
         print(f"refused by the landing contract, not read: {refused}")
     for day in summary["outside_window"]:
-        print(f"late rows older than the restatement window on {day}: recorded in late_data_exceptions; backfill it by hand")
+        print(
+            f"late rows older than the restatement window on {day}: recorded in late_data_exceptions; "
+            "backfill it by hand"
+        )
     print(f"watermark: {summary['watermark']} (run {result.run_id})")
     return 0
 
 
-def _cmd_runs(args) -> int:
+def _cmd_runs(args: argparse.Namespace) -> int:
     from assets_pkg import liveness
     from assets_pkg.backfill import dagster_instance
 
@@ -325,8 +355,11 @@ def _cmd_runs(args) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="assets-pkg", description="Exact, idempotent backfills on Spark + Delta")
-    parser.add_argument("--verbose", action="store_true",
-                        help="also show Spark's warnings on the terminal (always in LAKE_ROOT/logs/spark.log)")
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="also show Spark's warnings on the terminal (always in LAKE_ROOT/logs/spark.log)",
+    )
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     p = sub.add_parser("generate", help="land deterministic demo data")
@@ -343,11 +376,17 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("backfill", help="materialize a range for the chosen assets and everything downstream")
     _range_args(p)
     p.add_argument("--select", help="comma-separated asset names (default: all)")
-    p.add_argument("--max-partitions-per-run", type=_positive_int, default=None,
-                   help="days per run (default: BACKFILL_MAX_PARTITIONS_PER_RUN)")
+    p.add_argument(
+        "--max-partitions-per-run",
+        type=_positive_int,
+        default=None,
+        help="days per run (default: BACKFILL_MAX_PARTITIONS_PER_RUN)",
+    )
     p.set_defaults(func=_cmd_backfill)
 
-    p = sub.add_parser("check", help="run every check on the published tables, recorded in Dagster; exit 1 when any fails")
+    p = sub.add_parser(
+        "check", help="run every check on the published tables, recorded in Dagster; exit 1 when any fails"
+    )
     _range_args(p)
     p.add_argument("--asset", help="one table (default: all)")
     p.set_defaults(func=_cmd_check)
@@ -360,10 +399,16 @@ def build_parser() -> argparse.ArgumentParser:
     other.add_argument("--version", type=_version, help="the same table at this Delta version")
     p.set_defaults(func=_cmd_report)
 
-    p = sub.add_parser("rollback", help="restore a range across the graph (one commit per table), as a Dagster run; "
-                       "the days are then held until `release`")
-    p.add_argument("--asset", help="only this table and the tables it is built from or builds (with --version: it alone, "
-                   "the tables derived from it rebuilt)")
+    p = sub.add_parser(
+        "rollback",
+        help="restore a range across the graph (one commit per table), as a Dagster run; "
+        "the days are then held until `release`",
+    )
+    p.add_argument(
+        "--asset",
+        help="only this table and the tables it is built from or builds (with --version: it alone, "
+        "the tables derived from it rebuilt)",
+    )
     p.add_argument("--start", type=_day, required=True)
     p.add_argument("--end", type=_day, required=True)
     to = p.add_mutually_exclusive_group(required=True)
@@ -378,8 +423,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--end", type=_day, required=True)
     p.set_defaults(func=_cmd_release)
 
-    p = sub.add_parser("withdraw", help="take a landed file out of the landing (moved aside, with why) and publish "
-                       "again the days it touched")
+    p = sub.add_parser(
+        "withdraw",
+        help="take a landed file out of the landing (moved aside, with why) and publish again the days it touched",
+    )
     p.add_argument("--file", required=True, help="the file, as `check` names it: <dataset>/ingest_date=D/<name>")
     p.add_argument("--reason", required=True, help="why it is withdrawn, kept beside the file")
     p.set_defaults(func=_cmd_withdraw)
@@ -387,15 +434,20 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("stale", help="preview: which days of which tables the landed batches would restate, and why")
     p.set_defaults(func=_cmd_stale)
 
-    p = sub.add_parser("restate", help="restate the days late or corrected rows change, in every table (what the sensor does)")
+    p = sub.add_parser(
+        "restate", help="restate the days late or corrected rows change, in every table (what the sensor does)"
+    )
     p.set_defaults(func=_cmd_restate)
 
     p = sub.add_parser("runs", help="the active runs in the Dagster instance, and whether their process is alive")
     p.add_argument("--close-dead", action="store_true", help="mark the runs whose process is gone failed")
     p.set_defaults(func=_cmd_runs)
 
-    p = sub.add_parser("metrics", help="per asset: p95 run time, duplicates per thousand, mismatches, and how far it is "
-                       "behind its landing (stale days, newest day; landed data not yet published)")
+    p = sub.add_parser(
+        "metrics",
+        help="per asset: p95 run time, duplicates per thousand, mismatches, and how far it is "
+        "behind its landing (stale days, newest day; landed data not yet published)",
+    )
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
     p.set_defaults(func=_cmd_metrics)
     return parser

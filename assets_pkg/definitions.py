@@ -3,7 +3,13 @@
 from dagster import Definitions, in_process_executor
 
 from assets_pkg.assets import all_assets_job, pipeline_assets
-from assets_pkg.automation import landing_assets, landing_checks, late_data_sensor, preview_late_data_job, restate_late_data_job
+from assets_pkg.automation import (
+    landing_assets,
+    landing_checks,
+    late_data_sensor,
+    preview_late_data_job,
+    restate_late_data_job,
+)
 from assets_pkg.rollback import rollback_job
 from resources.settings import settings
 from resources.spark import spark_resource

@@ -7,8 +7,9 @@ asked, bad rows.
 
 import random
 from dataclasses import dataclass, field
-from datetime import date, datetime, time, timedelta, timezone
+from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
+from typing import Any
 
 from pyspark.sql import SparkSession
 from pyspark.sql import types as T
@@ -21,10 +22,10 @@ CENT = Decimal("0.01")
 
 
 def _ts(day: date, hour: int, second: int = 0) -> datetime:
-    return datetime.combine(day, time(hour), tzinfo=timezone.utc) + timedelta(seconds=second)
+    return datetime.combine(day, time(hour), tzinfo=UTC) + timedelta(seconds=second)
 
 
-def _money(x) -> Decimal:
+def _money(x: Decimal) -> Decimal:
     return Decimal(x).quantize(CENT)
 
 
@@ -43,11 +44,14 @@ class LandingSummary:
 
 def _writable(schema: T.StructType) -> T.StructType:
     # Bad rows break the contract on purpose (null keys): the files themselves carry no NOT NULL constraint.
-    return T.StructType([T.StructField(f.name, f.dataType, True) for f in schema.fields]
-                        + [T.StructField("ingest_date", T.DateType())])
+    return T.StructType(
+        [T.StructField(f.name, f.dataType, True) for f in schema.fields] + [T.StructField("ingest_date", T.DateType())]
+    )
 
 
-def _item(rng, order_id, item_id, day, customer_id, channel, products):
+def _item(
+    rng: random.Random, order_id: int, item_id: int, day: date, customer_id: int, channel: str, products: list[Decimal]
+) -> list[Any]:
     product_id = rng.randint(1, len(products))
     quantity = rng.randint(1, 5)
     gross = _money(products[product_id - 1] * quantity)
@@ -56,7 +60,7 @@ def _item(rng, order_id, item_id, day, customer_id, channel, products):
     return [order_id, item_id, day, customer_id, product_id, channel, quantity, gross, discount, cost]
 
 
-def _spoil(rng, row):
+def _spoil(rng: random.Random, row: list[Any]) -> list[Any]:
     """Make one row break the contract in one of the ways quarantine must catch."""
     kind = rng.choice(["null_key", "null_date", "negative_quantity", "negative_amount", "out_of_range_date"])
     row = list(row)
@@ -73,12 +77,13 @@ def _spoil(rng, row):
     return row
 
 
-def order_item_batches(start: date, end: date, seed: int, rows_per_day: int, bad_rate: float, products: list[Decimal],
-                       s: LandingSummary):
+def order_item_batches(
+    start: date, end: date, seed: int, rows_per_day: int, bad_rate: float, products: list[Decimal], s: LandingSummary
+) -> list[list[Any]]:
     rng = random.Random(seed)
-    rows = []  # contract columns + ingest_date
+    rows: list[list[Any]] = []  # contract columns + ingest_date
 
-    def land(item, updated_at, ingest_day, minute=0):
+    def land(item: list[Any], updated_at: datetime, ingest_day: date, minute: int = 0) -> None:
         ingested_at = _ts(ingest_day, 1) + timedelta(minutes=minute)
         rows.append([*item, updated_at, ingested_at, ingest_day])
 
@@ -126,7 +131,9 @@ def order_item_batches(start: date, end: date, seed: int, rows_per_day: int, bad
     return rows
 
 
-def product_batches(start: date, end: date, seed: int, n_products: int, s: LandingSummary):
+def product_batches(
+    start: date, end: date, seed: int, n_products: int, s: LandingSummary
+) -> tuple[list[list[Any]], list[Decimal]]:
     rng = random.Random(seed + 1)
     prices = [Decimal(rng.randint(500, 20000)) / 100 for _ in range(n_products)]
     categories = [rng.choice(CATEGORIES) for _ in range(n_products)]
@@ -141,15 +148,31 @@ def product_batches(start: date, end: date, seed: int, n_products: int, s: Landi
             pid = rng.randrange(n_products)
             status[pid] = "PASSIVE" if status[pid] == "ACTIVE" else "ACTIVE"
             ingest_day = day + timedelta(days=rng.choice([0, 0, 0, 1, 3]))  # some changes land late
-            rows.append([pid + 1, categories[pid], status[pid], _money(prices[pid]), _ts(day, 9), _ts(ingest_day, 23),
-                         ingest_day])
+            rows.append(
+                [
+                    pid + 1,
+                    categories[pid],
+                    status[pid],
+                    _money(prices[pid]),
+                    _ts(day, 9),
+                    _ts(ingest_day, 23),
+                    ingest_day,
+                ]
+            )
             s.product_changes += 1
     s.product_rows = len(rows)
     return rows, prices
 
 
-def generate(spark: SparkSession, start: date, end: date, seed: int = 7, rows_per_day: int = 200, bad_rate: float = 0.0,
-             n_products: int = 60) -> LandingSummary:
+def generate(
+    spark: SparkSession,
+    start: date,
+    end: date,
+    seed: int = 7,
+    rows_per_day: int = 200,
+    bad_rate: float = 0.0,
+    n_products: int = 60,
+) -> LandingSummary:
     if end < start:
         raise ValueError(f"--end {end} is before --start {start}")
     if not 0 <= bad_rate < 1:

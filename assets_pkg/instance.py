@@ -19,14 +19,16 @@ WRITTEN_BY = "# Written by exact-backfills from the repository's dagster.yaml: e
 
 # Runs and schedules keep Dagster's defaults; the event log is named for its class, with the home's path (rewritten by
 # every entry point: setup.sh, demo.sh, the command line, so a moved home is followed).
-SQLITE_EVENT_LOG = ("# Events in Dagster's SQLite files, where Dagster keeps them by default; "
-                    "slot claims atomic (dagster_private.py).\n"
-                    """event_log_storage:
+SQLITE_EVENT_LOG = (
+    "# Events in Dagster's SQLite files, where Dagster keeps them by default; "
+    "slot claims atomic (dagster_private.py).\n"
+    """event_log_storage:
   module: assets_pkg.dagster_private
   class: AtomicClaimSqliteEventLogStorage
   config:
     base_dir: {base_dir}
-""")
+"""
+)
 
 
 def config_text(home: Path) -> str:
@@ -66,14 +68,18 @@ def unreachable_services() -> list[str]:
         parsed = urlparse(remote.replace("sc://", "http://", 1))
         why = _answers(parsed.hostname or "localhost", parsed.port or 15002)
         if why:
-            problems.append(f"cannot reach the Spark Connect server at {remote} (SPARK_REMOTE): {why}; "
-                            "is it running? (bash scripts/spark-cluster.sh status)")
+            problems.append(
+                f"cannot reach the Spark Connect server at {remote} (SPARK_REMOTE): {why}; "
+                "is it running? (bash scripts/spark-cluster.sh status)"
+            )
     postgres = os.environ.get(POSTGRES_URL)
     if postgres:
         parsed = urlparse(postgres)
         where = f"{parsed.hostname or 'localhost'}:{parsed.port or 5432}"
         why = _answers(parsed.hostname or "localhost", parsed.port or 5432)
         if why:
-            problems.append(f"cannot reach the Dagster instance's PostgreSQL at {where} ({POSTGRES_URL}): {why}; "
-                            "is it running? (bash scripts/postgres.sh status)")
+            problems.append(
+                f"cannot reach the Dagster instance's PostgreSQL at {where} ({POSTGRES_URL}): {why}; "
+                "is it running? (bash scripts/postgres.sh status)"
+            )
     return problems

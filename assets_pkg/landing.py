@@ -6,8 +6,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
+from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -69,7 +70,7 @@ def _batch_day(name: str) -> date | None:
     if not name.startswith(BATCH_PREFIX):
         return None
     try:
-        return date.fromisoformat(name[len(BATCH_PREFIX):])
+        return date.fromisoformat(name[len(BATCH_PREFIX) :])
     except ValueError:
         return None
 
@@ -107,7 +108,7 @@ class LandedFiles:
     refused: list[Refusal] = field(default_factory=list)
 
 
-def _arrow_mismatch(expected: T.DataType, column, arrow_type) -> str | None:
+def _arrow_mismatch(expected: T.DataType, column: Any, arrow_type: Any) -> str | None:
     """Why a file's column cannot be read as the contract's type (None: it can; "nanos": as INT64 nanoseconds)."""
     import pyarrow as pa
 
@@ -121,9 +122,12 @@ def _arrow_mismatch(expected: T.DataType, column, arrow_type) -> str | None:
         T.IntegerType: lambda t: pa.types.is_int32(t),
         T.DateType: lambda t: pa.types.is_date32(t),
         T.StringType: lambda t: pa.types.is_string(t) or pa.types.is_large_string(t),
-        T.DecimalType: lambda t: (pa.types.is_decimal(t)
-                                  and (t.precision, t.scale) == (expected.precision, expected.scale)),
-    }.get(type(expected), lambda t: False)
+        T.DecimalType: lambda t: (
+            pa.types.is_decimal(t)
+            and isinstance(expected, T.DecimalType)
+            and (t.precision, t.scale) == (expected.precision, expected.scale)
+        ),
+    }.get(type(expected), lambda t: False)  # type: ignore[arg-type]
     if ok(arrow_type):
         return None
     return f"column {column.name} is {arrow_type}, the contract says {expected.simpleString()}"
@@ -163,7 +167,7 @@ def _file_verdict(path: Path, dataset: str) -> tuple[str, tuple[str, ...]]:
                         nanos.append(f.name)
                     elif why:
                         problems.append(why)
-            verdict = ("; ".join(problems), ()) if problems else ("", tuple(nanos))
+            verdict = ("; ".join(problems), ()) if problems else ("", tuple(nanos))  # type: ignore[assignment]
     _verdicts[cache_key] = verdict
     return verdict
 
@@ -182,7 +186,8 @@ def landed_files(dataset: str, batches: list[str] | None = None) -> LandedFiles:
         if not (entry.is_dir() and _batch_day(entry.name)):
             if batches is None:
                 found.refused.append(
-                    Refusal(entry.name, None, f"not a batch folder: its name is not {BATCH_PREFIX}YYYY-MM-DD"))
+                    Refusal(entry.name, None, f"not a batch folder: its name is not {BATCH_PREFIX}YYYY-MM-DD")
+                )
             continue
         if wanted is not None and entry.name not in wanted:
             continue
@@ -214,6 +219,7 @@ def read_landing(spark: SparkSession, dataset: str, batches: list[str] | None = 
     contract = SCHEMAS[dataset]
     schema = T.StructType([*contract.fields, T.StructField("ingest_date", T.DateType())])
     files = landed_files(dataset, batches)
+
     def with_file(df: DataFrame) -> DataFrame:
         # The file name relative to the dataset's folder, so the same landing copied to another lake gives the same
         # rows.
@@ -228,7 +234,8 @@ def read_landing(spark: SparkSession, dataset: str, batches: list[str] | None = 
         parts = [with_file(reader.schema(schema).parquet(*files.plain))] if files.plain else []
         for columns, paths in files.nanos.items():
             as_numbers = T.StructType(
-                [T.StructField(f.name, T.LongType()) if f.name in columns else f for f in schema.fields])
+                [T.StructField(f.name, T.LongType()) if f.name in columns else f for f in schema.fields]
+            )
             df = with_file(reader.schema(as_numbers).parquet(*paths))
             for c in columns:
                 df = df.withColumn(c, F.expr(f"timestamp_micros(div({c}, 1000))"))
@@ -243,7 +250,7 @@ def read_landing(spark: SparkSession, dataset: str, batches: list[str] | None = 
     refused = [r for r in files.refused if r.batch is not None]
     if dataset == ORDER_ITEMS and refused:
         held = spark.createDataFrame(
-            [(date.fromisoformat(r.batch), r.file, f"{REFUSED_FILE}: {r.reason}") for r in refused],
+            [(date.fromisoformat(r.batch), r.file, f"{REFUSED_FILE}: {r.reason}") for r in refused if r.batch],
             "ingest_date date, source_file string, refused string",
         )
         df = df.unionByName(held, allowMissingColumns=True)
@@ -256,8 +263,15 @@ def scan_of_landing(df: DataFrame, dataset: str) -> Scan:
     batches = {next(p for p in Path(f).parts if p.startswith(BATCH_PREFIX)) for f in files}
     dirs = batch_dirs(dataset)
     every = [p for d in dirs for p in d.rglob("*") if p.is_file() and not p.name.startswith((".", "_"))]
-    return Scan(f"landing/{dataset}", len(files), len(every), sum(file_bytes(f) for f in files),
-                sum(p.stat().st_size for p in every), len(batches), len(dirs))
+    return Scan(
+        f"landing/{dataset}",
+        len(files),
+        len(every),
+        sum(file_bytes(f) for f in files),
+        sum(p.stat().st_size for p in every),
+        len(batches),
+        len(dirs),
+    )
 
 
 def assert_new_batches(df: DataFrame, dataset: str) -> list[str]:
@@ -286,7 +300,7 @@ def land(batches: dict[str, DataFrame]) -> dict[str, list[str]]:
     return landed
 
 
-def event_day(dataset: str):
+def event_day(dataset: str) -> Column:
     """The day a landed row belongs to, as its landing asset is partitioned: an order item's order date; the day a
     product version takes effect (versions dated before the first partition take effect on it)."""
     if dataset == ORDER_ITEMS:

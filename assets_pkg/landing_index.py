@@ -38,18 +38,31 @@ def _clamped(batch: str) -> date:
 def _order_item_days(spark: SparkSession, new: list[str], known: list[str]) -> DataFrame:
     in_partitions = F.col("order_date").between(F.lit(first_day()), F.lit(last_day()))
     # The batches listed now only: one landing meanwhile is indexed, whole, by the next update.
-    dated = landing.read_landing(spark, landing.ORDER_ITEMS).select(
-        *ORDER_ITEM_KEY, F.col("ingest_date").alias("batch"), F.when(in_partitions, F.col("order_date")).alias("day"),
-    ).where(F.col("batch").isin([date.fromisoformat(b) for b in known]))
+    dated = (
+        landing.read_landing(spark, landing.ORDER_ITEMS)
+        .select(
+            *ORDER_ITEM_KEY,
+            F.col("ingest_date").alias("batch"),
+            F.when(in_partitions, F.col("order_date")).alias("day"),
+        )
+        .where(F.col("batch").isin([date.fromisoformat(b) for b in known]))
+    )
     arrived = dated.where(F.col("batch").isin([date.fromisoformat(b) for b in new]))
     own = arrived.where(F.col("day").isNotNull()).select("batch", "day")
-    keys = (arrived.where(F.col("order_id").isNotNull() & F.col("order_item_id").isNotNull())
-            .select(*ORDER_ITEM_KEY).distinct())
+    keys = (
+        arrived.where(F.col("order_id").isNotNull() & F.col("order_item_id").isNotNull())
+        .select(*ORDER_ITEM_KEY)
+        .distinct()
+    )
     # Every version of the items the new batches hold, in any batch: each of their batches holds each of their days.
-    per_item = dated.join(keys, ORDER_ITEM_KEY, "left_semi").groupBy(*ORDER_ITEM_KEY).agg(
-        F.collect_set("batch").alias("batches"), F.collect_set("day").alias("days"))
-    linked = (per_item.select(F.explode("batches").alias("batch"), "days")
-              .select("batch", F.explode("days").alias("day")))
+    per_item = (
+        dated.join(keys, ORDER_ITEM_KEY, "left_semi")
+        .groupBy(*ORDER_ITEM_KEY)
+        .agg(F.collect_set("batch").alias("batches"), F.collect_set("day").alias("days"))
+    )
+    linked = per_item.select(F.explode("batches").alias("batch"), "days").select(
+        "batch", F.explode("days").alias("day")
+    )
     return own.unionByName(linked)
 
 
@@ -78,16 +91,24 @@ def update(spark: SparkSession) -> dict[str, dict[str, set[date]]]:
         known = sorted(landing.batch_name(p) for p in landing.batch_dirs(dataset))
         new = sorted(set(known) - set(index[dataset]))
         if new:
-            own_days = spark.createDataFrame([(date.fromisoformat(b), _clamped(b)) for b in new],
-                                             "batch date, day date")
+            own_days = spark.createDataFrame(
+                [(date.fromisoformat(b), _clamped(b)) for b in new], "batch date, day date"
+            )
             parts.append(days_of(spark, new, known).unionByName(own_days).withColumn("dataset", F.lit(dataset)))
     if not parts:
         return index
     rows = parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1])
-    added = [r for r in rows.select("dataset", "batch", "day").distinct().collect()
-             if r.day not in index[r.dataset].get(r.batch.isoformat(), ())]
-    (spark.createDataFrame([tuple(r) for r in added], _SCHEMA)
-     .write.format("delta").mode("append").save(table_path(INDEX_TABLE)))
+    added = [
+        r
+        for r in rows.select("dataset", "batch", "day").distinct().collect()
+        if r.day not in index[r.dataset].get(r.batch.isoformat(), ())
+    ]
+    (
+        spark.createDataFrame([tuple(r) for r in added], _SCHEMA)
+        .write.format("delta")
+        .mode("append")
+        .save(table_path(INDEX_TABLE))
+    )
     for r in added:
         index[r.dataset][r.batch.isoformat()].add(r.day)
     return index

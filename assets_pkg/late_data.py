@@ -22,7 +22,7 @@ written), `plan_restatement` (RestatementPlan: the change to publish, the except
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -30,10 +30,20 @@ from pyspark.sql import functions as F
 from assets_pkg import landing, quarantine, transforms
 from assets_pkg.landing import ORDER_ITEM_KEY, ORDER_ITEM_SCHEMA, ORDER_ITEM_VERSION_COLUMNS
 from assets_pkg.partitions import first_day, last_day
-from assets_pkg.publish import Change, Operation, Publication, Rebuilt, Restated, RowSource, RunInfo, fault_point, publish
+from assets_pkg.publish import (
+    Change,
+    Operation,
+    Publication,
+    Rebuilt,
+    Restated,
+    RowSource,
+    RunInfo,
+    fault_point,
+    publish,
+)
 from assets_pkg.tables import BY_NAME, PUBLISH_ORDER, LandedBatches, Role, built_from_landing
 from resources import control
-from resources.delta_io import read_table, table_exists
+from resources.delta_io import read_table, scalar, table_exists
 from resources.settings import settings
 
 PIPELINE = "order_items"
@@ -72,8 +82,11 @@ class DayChange:
     def plus(self, other: "DayChange") -> "DayChange":
         """Both changes of a day (its order items' and its product versions')."""
         counters = ("changed", "moved_out", "quarantined", "product_versions", "changed_products")
-        return DayChange(**{c: getattr(self, c) + getattr(other, c) for c in counters},
-                         batches=self.batches | other.batches, pending=self.pending or other.pending)
+        return DayChange(
+            **{c: getattr(self, c) + getattr(other, c) for c in counters},
+            batches=self.batches | other.batches,
+            pending=self.pending or other.pending,
+        )
 
     def describe(self) -> str:
         parts = [
@@ -131,6 +144,7 @@ class Detection:
 # The day decisions, pure: which batches to read, where the restatement window starts, which changed days are
 # restated, which are too old to be, which are held.
 
+
 def batches_to_read(landed: list[str], wm: control.Watermark, reprocess: timedelta) -> list[str]:
     """The landed batches a restatement reads: every one never read, and the ones landed since the watermark minus
     the reprocess window."""
@@ -156,8 +170,13 @@ def _merge(into: dict[date, DayChange], day: date, change: DayChange) -> None:
     into[day] = into[day].plus(change) if day in into else change
 
 
-def classify_days(order_days: dict[date, DayChange], product_days: dict[date, DayChange], pending: list[date],
-                  start: date | None, held_days: set[date]) -> DaysToRestate:
+def classify_days(
+    order_days: dict[date, DayChange],
+    product_days: dict[date, DayChange],
+    pending: list[date],
+    start: date | None,
+    held_days: set[date],
+) -> DaysToRestate:
     """Sort the days batches change: a day left pending by an interrupted restatement is rewritten again whatever its
     age; a day older than the window becomes an exception; a day held since a rollback is left as it is."""
     order, product = dict(order_days), dict(product_days)
@@ -203,7 +222,10 @@ def _order_item_changes(
         published = staged.withColumn("_published", F.lit(True))
         # The published version wins a tie with an identical landed row: re-reading a batch changes nothing.
         winners = transforms.latest_versions(
-            new.unionByName(published), ORDER_ITEM_KEY, ORDER_ITEM_SCHEMA.fieldNames(), then=(F.col("_published").desc(),)
+            new.unionByName(published),
+            ORDER_ITEM_KEY,
+            ORDER_ITEM_SCHEMA.fieldNames(),
+            then=(F.col("_published").desc(),),
         ).where(~F.col("_published"))
         old_day = published.select(*ORDER_ITEM_KEY, F.col("order_date").alias("old_day"))
         changed = winners.join(old_day, ORDER_ITEM_KEY, "left").persist()
@@ -214,12 +236,14 @@ def _order_item_changes(
         unseen = rejected
         if table_exists(spark, QUARANTINE):
             quarantined = read_table(spark, QUARANTINE).select(_row_id(ORDER_ITEM_VERSION_COLUMNS).alias("_id"))
-            unseen = rejected.withColumn("_id", _row_id(ORDER_ITEM_VERSION_COLUMNS)).join(quarantined, "_id", "left_anti")
+            unseen = rejected.withColumn("_id", _row_id(ORDER_ITEM_VERSION_COLUMNS)).join(
+                quarantined, "_id", "left_anti"
+            )
         _tally(unseen, "quarantine_day", "quarantined", days)
         landed = LandedBatches(batches, candidates, staged) if keep else None
         if landed:
             cached.remove(candidates)
-        return candidates.agg(F.max("ingested_at")).first()[0], landed
+        return scalar(candidates.agg(F.max("ingested_at"))), landed
     finally:
         for df in cached:
             df.unpersist()
@@ -236,8 +260,9 @@ def _tally(rows: DataFrame, day_column: str, counter: str, days: dict[date, DayC
         change.batches.update(r.batches)
 
 
-def _product_changes(spark: SparkSession, batches: list[str], product_days: dict[date, DayChange],
-                     order_days: dict[date, DayChange]) -> None:
+def _product_changes(
+    spark: SparkSession, batches: list[str], product_days: dict[date, DayChange], order_days: dict[date, DayChange]
+) -> None:
     """A product version not yet in the dimension changes its valid_from day there, and the facts of every later
     order day that has the product (they join the product as of the order day)."""
     if not batches:
@@ -245,22 +270,31 @@ def _product_changes(spark: SparkSession, batches: list[str], product_days: dict
     versions = landing.read_landing(spark, landing.PRODUCTS, batches)
     dated = versions.withColumn("valid_from", landing.event_day(landing.PRODUCTS))
     if table_exists(spark, DIMENSION.name):  # new unless the day already has this version or a later one
-        known = read_table(spark, DIMENSION.name).select("product_id", "valid_from", F.col("updated_at").alias("known_at"))
+        known = read_table(spark, DIMENSION.name).select(
+            "product_id", "valid_from", F.col("updated_at").alias("known_at")
+        )
         dated = dated.join(
             known,
-            (dated.product_id == known.product_id) & (dated.valid_from == known.valid_from)
+            (dated.product_id == known.product_id)
+            & (dated.valid_from == known.valid_from)
             & (known.known_at >= dated.updated_at),
             "left_anti",
         )
-    new = dated.groupBy("product_id").agg(
-        F.min("valid_from").alias("since"), F.collect_set(F.col("ingest_date").cast("string")).alias("batches")
-    ).persist()
+    new = (
+        dated.groupBy("product_id")
+        .agg(F.min("valid_from").alias("since"), F.collect_set(F.col("ingest_date").cast("string")).alias("batches"))
+        .persist()
+    )
     try:
         _tally(dated, "valid_from", "product_versions", product_days)
         stg = read_table(spark, STAGING.name).select("product_id", "order_date")
         affected = stg.join(new, "product_id").where(F.col("order_date") >= F.col("since"))
-        _tally(affected.select("order_date", "product_id", F.explode("batches").alias("ingest_date")).distinct(),
-               "order_date", "changed_products", order_days)
+        _tally(
+            affected.select("order_date", "product_id", F.explode("batches").alias("ingest_date")).distinct(),
+            "order_date",
+            "changed_products",
+            order_days,
+        )
     finally:
         new.unpersist()
 
@@ -271,7 +305,9 @@ def detect(spark: SparkSession, keep_landed: bool = False) -> Detection:
     if not table_exists(spark, STAGING.name):
         raise NothingPublished(f"{STAGING.name} is not materialized: backfill the tables before restating late data")
     wm = control.read_watermark(spark, PIPELINE)
-    landed = {ds: [landing.batch_name(p) for p in landing.batch_dirs(ds)] for ds in (landing.ORDER_ITEMS, landing.PRODUCTS)}
+    landed = {
+        ds: [landing.batch_name(p) for p in landing.batch_dirs(ds)] for ds in (landing.ORDER_ITEMS, landing.PRODUCTS)
+    }
     batches = {ds: batches_to_read(names, wm, reprocess_window()) for ds, names in landed.items()}
     order_days: dict[date, DayChange] = {}
     product_days: dict[date, DayChange] = {}
@@ -284,8 +320,19 @@ def detect(spark: SparkSession, keep_landed: bool = False) -> Detection:
     days = classify_days(order_days, product_days, wm.pending_days, start, {h.day for h in holds})
     watermark_ts = max((t for t in (wm.watermark_ts, new_ts) if t is not None), default=None)
     refused = [r for dataset, names in batches.items() for r in landing.landed_files(dataset, names).refused]
-    return Detection(wm, watermark_ts, batches, start, days.order_days, days.product_days, days.outside, kept, refused,
-                     days.held, holds)
+    return Detection(
+        wm,
+        watermark_ts,
+        batches,
+        start,
+        days.order_days,
+        days.product_days,
+        days.outside,
+        kept,
+        refused,
+        days.held,
+        holds,
+    )
 
 
 @dataclass(frozen=True)
@@ -319,8 +366,12 @@ def plan_restatement(detection: Detection) -> RestatementPlan:
     }
     wm = detection.watermark
     exceptions = [
-        LateException(d, c.changed + c.quarantined + c.product_versions + c.moved_out, ", ".join(sorted(c.batches)),
-                      detection.window_start)
+        LateException(
+            d,
+            c.changed + c.quarantined + c.product_versions + c.moved_out,
+            ", ".join(sorted(c.batches)),
+            detection.window_start,
+        )
         for d, c in sorted(detection.outside.items())
     ]
     pending = sorted(set(wm.pending_days) | set(detection.order_days) | set(detection.product_days))
@@ -338,12 +389,14 @@ class Restatement:
 
 
 def apply_restatement(
-    spark: SparkSession, plan: RestatementPlan, run: RunInfo,
+    spark: SparkSession,
+    plan: RestatementPlan,
+    run: RunInfo,
     before_watermark: Callable[[dict[str, Publication]], None] = lambda publications: None,
 ) -> Restatement:
     """Record the exceptions, then, when there are days to write, record them as pending and publish them; advance
     the watermark only once every table's write committed. A replayed tick, with nothing new, commits nothing."""
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     new_exceptions = [(e.day, e.rows, e.batches, e.window_start) for e in plan.exceptions]
     control.record_exceptions(spark, new_exceptions, run.run_id, now)
     wm = plan.detection.watermark
@@ -356,7 +409,7 @@ def apply_restatement(
     before_watermark(publications)
     fault_point("before-watermark")
     if plan.change.days or plan.watermark != wm:
-        control.write_watermark(spark, PIPELINE, plan.watermark, run.run_id, datetime.now(timezone.utc))
+        control.write_watermark(spark, PIPELINE, plan.watermark, run.run_id, datetime.now(UTC))
     return Restatement(plan.detection, publications)
 
 

@@ -13,13 +13,17 @@ import socket
 import time
 from dataclasses import dataclass
 
-from dagster import DagsterInstance, DagsterRun, DagsterRunStatus, RunsFilter
+from dagster import AssetExecutionContext, DagsterInstance, DagsterRun, DagsterRunStatus, OpExecutionContext, RunsFilter
 
 from assets_pkg.dagster_names import PROCESS_TAG
 
-
-ACTIVE = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING, DagsterRunStatus.STARTED,
-          DagsterRunStatus.CANCELING]
+ACTIVE = [
+    DagsterRunStatus.QUEUED,
+    DagsterRunStatus.NOT_STARTED,
+    DagsterRunStatus.STARTING,
+    DagsterRunStatus.STARTED,
+    DagsterRunStatus.CANCELING,
+]
 
 
 def _start_time(pid: int) -> str | None:
@@ -38,7 +42,7 @@ def this_process() -> str:
 _recorded: set[str] = set()  # runs whose process this process recorded
 
 
-def record(context) -> None:
+def record(context: AssetExecutionContext | OpExecutionContext) -> None:
     """Record the run's process on the run, once (called where a step starts)."""
     run_id = context.run.run_id
     if run_id not in _recorded and context.run.tags.get(PROCESS_TAG) != this_process():
@@ -56,8 +60,9 @@ class ActiveRun:
     def describe(self) -> str:
         where = f"process {self.process}" if self.process else "no process recorded yet"
         state = {True: "alive", False: "gone", None: "not checked"}[self.alive]
-        return (f"run {self.run.run_id} ({self.run.job_name}, {self.run.status.value}, {self.age_s:.0f}s): "
-                f"{where}, {state}")
+        return (
+            f"run {self.run.run_id} ({self.run.job_name}, {self.run.status.value}, {self.age_s:.0f}s): {where}, {state}"
+        )
 
 
 def _alive(process: str) -> bool | None:

@@ -4,9 +4,9 @@ and the minimal metrics, how far each table is behind its landing included (roll
 import json
 import shutil
 from dataclasses import dataclass
-from typing import Any, NamedTuple
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 from pathlib import Path
+from typing import NamedTuple
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -23,6 +23,7 @@ from resources.delta_io import (
     is_delta_table,
     read_days,
     read_table,
+    scalar,
     table_exists,
 )
 from resources.lake import lake_root, landing_path, table_path
@@ -45,8 +46,9 @@ class DayComparison(NamedTuple):
         return None if self.other is None else DayContent(self.rows, self.fingerprint) == self.other
 
 
-def report(spark: SparkSession, table: str, start: date, end: date, against: Path | None = None,
-           version: int | None = None) -> list[DayComparison]:
+def report(
+    spark: SparkSession, table: str, start: date, end: date, against: Path | None = None, version: int | None = None
+) -> list[DayComparison]:
     """Rows and fingerprint per day; compared with the same table in another lake (dual-run comparison) or at
     another Delta version, when given."""
     column = DAY_COLUMN[table]
@@ -74,7 +76,9 @@ def check_version(spark: SparkSession, table: str, version: int) -> None:
         raise TableNotMaterialized(f"Delta table {table!r} does not exist at {table_path(table)}: materialize it first")
     versions = [h.version for h in history(spark, table_path(table))]
     if version not in versions:
-        raise ValueError(f"version {version} is not in {table}'s history: its versions are {min(versions)}..{max(versions)}")
+        raise ValueError(
+            f"version {version} is not in {table}'s history: its versions are {min(versions)}..{max(versions)}"
+        )
 
 
 def landing_lag(spark: SparkSession) -> dict:
@@ -91,14 +95,19 @@ def landing_lag(spark: SparkSession) -> dict:
     lag = None
     if detection and watermark and detection.new_watermark_ts:
         lag = round((detection.new_watermark_ts - watermark).total_seconds(), 1) if behind else 0.0
-    landed = (landing.read_landing(spark, landing.ORDER_ITEMS)  # a day outside the partitions is quarantined
-              .where(F.col("order_date").between(first_day(), last_day())).agg(F.max("order_date")).first()[0])
+    in_partitions = F.col("order_date").between(first_day(), last_day())  # a day outside them is quarantined
+    landed = scalar(landing.read_landing(spark, landing.ORDER_ITEMS).where(in_partitions).agg(F.max("order_date")))
     tables = {}
     for table in TABLES:
-        newest = (read_table(spark, table.name).agg(F.max(table.day_column)).first()[0]
-                  if table_exists(spark, table.name) else None)
-        tables[table.name] = {"stale_days": len(stale.get(table.name, [])) if detection else None,
-                              "newest_published_day": newest.isoformat() if newest else None}
+        newest = (
+            scalar(read_table(spark, table.name).agg(F.max(table.day_column)))
+            if table_exists(spark, table.name)
+            else None
+        )
+        tables[table.name] = {
+            "stale_days": len(stale.get(table.name, [])) if detection else None,
+            "newest_published_day": newest.isoformat() if newest else None,
+        }
     batches = [landing.batch_name(p) for p in landing.batch_dirs(landing.ORDER_ITEMS)]
     return {
         "newest_landed_batch": max(batches, default=None),
@@ -123,19 +132,26 @@ def metrics(spark: SparkSession) -> dict:
         F.sum("mismatch_count").alias("mismatch_count"),
     )
     assets = []
-    for asset_rows in per_run.groupBy("asset").agg(
-        F.percentile_approx("duration_s", 0.95).alias("p95_s"),
-        F.count(F.lit(1)).alias("runs"),
-        F.max_by(F.struct("duplicate_per_1k", "mismatch_count"), "ended_at").alias("latest"),
-    ).orderBy("asset").collect():
-        assets.append({
-            "asset": asset_rows.asset,
-            "runs": asset_rows.runs,
-            "p95_run_s": round(asset_rows.p95_s, 1),
-            "duplicate_per_1k": asset_rows.latest.duplicate_per_1k,
-            "mismatch_count": asset_rows.latest.mismatch_count,
-            **freshness["tables"].get(asset_rows.asset, {"stale_days": None, "newest_published_day": None}),
-        })
+    for asset_rows in (
+        per_run.groupBy("asset")
+        .agg(
+            F.percentile_approx("duration_s", 0.95).alias("p95_s"),
+            F.count(F.lit(1)).alias("runs"),
+            F.max_by(F.struct("duplicate_per_1k", "mismatch_count"), "ended_at").alias("latest"),
+        )
+        .orderBy("asset")
+        .collect()
+    ):
+        assets.append(
+            {
+                "asset": asset_rows.asset,
+                "runs": asset_rows.runs,
+                "p95_run_s": round(asset_rows.p95_s, 1),
+                "duplicate_per_1k": asset_rows.latest.duplicate_per_1k,
+                "mismatch_count": asset_rows.latest.mismatch_count,
+                **freshness["tables"].get(asset_rows.asset, {"stale_days": None, "newest_published_day": None}),
+            }
+        )
     return {**{k: v for k, v in freshness.items() if k != "tables"}, "assets": assets}
 
 
@@ -175,7 +191,10 @@ def withdraw(spark: SparkSession, file: str, reason: str) -> Withdrawal:
     if dataset == landing.ORDER_ITEMS:
         affected: set[date] = set()
         staging = built_from_landing(dataset)
-        for table, column in [(staging.name, staging.day_column), *((s.name, s.day_column) for s in staging.side_tables)]:
+        for table, column in [
+            (staging.name, staging.day_column),
+            *((s.name, s.day_column) for s in staging.side_tables),
+        ]:
             if table_exists(spark, table):
                 rows = read_table(spark, table).where(F.col("source_file") == rel).select(column).distinct().collect()
                 affected |= {r[0] for r in rows}
@@ -185,13 +204,18 @@ def withdraw(spark: SparkSession, file: str, reason: str) -> Withdrawal:
         affected |= {r.order_date for r in versions.select("order_date").distinct().collect() if r.order_date}
     else:
         versions = landing.read_landing(spark, dataset).where(F.col("source_file") == rel)
-        since = versions.agg(F.min(landing.event_day(dataset))).first()[0]
+        since = scalar(versions.agg(F.min(landing.event_day(dataset))))
         affected = set(days(max(since, first), last)) if since else set()
     to = lake_root() / "withdrawn" / dataset / rel
     to.parent.mkdir(parents=True, exist_ok=True)
     shutil.move(str(path), str(to))
     wanted = sorted(d for d in affected if first <= d <= last)
-    note = {"file": rel, "dataset": dataset, "reason": reason, "withdrawn_at": datetime.now(timezone.utc).isoformat(),
-            "days": [d.isoformat() for d in wanted]}
+    note = {
+        "file": rel,
+        "dataset": dataset,
+        "reason": reason,
+        "withdrawn_at": datetime.now(UTC).isoformat(),
+        "days": [d.isoformat() for d in wanted],
+    }
     to.with_name(to.name + ".withdrawn.json").write_text(json.dumps(note, indent=2))
     return Withdrawal(rel, dataset, to, wanted)

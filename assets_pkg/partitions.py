@@ -2,7 +2,7 @@
 
 from datetime import date, timedelta
 
-from dagster import BackfillPolicy, DailyPartitionsDefinition
+from dagster import AssetExecutionContext, BackfillPolicy, DailyPartitionsDefinition
 
 from resources.settings import settings
 
@@ -39,7 +39,7 @@ daily_partitions = DailyPartitionsDefinition(
 backfill_policy = BackfillPolicy.multi_run(max_partitions_per_run=max_partitions_per_run())
 
 
-def run_days(context) -> list[date]:
+def run_days(context: AssetExecutionContext) -> list[date]:
     """The days a run materializes: one partition or a range."""
     window = context.partition_time_window
     return days(window.start.date(), (window.end - timedelta(days=1)).date())

@@ -21,7 +21,7 @@ import os
 import signal
 import time
 from dataclasses import dataclass, field
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 from enum import Enum
 from typing import Any
 
@@ -32,9 +32,19 @@ from pyspark.sql import functions as F
 from assets_pkg import checks
 from assets_pkg.dagster_names import CLI_BACKFILL_TAG, RELEASE_TAG
 from assets_pkg.dagster_private import BACKFILL_ID_TAG
-from assets_pkg.tables import BY_NAME, DAY_COLUMN, PUBLISH_ORDER, LandedBatches, Staged, Table
+from assets_pkg.tables import BY_NAME, DAY_COLUMN, PUBLISH_ORDER, LandedBatches, Read, Staged, Table
 from resources import audit, control
-from resources.delta_io import Commit, Scan, day_filter, day_runs, overwrite_days, read_days, scan_of_table, table_exists
+from resources.delta_io import (
+    Commit,
+    Scan,
+    day_filter,
+    day_runs,
+    overwrite_days,
+    read_days,
+    scalar,
+    scan_of_table,
+    table_exists,
+)
 from resources.lake import table_path
 
 
@@ -53,8 +63,10 @@ class Operation(Enum):
     def refusal_hint(self) -> str:
         if self is Operation.ROLLBACK:
             return "Roll back the tables it is built from too (--before-run RUN restores everything a run wrote)."
-        return ("Fix the rows the failing checks name (or withdraw the landed file they come from), then run the same "
-                "days again; `check` shows what is published now.")
+        return (
+            "Fix the rows the failing checks name (or withdraw the landed file they come from), then run the same "
+            "days again; `check` shows what is published now."
+        )
 
 
 @dataclass(frozen=True)
@@ -145,19 +157,29 @@ class Refused(RuntimeError):
     """Nothing was written, in any table: a blocking check failed on some table's day (`failing`), or days of the
     change are held since a rollback (`holds`)."""
 
-    def __init__(self, change: Change, failing: dict[str, list[checks.Outcome]] | None = None,
-                 holds: list[control.HeldDay] | None = None):
+    def __init__(
+        self,
+        change: Change,
+        failing: dict[str, list[checks.Outcome]] | None = None,
+        holds: list[control.HeldDay] | None = None,
+    ):
         self.change, self.failing, self.holds = change, failing or {}, holds or []
         op, days = change.operation, day_ranges(change.every_day())
         if self.holds:
-            message = (f"{op.value} of {days} refused, nothing {op.verb}: {len(self.holds)} day(s) held since a "
-                       f"rollback: {_first_items([h.describe() for h in self.holds], 5)}. Publish them again with "
-                       "`python -m assets_pkg release --start D1 --end D2`, or leave them out.")
+            message = (
+                f"{op.value} of {days} refused, nothing {op.verb}: {len(self.holds)} day(s) held since a "
+                f"rollback: {_first_items([h.describe() for h in self.holds], 5)}. Publish them again with "
+                "`python -m assets_pkg release --start D1 --end D2`, or leave them out."
+            )
         else:
-            lines = [f"{o.check} of {t} on {o.day}: {checks.summary(o)}" for t, found in self.failing.items() for o in found]
-            message = (f"{op.value} of {days} refused, nothing {op.verb} in any of {', '.join(change.tables())}: "
-                       f"blocking checks failed in {', '.join(self.failing)}: {_first_items(lines, 10)}. "
-                       f"{op.refusal_hint()}")
+            lines = [
+                f"{o.check} of {t} on {o.day}: {checks.summary(o)}" for t, found in self.failing.items() for o in found
+            ]
+            message = (
+                f"{op.value} of {days} refused, nothing {op.verb} in any of {', '.join(change.tables())}: "
+                f"blocking checks failed in {', '.join(self.failing)}: {_first_items(lines, 10)}. "
+                f"{op.refusal_hint()}"
+            )
         super().__init__(message)
 
     @property
@@ -176,7 +198,8 @@ class PartlyPublished(RuntimeError):
         self.not_committed = [t for t in self.plan if t not in commits]
         committed = ", ".join(
             f"{t} ({f'version {c.version}' if c.version is not None else 'no change'}, {day_ranges(self.plan[t])})"
-            for t, c in commits.items())
+            for t, c in commits.items()
+        )
         first = str(cause).strip().splitlines()[0] if str(cause).strip() else ""
         super().__init__(
             f"{self.operation.value} failed after committing {committed}; not committed: "
@@ -190,7 +213,9 @@ def _with_side_tables(tables: list[str]) -> list[str]:
 
 
 def _table_of(name: str) -> str:
-    return name if name in BY_NAME else next(t.name for t in BY_NAME.values() if name in {s.name for s in t.side_tables})
+    return (
+        name if name in BY_NAME else next(t.name for t in BY_NAME.values() if name in {s.name for s in t.side_tables})
+    )
 
 
 # For the fault-injection tests: EXACT_BACKFILLS_KILL_AT=<point> kills this process with SIGKILL when it reaches that
@@ -209,10 +234,11 @@ def publish(spark: SparkSession, change: Change, run: RunInfo) -> dict[str, Publ
     """Publish `change` as a whole: build, verify, commit, record (see the module's docstring). Raises Refused, having
     written nothing, when a blocking check fails or (for a backfill or restatement) a day is held since a rollback;
     PartlyPublished when a failure comes after the first commit."""
-    started = datetime.now(timezone.utc)
+    started = datetime.now(UTC)
     t0 = time.monotonic()
-    change = Change(change.operation, {t: sorted(set(change.days[t])) for t in change.tables()}, change.sources,
-                    change.hold)
+    change = Change(
+        change.operation, {t: sorted(set(change.days[t])) for t in change.tables()}, change.sources, change.hold
+    )
     holds = control.open_holds(spark, change.every_day()) if change.every_day() else []
     if holds and change.operation in (Operation.BACKFILL, Operation.RESTATEMENT):
         raise Refused(change, holds=holds)
@@ -278,7 +304,7 @@ def rows_as_of(spark: SparkSession, table: str, version: int, days: list[date]) 
     return old.where(day_filter(DAY_COLUMN[table], days))
 
 
-def _restored(spark: SparkSession, table: Table, source: Restored, days: list[date], read) -> Staged:
+def _restored(spark: SparkSession, table: Table, source: Restored, days: list[date], read: Read) -> Staged:
     """A table's days as of an earlier version, with its upstream to reconcile with as this change leaves it. Nothing
     lost is not checked: the days are held, what landed for them left out on purpose."""
     rec = table.checks.reconciliation
@@ -290,7 +316,9 @@ def _restored(spark: SparkSession, table: Table, source: Restored, days: list[da
 
 
 def _verify(built: Staged, table: Table, days: list[date]) -> checks.Verified:
-    return checks.evaluate_blocking(built.table, built.upstream, built.lost, table.key, table.day_column, table.checks, days)
+    return checks.evaluate_blocking(
+        built.table, built.upstream, built.lost, table.key, table.day_column, table.checks, days
+    )
 
 
 def _commit(staged: dict[str, Staged], change: Change, run: RunInfo) -> dict[str, Commit]:
@@ -301,8 +329,14 @@ def _commit(staged: dict[str, Staged], change: Change, run: RunInfo) -> dict[str
     try:
         for table, days in change.days.items():
             source = change.source(table)
-            info = {"run_id": run.run_id, "backfill_id": run.backfill_id, "operation": change.operation.value,
-                    "days": len(days), "first": days[0], "last": days[-1]}
+            info = {
+                "run_id": run.run_id,
+                "backfill_id": run.backfill_id,
+                "operation": change.operation.value,
+                "days": len(days),
+                "first": days[0],
+                "last": days[-1],
+            }
             for side, side_df in staged[table].side_tables.items():
                 if isinstance(source, Restored):
                     info_side = {**info, "asset": side, "restored_version": source.side_versions[side]}
@@ -311,8 +345,9 @@ def _commit(staged: dict[str, Staged], change: Change, run: RunInfo) -> dict[str
                     info_side = {**info, "asset": side}
                 commits[side] = overwrite_days(side_df, side, DAY_COLUMN[side], days, info_side)
             restored = {"restored_version": source.version} if isinstance(source, Restored) else {}
-            commits[table] = overwrite_days(staged[table].table, table, DAY_COLUMN[table], days,
-                                            {**info, "asset": table, **restored})
+            commits[table] = overwrite_days(
+                staged[table].table, table, DAY_COLUMN[table], days, {**info, "asset": table, **restored}
+            )
             fault_point(f"commit:{table}")
     except Exception as e:
         if commits:
@@ -325,12 +360,13 @@ def _source_watermark(df: DataFrame) -> datetime | None:
     """The newest load time (`ingested_at`) among the rows published, for tables that carry it."""
     if "ingested_at" not in df.columns:
         return None
-    seconds = df.agg(F.max("ingested_at").cast("double")).first()[0]
-    return datetime.fromtimestamp(seconds, tz=timezone.utc) if seconds is not None else None
+    seconds = scalar(df.agg(F.max("ingested_at").cast("double")))
+    return datetime.fromtimestamp(seconds, tz=UTC) if seconds is not None else None
 
 
-def _held_days(spark: SparkSession, change: Change, run: RunInfo, holds: list[control.HeldDay],
-               now: datetime) -> dict[date, control.HeldDay]:
+def _held_days(
+    spark: SparkSession, change: Change, run: RunInfo, holds: list[control.HeldDay], now: datetime
+) -> dict[date, control.HeldDay]:
     """The declared effect on held days: a rollback holds its days, a release releases them. Returns the days held
     once the change is committed."""
     days = change.every_day()
@@ -342,8 +378,9 @@ def _held_days(spark: SparkSession, change: Change, run: RunInfo, holds: list[co
     return {}
 
 
-def _late_data(spark: SparkSession, days: list[date], source: RowSource, run: RunInfo,
-               now: datetime) -> list[checks.Outcome]:
+def _late_data(
+    spark: SparkSession, days: list[date], source: RowSource, run: RunInfo, now: datetime
+) -> list[checks.Outcome]:
     """late_data_outside_window on each day of a table that publishes late rows: it passes unless the day holds late
     rows older than the restatement window that are still unpublished. A build from every batch that can hold the
     days publishes them, so it settles their exceptions; a restatement's build (from the batches it read) or a
@@ -378,33 +415,56 @@ def _freshness(table: Table, days: list[date], held: dict[date, control.HeldDay]
     return outcomes
 
 
-def _record(spark: SparkSession, staged: dict[str, Staged], change: Change, run: RunInfo,
-            verified: dict[str, checks.Verified], commits: dict[str, Commit], holds: list[control.HeldDay],
-            started: datetime, t0: float) -> dict[str, Publication]:
+def _record(
+    spark: SparkSession,
+    staged: dict[str, Staged],
+    change: Change,
+    run: RunInfo,
+    verified: dict[str, checks.Verified],
+    commits: dict[str, Commit],
+    holds: list[control.HeldDay],
+    started: datetime,
+    t0: float,
+) -> dict[str, Publication]:
     previous_content = audit.latest_before_run(spark, run.run_id)
-    ended = datetime.now(timezone.utc)
+    ended = datetime.now(UTC)
     held = _held_days(spark, change, run, holds, ended)
     publications, audit_rows = {}, []
     for table, days in change.days.items():
         spec, checked, commit, source = BY_NAME[table], verified[table], commits[table], change.source(table)
         previous = {day: previous_content[(table, day)] for day in days if (table, day) in previous_content}
-        outcomes = [*checked.outcomes, *checks.evaluate_after_commit(checked, previous, days), *_freshness(spec, days, held)]
+        outcomes = [
+            *checked.outcomes,
+            *checks.evaluate_after_commit(checked, previous, days),
+            *_freshness(spec, days, held),
+        ]
         if spec.checks.late_data:
             outcomes += _late_data(spark, days, source, run, ended)
         source_watermark = _source_watermark(staged[table].table)
         changed = {day: checks.fingerprint_changed(checked.profile(day).content, previous.get(day)) for day in days}
-        restored = isinstance(source, Restored)
         audit_rows += [
             audit.AuditRow(
-                run_id=run.run_id, backfill_id=run.backfill_id, operation=change.operation.value, asset=table,
-                partition=day, rows_written=checked.profile(day).rows, fingerprint=checked.profile(day).fingerprint,
-                delta_version=commit.version, started_at=started, ended_at=ended, source_watermark=source_watermark,
+                run_id=run.run_id,
+                backfill_id=run.backfill_id,
+                operation=change.operation.value,
+                asset=table,
+                partition=day,
+                rows_written=checked.profile(day).rows,
+                fingerprint=checked.profile(day).fingerprint,
+                delta_version=commit.version,
+                started_at=started,
+                ended_at=ended,
+                source_watermark=source_watermark,
                 duplicate_per_1k=checked.profile(day).duplicate_per_1k,
                 mismatch_count=checked.mismatches.get(day, 0) if spec.checks.reconciliation else None,
             )
             for day in days
         ]
-        why = {"restored_to_version": source.version, "why": change.hold.why} if restored and change.hold else {}
+        why = (
+            {"restored_to_version": source.version, "why": change.hold.why}
+            if isinstance(source, Restored) and change.hold
+            else {}
+        )
         metadata = {s.name: commit_metadata(commits[s.name], days) for s in spec.side_tables if s.name in commits}
         totals = {s.name: commit_totals(commits[s.name], days) for s in spec.side_tables if s.name in commits}
         metadata[table] = {
@@ -416,7 +476,11 @@ def _record(spark: SparkSession, staged: dict[str, Staged], change: Change, run:
                 "duplicate_per_1k": checked.profile(day).duplicate_per_1k,
                 **({"mismatch_count": checked.mismatches.get(day, 0)} if spec.checks.reconciliation else {}),
                 # The change's reads: what building these days scanned of the landing and of published tables.
-                **({"scanned": {scan.source: scan.metadata() for scan in staged[table].scans}} if staged[table].scans else {}),
+                **(
+                    {"scanned": {scan.source: scan.metadata() for scan in staged[table].scans}}
+                    if staged[table].scans
+                    else {}
+                ),
             }
             for day, day_metadata in commit_metadata(commit, days).items()
         }

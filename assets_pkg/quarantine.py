@@ -7,14 +7,14 @@ order_date when that is a valid partition day, otherwise its landing batch's day
 
 from datetime import date
 
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from assets_pkg.landing import ORDER_ITEM_KEY, ORDER_ITEM_VERSION_COLUMNS
 from resources.delta_io import day_filter
 
 
-def _reason(first_day: date, last_day: date):
+def _reason(first_day: date, last_day: date) -> Column:
     c = F.col
     return (
         F.when(c("refused").isNotNull(), c("refused"))  # a file the landing contract refuses (see landing.py)
@@ -27,14 +27,18 @@ def _reason(first_day: date, last_day: date):
         .when(c("channel").isNull(), "null_channel")  # daily_revenue's key: a null would fail it for the whole day
         .when(c("quantity").isNull() | (c("quantity") < 0), "negative_or_null_quantity")
         .when(
-            (c("gross_amount") < 0) | (c("discount_amount") < 0) | (c("cost_amount") < 0)
-            | c("gross_amount").isNull() | c("discount_amount").isNull() | c("cost_amount").isNull(),
+            (c("gross_amount") < 0)
+            | (c("discount_amount") < 0)
+            | (c("cost_amount") < 0)
+            | c("gross_amount").isNull()
+            | c("discount_amount").isNull()
+            | c("cost_amount").isNull(),
             "negative_or_null_amount",
         )
     )
 
 
-def breaks_contract(first_day: date, last_day: date):
+def breaks_contract(first_day: date, last_day: date) -> Column:
     return _reason(first_day, last_day).isNotNull()
 
 
@@ -44,23 +48,29 @@ def split(versions: DataFrame, first_day: date, last_day: date) -> tuple[DataFra
     in_partitions = F.greatest(F.least(F.col("ingest_date"), F.lit(last_day)), F.lit(first_day))
     rejected = tagged.where(F.col("reason").isNotNull()).withColumn(
         "quarantine_day",
-        F.when(F.col("refused").isNotNull() | F.col("reason").isin(
-            "null_key", "null_order_date", "null_timestamp", "order_date_out_of_range", "order_date_after_landing"),
-            in_partitions).otherwise(F.col("order_date")),
+        F.when(
+            F.col("refused").isNotNull()
+            | F.col("reason").isin(
+                "null_key", "null_order_date", "null_timestamp", "order_date_out_of_range", "order_date_after_landing"
+            ),
+            in_partitions,
+        ).otherwise(F.col("order_date")),
     )
     return tagged.where(F.col("reason").isNull()).drop("reason", "refused"), rejected
 
 
 def for_days(rejected: DataFrame, days: list[date]) -> DataFrame:
-    return (rejected.where(day_filter("quarantine_day", days))
-            .select("quarantine_day", "reason", *ORDER_ITEM_VERSION_COLUMNS))
+    return rejected.where(day_filter("quarantine_day", days)).select(
+        "quarantine_day", "reason", *ORDER_ITEM_VERSION_COLUMNS
+    )
 
 
 def lost_keys(versions: DataFrame, table: DataFrame, quarantined: DataFrame, days: list[date]) -> DataFrame:
     """Keys whose latest landed version (valid or not) falls on one of `days`, yet are neither in `table` nor in
     quarantine: rows that would otherwise vanish without a trace. Columns: day + the key."""
     latest = Window.partitionBy(*ORDER_ITEM_KEY).orderBy(
-        F.col("updated_at").desc_nulls_last(), F.col("ingested_at").desc_nulls_last())
+        F.col("updated_at").desc_nulls_last(), F.col("ingested_at").desc_nulls_last()
+    )
     expected = (
         versions.where(F.col("order_id").isNotNull() & F.col("order_item_id").isNotNull())
         .withColumn("_n", F.row_number().over(latest))

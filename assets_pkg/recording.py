@@ -27,7 +27,9 @@ from assets_pkg.publish import PartlyPublished, Publication, commit_metadata
 from assets_pkg.tables import BY_NAME
 
 
-def latest_materializations(instance: DagsterInstance, table: str, days: Iterable[date]) -> dict[str, CheckedMaterialization]:
+def latest_materializations(
+    instance: DagsterInstance, table: str, days: Iterable[date]
+) -> dict[str, CheckedMaterialization]:
     """Each day's latest materialization of `table` (days never materialized are absent)."""
     wanted = sorted({d.isoformat() for d in days})
     found: dict[str, CheckedMaterialization] = {}
@@ -37,7 +39,7 @@ def latest_materializations(instance: DagsterInstance, table: str, days: Iterabl
             AssetRecordsFilter(asset_key=AssetKey(table), asset_partitions=wanted), limit=1000, cursor=cursor
         )
         for record in page.records:  # newest first: the first one seen of a day is its latest
-            if record.partition_key not in found:
+            if record.partition_key is not None and record.partition_key not in found:
                 found[record.partition_key] = CheckedMaterialization(
                     storage_id=record.storage_id, run_id=record.run_id, timestamp=record.timestamp
                 )
@@ -63,7 +65,8 @@ def check_evaluations(
             severity=o.severity,
             blocking=o.blocking,
             # The run log shows the check, the asset and this line, so it names the day.
-            description=f"{o.day}: " + (checks.summary(o) or o.metadata.get("why") or ("passed" if o.passed else "failed")),
+            description=f"{o.day}: "
+            + (checks.summary(o) or o.metadata.get("why") or ("passed" if o.passed else "failed")),
             metadata={"day": o.day.isoformat(), **o.metadata},
         )
         for o in outcomes
@@ -71,7 +74,10 @@ def check_evaluations(
 
 
 def publication_events(
-    context: Any, table: str, publication: Publication, selected: AbstractSet[str] = frozenset(),
+    context: Any,
+    table: str,
+    publication: Publication,
+    selected: AbstractSet[str] = frozenset(),
     check_outputs: Iterable[str] = (),
 ) -> Iterator[AssetMaterialization | MaterializeResult | AssetCheckEvaluation | Output]:
     """Yield, in this order: every table's materialization of every day written, then the check results tied to
@@ -107,7 +113,10 @@ def selected_check_outputs(context: Any, table: str) -> list[str]:
         if key.asset_key == AssetKey(table)
     ]
 
-def partly_published_events(context: Any, partly: PartlyPublished) -> Iterator[AssetMaterialization | AssetCheckEvaluation]:
+
+def partly_published_events(
+    context: Any, partly: PartlyPublished
+) -> Iterator[AssetMaterialization | AssetCheckEvaluation]:
     """A run that failed after committing some tables: a materialization of each day of each table committed (it
     holds this run's rows), then, on each table not committed, a failing up_to_date_with_landing result on each day,
     so that the UI shows those days as behind until the days are run again."""
@@ -118,9 +127,16 @@ def partly_published_events(context: Any, partly: PartlyPublished) -> Iterator[A
     committed = ", ".join(partly.commits)
     for table in [t for t in partly.not_committed if t in BY_NAME]:  # side tables have no checks
         outcomes = [
-            checks.Outcome(checks.UP_TO_DATE, day, False, {
-                "stale": True,
-                "why": f"the {partly.operation.value} failed after committing {committed}, not {table}: run these days again"})
+            checks.Outcome(
+                checks.UP_TO_DATE,
+                day,
+                False,
+                {
+                    "stale": True,
+                    "why": f"the {partly.operation.value} failed after committing {committed}, not {table}: "
+                    "run these days again",
+                },
+            )
             for day in partly.plan[table]
         ]
         yield from check_evaluations(context.instance, table, outcomes)

@@ -14,6 +14,7 @@ out of the landing (`withdraw`). Dagster records the rollback as a run: a materi
 saying what it was restored to, and every check evaluated on it."""
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import date
 from typing import Any
@@ -22,12 +23,11 @@ from dagster import Config, Failure, OpExecutionContext, Out, Output, in_process
 from dagster_pyspark import LazyPySparkResource
 from pydantic import Field
 from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
 
 from assets_pkg import landing, liveness, recording
+from assets_pkg.checks import day_contents
 from assets_pkg.dagster_names import LAKE_WRITES_POOL, ROLLBACK_JOB, ROLLBACK_OP
 from assets_pkg.operations import check_version
-from assets_pkg.checks import day_contents
 from assets_pkg.partitions import days as day_range
 from assets_pkg.publish import (
     Change,
@@ -43,24 +43,37 @@ from assets_pkg.publish import (
     publish,
     rows_as_of,
 )
-from assets_pkg.tables import BY_NAME, DAY_COLUMN, PUBLISH_ORDER, SIDE_TABLE_OF, downstream, upstream_of, with_side_tables
+from assets_pkg.tables import (
+    BY_NAME,
+    DAY_COLUMN,
+    PUBLISH_ORDER,
+    SIDE_TABLE_OF,
+    downstream,
+    upstream_of,
+    with_side_tables,
+)
 from resources.audit import DayContent
 from resources.delta_io import history, read_days, table_exists
 from resources.lake import table_path
 from resources.settings import settings
-from resources.spark import spark_resource
+from resources.spark import session_of, spark_resource
 
 
-def version_before(spark: SparkSession, table: str, run_id: str | None = None, backfill_id: str | None = None) -> int | None:
+def version_before(
+    spark: SparkSession, table: str, run_id: str | None = None, backfill_id: str | None = None
+) -> int | None:
     """The table's version just before the first commit written by `run_id` (or by any run of `backfill_id`), found
     in the commits' userMetadata; None when it wrote nothing in the table."""
     if not table_exists(spark, table):
         return None
     ours = sorted(
-        h.version for h in history(spark, table_path(table))
-        if h.userMetadata and (
+        h.version
+        for h in history(spark, table_path(table))
+        if h.userMetadata
+        and (
             (run_id and json.loads(h.userMetadata).get("run_id") == run_id)
-            or (backfill_id and json.loads(h.userMetadata).get("backfill_id") == backfill_id))
+            or (backfill_id and json.loads(h.userMetadata).get("backfill_id") == backfill_id)
+        )
     )
     return ours[0] - 1 if ours else None
 
@@ -93,12 +106,15 @@ class RollbackPlan:
         tables = [t for t in PUBLISH_ORDER if t in self.restore or t in self.rebuild]
         sources: dict[str, RowSource] = {
             t: Restored(self.restore[t], {s: v for s, v in self.restore.items() if SIDE_TABLE_OF.get(s) == t})
-            for t in tables if t in self.restore
+            for t in tables
+            if t in self.restore
         }
         return Change(Operation.ROLLBACK, {t: self.days for t in tables}, sources, Hold(self.why, batches))
 
 
-def rollback_plan(start: date, end: date, written: dict[str, int], asked: str, table: str | None = None) -> RollbackPlan:
+def rollback_plan(
+    start: date, end: date, written: dict[str, int], asked: str, table: str | None = None
+) -> RollbackPlan:
     """What a rollback of what was written (`written`: table or side table -> its version before the write) restores
     and rebuilds: every table written, or, with `table`, that table, the tables it is built from and the tables built
     from it; every table derived from a restored one and not restored itself is rebuilt. ValueError when nothing is
@@ -120,15 +136,25 @@ def _plan(start: date, end: date, restore: dict[str, int], why: str, **asked: An
     return RollbackPlan(start, end, {t: restore[t] for t in order}, rebuild, why, **asked)
 
 
-def plan_rollback(spark: SparkSession, start: date, end: date, table: str | None = None, version: int | None = None,
-                  before_run: str | None = None, before_backfill: str | None = None) -> RollbackPlan:
+def plan_rollback(
+    spark: SparkSession,
+    start: date,
+    end: date,
+    table: str | None = None,
+    version: int | None = None,
+    before_run: str | None = None,
+    before_backfill: str | None = None,
+) -> RollbackPlan:
     """What a rollback of start..end restores, to which versions, and what it rebuilds. ValueError when there is
     nothing to roll back (the run wrote none of the tables, a version outside the table's history)."""
     asked = {"table": table, "version": version, "before_run": before_run, "before_backfill": before_backfill}
     if before_run or before_backfill:
         what = f"run {before_run}" if before_run else f"backfill {before_backfill}"
-        written = {t: v for t in with_side_tables(PUBLISH_ORDER)
-                   if (v := version_before(spark, t, before_run, before_backfill)) is not None}
+        written = {
+            t: v
+            for t in with_side_tables(PUBLISH_ORDER)
+            if (v := version_before(spark, t, before_run, before_backfill)) is not None
+        }
         plan = rollback_plan(start, end, written, what, table)
         return RollbackPlan(**{**plan.__dict__, **asked})
     if table is None or version is None:
@@ -166,7 +192,9 @@ def preview(spark: SparkSession, plan: RollbackPlan) -> list[DayPreview]:
 
 def landed_batches(spark: SparkSession, days: list[date]) -> str:
     """The landed order item batches with rows on `days` (what a release would apply again)."""
-    rows = landing.read_landing(spark, landing.ORDER_ITEMS).where(landing.event_day(landing.ORDER_ITEMS).between(min(days), max(days)))
+    rows = landing.read_landing(spark, landing.ORDER_ITEMS).where(
+        landing.event_day(landing.ORDER_ITEMS).between(min(days), max(days))
+    )
     return ", ".join(sorted(str(r[0]) for r in rows.select("ingest_date").distinct().collect() if r[0] is not None))
 
 
@@ -194,14 +222,23 @@ class RollbackConfig(Config):
 
 
 @op(name=ROLLBACK_OP, out=Out(dict), pool=LAKE_WRITES_POOL)
-def roll_back_days_op(context: OpExecutionContext, config: RollbackConfig, pyspark: LazyPySparkResource):
+def roll_back_days_op(
+    context: OpExecutionContext, config: RollbackConfig, pyspark: LazyPySparkResource
+) -> Iterator[Any]:
     """Restore the days, rebuild what is derived from them, hold them; Dagster records each restored day (what it was
     restored to) and every check evaluated on what the tables now hold."""
     liveness.record(context)
-    spark = pyspark.spark_session
+    spark = session_of(pyspark)
     try:
-        plan = plan_rollback(spark, date.fromisoformat(config.start), date.fromisoformat(config.end), config.table or None,
-                             config.version, config.before_run or None, config.before_backfill or None)
+        plan = plan_rollback(
+            spark,
+            date.fromisoformat(config.start),
+            date.fromisoformat(config.end),
+            config.table or None,
+            config.version,
+            config.before_run or None,
+            config.before_backfill or None,
+        )
     except ValueError as error:
         raise Failure(description=str(error)) from None
     context.log.info(f"rollback: {plan.describe()}")
@@ -217,7 +254,11 @@ def roll_back_days_op(context: OpExecutionContext, config: RollbackConfig, pyspa
 
 
 # A rollback rewrites a few days: a short run, its JVM set for that (resources.spark).
-@job(name=ROLLBACK_JOB, executor_def=in_process_executor, resource_defs={"pyspark": spark_resource(settings(), short_runs=True)},
-     description="Roll back a range across the graph: restore, rebuild what is derived, hold the days (see `rollback`).")
-def rollback_job():
+@job(
+    name=ROLLBACK_JOB,
+    executor_def=in_process_executor,
+    resource_defs={"pyspark": spark_resource(settings(), short_runs=True)},
+    description="Roll back a range across the graph: restore, rebuild what is derived, hold the days (see `rollback`).",
+)
+def rollback_job() -> None:
     roll_back_days_op()

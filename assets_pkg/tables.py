@@ -170,7 +170,8 @@ def restate_stg_order_items(landed: LandedBatches) -> Build:
         stg = transforms.stg_order_items(versions, days)
         read_batches = [date.fromisoformat(b) for b in landed.batches]
         from_other_batches = read_days(spark, QUARANTINE_ORDER_ITEMS, "quarantine_day", days).where(
-            ~F.col("ingest_date").isin(read_batches))
+            ~F.col("ingest_date").isin(read_batches)
+        )
         quarantined = quarantine.for_days(from_other_batches, days).unionByName(quarantine.for_days(rejected, days))
         every_version = versions.unionByName(rejected.select(*ORDER_ITEM_VERSION_COLUMNS))
         quarantined = quarantined.persist()
@@ -185,8 +186,10 @@ def restate_stg_order_items(landed: LandedBatches) -> Build:
 
 def build_dim_product(spark: SparkSession, days: list[date], read: Read) -> Staged:
     versions = _landed(spark, landing.PRODUCTS, days)
-    return Staged(table=transforms.dim_product_changes(versions, first_day(), days),
-                  scans=[landing.scan_of_landing(versions, landing.PRODUCTS)])
+    return Staged(
+        table=transforms.dim_product_changes(versions, first_day(), days),
+        scans=[landing.scan_of_landing(versions, landing.PRODUCTS)],
+    )
 
 
 def build_fact_order_item(spark: SparkSession, days: list[date], read: Read) -> Staged:
@@ -249,29 +252,34 @@ TABLES = [
         key=ORDER_ITEM_KEY,
         day_column="order_date",
         # Counts and amounts of the fact equal staging's, day by day.
-        checks=TableChecks(reconciliation=_same_as(
-            STG_ORDER_ITEMS,
-            items=(_COUNT, _COUNT),
-            gross_amount=("sum(gross_amount)", "sum(gross_amount)"),
-            discount_amount=("sum(discount_amount)", "sum(discount_amount)"),
-            net_amount=("sum(net_amount)", "sum(gross_amount - discount_amount)"),
-        )),
+        checks=TableChecks(
+            reconciliation=_same_as(
+                STG_ORDER_ITEMS,
+                items=(_COUNT, _COUNT),
+                gross_amount=("sum(gross_amount)", "sum(gross_amount)"),
+                discount_amount=("sum(discount_amount)", "sum(discount_amount)"),
+                net_amount=("sum(net_amount)", "sum(gross_amount - discount_amount)"),
+            )
+        ),
         upstream=(STG_ORDER_ITEMS, DIM_PRODUCT),
         build=build_fact_order_item,
-        description="One row per order item, with net amount and the product's category and status as of the order day.",
+        description="One row per order item, with net amount and the product's category and status as of the order "
+        "day.",
     ),
     Table(
         DAILY_REVENUE,
         role=Role.MART,
         key=["order_date", "channel"],
         day_column="order_date",
-        checks=TableChecks(reconciliation=_same_as(
-            FACT_ORDER_ITEM,
-            items=("sum(item_count)", _COUNT),
-            gross_amount=("sum(gross_amount)", "sum(gross_amount)"),
-            discount_amount=("sum(discount_amount)", "sum(discount_amount)"),
-            net_amount=("sum(net_amount)", "sum(net_amount)"),
-        )),
+        checks=TableChecks(
+            reconciliation=_same_as(
+                FACT_ORDER_ITEM,
+                items=("sum(item_count)", _COUNT),
+                gross_amount=("sum(gross_amount)", "sum(gross_amount)"),
+                discount_amount=("sum(discount_amount)", "sum(discount_amount)"),
+                net_amount=("sum(net_amount)", "sum(net_amount)"),
+            )
+        ),
         upstream=(FACT_ORDER_ITEM,),
         build=build_daily_revenue,
         description="Per order_date and channel: items, distinct orders, gross, discount, net and cost.",
@@ -281,9 +289,11 @@ TABLES = [
         role=Role.MART,
         key=["customer_id", "order_date"],
         day_column="order_date",
-        checks=TableChecks(reconciliation=_same_as(
-            FACT_ORDER_ITEM, items=("sum(item_count)", _COUNT), net_amount=("sum(net_amount)", "sum(net_amount)")
-        )),
+        checks=TableChecks(
+            reconciliation=_same_as(
+                FACT_ORDER_ITEM, items=("sum(item_count)", _COUNT), net_amount=("sum(net_amount)", "sum(net_amount)")
+            )
+        ),
         upstream=(FACT_ORDER_ITEM,),
         build=build_customer_daily_features,
         description="ML feature table keyed (customer_id, order_date).",
@@ -293,12 +303,14 @@ TABLES = [
         role=Role.MART,
         key=["order_date", "product_category"],
         day_column="order_date",
-        checks=TableChecks(reconciliation=_same_as(
-            FACT_ORDER_ITEM,
-            items=("sum(item_count)", _COUNT),
-            gross_amount=("sum(gross_amount)", "sum(gross_amount)"),
-            net_amount=("sum(net_amount)", "sum(net_amount)"),
-        )),
+        checks=TableChecks(
+            reconciliation=_same_as(
+                FACT_ORDER_ITEM,
+                items=("sum(item_count)", _COUNT),
+                gross_amount=("sum(gross_amount)", "sum(gross_amount)"),
+                net_amount=("sum(net_amount)", "sum(net_amount)"),
+            )
+        ),
         upstream=(FACT_ORDER_ITEM,),
         build=build_daily_category_revenue,
         description="Per order_date and the product's category as of that day: items, distinct orders, gross and net.",

@@ -69,5 +69,9 @@ def import_tpch(spark: SparkSession, scale: float) -> dict:
         F.lit(FIRST_ORDER_DATE).alias("ingest_date"),
     )
     batches = landing.land({landing.PRODUCTS: products, landing.ORDER_ITEMS: items})[landing.ORDER_ITEMS]
-    return {"source": str(src), "order_item_batches": len(batches), "first_batch": batches[0],
-            "last_batch": batches[-1]}
+    return {
+        "source": str(src),
+        "order_item_batches": len(batches),
+        "first_batch": batches[0],
+        "last_batch": batches[-1],
+    }

@@ -3,11 +3,12 @@ range over the same landing data gives the same rows."""
 
 from datetime import date
 
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from assets_pkg.landing import MONEY, ORDER_ITEM_KEY, ORDER_ITEM_SCHEMA, ORDER_ITEM_VERSION_COLUMNS, PRODUCT_KEY
 from resources.delta_io import day_filter
+
 
 def latest_versions(versions: DataFrame, key: list[str], columns: list[str], then: tuple = ()) -> DataFrame:
     """One row per key: the latest `updated_at`, then the latest `ingested_at`, then the latest file, then a hash of
@@ -21,6 +22,7 @@ def latest_versions(versions: DataFrame, key: list[str], columns: list[str], the
         *then,
     )
     return versions.withColumn("_rank", F.row_number().over(order)).where("_rank = 1").drop("_rank")
+
 
 def stg_order_items(versions: DataFrame, days: list[date]) -> DataFrame:
     """The current version of every order item whose current order_date is one of `days`.
@@ -42,8 +44,12 @@ def mark_items_dated_on(versions: DataFrame, days: list[date]) -> DataFrame:
     `days`: the only items whose latest version can be on those days, with all their versions (the latest may be
     dated on another day). The keys are broadcast, so the versions are marked where they are read instead of
     shuffled: for a limited number of days."""
-    keys = (versions.where(day_filter("order_date", days)).select(*ORDER_ITEM_KEY).distinct()
-            .withColumn(ITEM_ON_DAYS, F.lit(True)))
+    keys = (
+        versions.where(day_filter("order_date", days))
+        .select(*ORDER_ITEM_KEY)
+        .distinct()
+        .withColumn(ITEM_ON_DAYS, F.lit(True))
+    )
     marked = versions.join(F.broadcast(keys), ORDER_ITEM_KEY, "left")
     return marked.select(*versions.columns, F.coalesce(ITEM_ON_DAYS, F.lit(False)).alias(ITEM_ON_DAYS))
 
@@ -63,10 +69,12 @@ def dim_product_changes(versions: DataFrame, first_day: date, days: list[date]) 
     )
     return per_day.select("product_id", "valid_from", "category", "status", "list_price", "updated_at")
 
+
 def product_validity(changes: DataFrame) -> DataFrame:
     """valid_from..valid_to (inclusive, open-ended for the current version) from the product change history."""
     nxt = F.lead("valid_from").over(Window.partitionBy("product_id").orderBy("valid_from"))
     return changes.withColumn("valid_to", F.date_sub(nxt, 1))
+
 
 def fact_order_item(stg: DataFrame, product_changes: DataFrame) -> DataFrame:
     """Order items with the product as of the order day, so a re-run of an old day reproduces it."""
@@ -99,13 +107,16 @@ def fact_order_item(stg: DataFrame, product_changes: DataFrame) -> DataFrame:
         "product_status",
     )
 
-def _money_sum(column: str):
+
+def _money_sum(column: str) -> Column:
     return F.sum(column).cast(MONEY).alias(column)
 
-def _distinct_count(column: str):
+
+def _distinct_count(column: str) -> Column:
     """countDistinct's value (nulls not counted) without its plan, which expands every row once per distinct column
     and aggregates twice: a set per group is cheaper for groups of a day's size."""
     return F.size(F.collect_set(column)).cast("long")  # countDistinct's type: the tables keep their schema
+
 
 def daily_revenue(fact: DataFrame) -> DataFrame:
     return fact.groupBy("order_date", "channel").agg(
@@ -116,6 +127,7 @@ def daily_revenue(fact: DataFrame) -> DataFrame:
         _money_sum("net_amount"),
         _money_sum("cost_amount"),
     )
+
 
 def daily_category_revenue(fact: DataFrame) -> DataFrame:
     """Per order_date and the product's category as of that day: items, distinct orders, gross and net."""

@@ -49,6 +49,8 @@ def verify_published(spark: SparkSession, table: str, days: list[date], run: Run
             o.metadata.update({"held": True, "why": holds[o.day].describe()})
     if BY_NAME[table].checks.late_data:
         late = {e.day for e in control.open_exceptions(spark, days)} | outside
-        outcomes += [checks.Outcome(checks.LATE_DATA, day, day not in late, {"late_rows_unpublished": day in late})
-                     for day in days]
+        outcomes += [
+            checks.Outcome(checks.LATE_DATA, day, day not in late, {"late_rows_unpublished": day in late})
+            for day in days
+        ]
     return outcomes

@@ -4,7 +4,7 @@ from dataclasses import asdict, dataclass
 from datetime import date, datetime
 from typing import NamedTuple
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.window import Window
@@ -64,7 +64,7 @@ def append(spark: SparkSession, rows: list[AuditRow]) -> None:
         df.write.format("delta").mode("append").partitionBy("asset").save(table_path(AUDIT_TABLE))
 
 
-def read(spark: SparkSession):
+def read(spark: SparkSession) -> DataFrame:
     path = table_path(AUDIT_TABLE)
     if not is_delta_table(spark, path):
         return spark.createDataFrame([], SCHEMA)

@@ -13,10 +13,10 @@ tick) until the operator releases it.
 
 import uuid
 from dataclasses import dataclass, field
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 from typing import NamedTuple
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -94,7 +94,7 @@ def write_watermark(spark: SparkSession, pipeline: str, wm: Watermark, run_id: s
     )
 
 
-def _upsert_open(spark: SparkSession, table: str, new, updated: list[str]) -> None:
+def _upsert_open(spark: SparkSession, table: str, new: DataFrame, updated: list[str]) -> None:
     """Add `new`'s rows to `table` (one row per day): a day's open row (not resolved) gets the `updated` columns of
     its new row instead of a second row."""
     path = table_path(table)
@@ -126,7 +126,7 @@ def _resolve(spark: SparkSession, table: str, days: list[date], run_id: str, now
     if not days or not table_exists(spark, table):
         return
     # Literals, not parameters: Delta's UPDATE does not take parameters in SET. The session's time zone is UTC.
-    at = now.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")
+    at = now.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
     by = run_id.replace("\\", "\\\\").replace("'", "\\'")
     spark.sql(
         f"UPDATE {delta_path(table_path(table))} SET resolved_at = TIMESTAMP '{at}', resolved_by_run = '{by}' "
@@ -134,7 +134,9 @@ def _resolve(spark: SparkSession, table: str, days: list[date], run_id: str, now
     )
 
 
-def record_exceptions(spark: SparkSession, rows: list[tuple[date, int, str, date]], run_id: str, now: datetime) -> None:
+def record_exceptions(
+    spark: SparkSession, rows: list[tuple[date, int, str, date | None]], run_id: str, now: datetime
+) -> None:
     """Upsert (day, rows, batches, window_start): an open exception for a day is updated, not duplicated, and left
     as it is when it already says the same (a replayed batch commits nothing)."""
     if rows:
@@ -166,8 +168,10 @@ class HeldDay(NamedTuple):
 
     def describe(self) -> str:
         """Who held the day, when and why, and the landed batches with rows on it then."""
-        return (f"{self.day} held since {self.held_at:%Y-%m-%d %H:%M} UTC by run {self.held_by_run} ({self.why}; landed "
-                f"batches with rows on it: {self.batches or 'none'})")
+        return (
+            f"{self.day} held since {self.held_at:%Y-%m-%d %H:%M} UTC by run {self.held_by_run} "
+            f"({self.why}; landed batches with rows on it: {self.batches or 'none'})"
+        )
 
 
 def hold_days(spark: SparkSession, days: list[date], why: str, batches: str, run_id: str, now: datetime) -> None:

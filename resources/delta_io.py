@@ -9,14 +9,14 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import date, timedelta
+from typing import Any
 from urllib.parse import unquote, urlparse
 
 from pyspark.errors import AnalysisException
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from resources.lake import table_path
-
 
 # Set by Delta on every commit made through this session: the version it committed.
 _LAST_COMMIT_VERSION = "spark.databricks.delta.lastCommitVersionInSession"
@@ -54,6 +54,14 @@ class Scan:
         return {k: v for k, v in self.__dict__.items() if k != "source" and v is not None}
 
 
+def scalar(df: DataFrame) -> Any:
+    """The one value of a one-row aggregate, such as `df.agg(F.max(c))`."""
+    row = df.first()
+    if row is None:
+        raise ValueError("an aggregate without groups returned no row")
+    return row[0]
+
+
 def file_bytes(uri: str) -> int:
     """A data file's size, by its URI (the lake is on a file system this process sees)."""
     return os.path.getsize(unquote(urlparse(uri).path))
@@ -62,9 +70,9 @@ def file_bytes(uri: str) -> int:
 def scan_of_table(df: DataFrame, table: str) -> Scan:
     """The scan of `df`, a read of `table` (read_days), against the table's current files."""
     files = df.inputFiles()
-    detail = (df.sparkSession.sql(f"DESCRIBE DETAIL {delta_path(table_path(table))}")
-              .select("numFiles", "sizeInBytes").first())
-    return Scan(table, len(files), detail.numFiles, sum(file_bytes(f) for f in files), detail.sizeInBytes)
+    detail = df.sparkSession.sql(f"DESCRIBE DETAIL {delta_path(table_path(table))}")
+    num_files, size = detail.select("numFiles", "sizeInBytes").first() or (0, 0)
+    return Scan(table, len(files), num_files, sum(file_bytes(f) for f in files), size)
 
 
 def day_runs(days: Sequence[date]) -> list[tuple[date, date]]:
@@ -85,7 +93,7 @@ def day_predicate(column: str, days: Sequence[date]) -> str:
     return " OR ".join(f"({column} >= '{a.isoformat()}' AND {column} <= '{b.isoformat()}')" for a, b in day_runs(days))
 
 
-def day_filter(column: str, days: Sequence[date]):
+def day_filter(column: str, days: Sequence[date]) -> Column:
     return F.expr(day_predicate(column, days))
 
 

@@ -8,6 +8,7 @@ import json
 import os
 from datetime import date
 from pathlib import Path
+from typing import Any
 
 from dagster import ConfigurableResource
 from pydantic import Field
@@ -26,24 +27,33 @@ class Settings(ConfigurableResource):
     partition_start_date: str = Field(description="PARTITION_START_DATE: the first daily partition")
     partition_end_date: str = Field(description="PARTITION_END_DATE: the last daily partition, inclusive")
     backfill_max_partitions_per_run: int = Field(description="BACKFILL_MAX_PARTITIONS_PER_RUN: days per backfill run")
-    watermark_reprocess_hours: float = Field(description="WATERMARK_REPROCESS_HOURS: batches landed this long before "
-                                             "the watermark are read again")
-    restatement_window_days: int = Field(description="RESTATEMENT_WINDOW_DAYS: late rows on older days become "
-                                         "exceptions instead of being restated")
-    late_data_sensor_interval_s: int = Field(description="LATE_DATA_SENSOR_INTERVAL_S: how often the sensor lists "
-                                             "the landing")
-    check_row_count_tolerance: float = Field(description="CHECK_ROW_COUNT_TOLERANCE: largest relative change of a "
-                                             "day's rows before row_count_change warns")
-    check_events_max_days: int = Field(description="CHECK_EVENTS_MAX_DAYS: above this many days a run records only "
-                                       "failing check results day by day")
-    freshness_fail_window_h: float = Field(description="FRESHNESS_FAIL_WINDOW_H: a table not published for this many "
-                                           "hours fails its freshness policy in Dagster")
+    watermark_reprocess_hours: float = Field(
+        description="WATERMARK_REPROCESS_HOURS: batches landed this long before the watermark are read again"
+    )
+    restatement_window_days: int = Field(
+        description="RESTATEMENT_WINDOW_DAYS: late rows on older days become exceptions instead of being restated"
+    )
+    late_data_sensor_interval_s: int = Field(
+        description="LATE_DATA_SENSOR_INTERVAL_S: how often the sensor lists the landing"
+    )
+    check_row_count_tolerance: float = Field(
+        description="CHECK_ROW_COUNT_TOLERANCE: largest relative change of a day's rows before row_count_change warns"
+    )
+    check_events_max_days: int = Field(
+        description="CHECK_EVENTS_MAX_DAYS: above this many days a run records only failing check results day by day"
+    )
+    freshness_fail_window_h: float = Field(
+        description="FRESHNESS_FAIL_WINDOW_H: a table not published for this many "
+        "hours fails its freshness policy in Dagster"
+    )
     spark_master: str = Field(description="SPARK_MASTER: the Spark master URL")
     spark_remote: str = Field(description="SPARK_REMOTE: a Spark Connect URL, replacing SPARK_MASTER when set")
     spark_driver_memory: str = Field(description="SPARK_DRIVER_MEMORY: the driver's memory in local mode")
     spark_conf: str = Field(description="SPARK_CONF: a JSON object of extra Spark settings")
-    spark_verbose: bool = Field(description="SPARK_VERBOSE: 1 shows the local driver's Spark warnings on the terminal "
-                                "too (always in LAKE_ROOT/logs/spark.log)")
+    spark_verbose: bool = Field(
+        description="SPARK_VERBOSE: 1 shows the local driver's Spark warnings on the terminal "
+        "too (always in LAKE_ROOT/logs/spark.log)"
+    )
     delta_jars_dir: str = Field(description="DELTA_JARS_DIR: the Delta jars and the project's local file system jar")
 
     @property
@@ -79,12 +89,17 @@ ENVIRONMENT = {
     "delta_jars_dir": ("DELTA_JARS_DIR", str(REPO_ROOT / ".jars")),
 }
 
-_POSITIVE = {"backfill_max_partitions_per_run", "restatement_window_days", "late_data_sensor_interval_s",
-             "check_events_max_days", "freshness_fail_window_h"}
+_POSITIVE = {
+    "backfill_max_partitions_per_run",
+    "restatement_window_days",
+    "late_data_sensor_interval_s",
+    "check_events_max_days",
+    "freshness_fail_window_h",
+}
 _NOT_NEGATIVE = {"watermark_reprocess_hours", "check_row_count_tolerance"}
 
 
-def _parsed(field: str, raw: str):
+def _parsed(field: str, raw: str) -> Any:
     variable = ENVIRONMENT[field][0]
     kind = Settings.model_fields[field].annotation
     try:
@@ -99,11 +114,14 @@ def _parsed(field: str, raw: str):
             if not isinstance(json.loads(raw), dict):
                 raise ValueError
             return raw
-        value = kind(raw)
+        value = kind(raw)  # type: ignore[misc]  # int or float: the annotation of a numeric field
     except ValueError:
-        expected = {"partition_start_date": "a YYYY-MM-DD date", "partition_end_date": "a YYYY-MM-DD date",
-                    "spark_conf": "a JSON object", "spark_verbose": "0 or 1"}.get(
-                        field, f"a{'n integer' if kind is int else ' number'}")
+        expected = {
+            "partition_start_date": "a YYYY-MM-DD date",
+            "partition_end_date": "a YYYY-MM-DD date",
+            "spark_conf": "a JSON object",
+            "spark_verbose": "0 or 1",
+        }.get(field, f"a{'n integer' if kind is int else ' number'}")
         raise SettingsError(f"{variable}={raw!r} is not {expected}") from None
     if field in _POSITIVE and value <= 0 or field in _NOT_NEGATIVE and value < 0:
         raise SettingsError(f"{variable}={raw!r} must be {'above' if field in _POSITIVE else 'at least'} 0")
@@ -112,10 +130,13 @@ def _parsed(field: str, raw: str):
 
 def settings() -> Settings:
     """The settings from the environment, validated: a SettingsError names the variable and what it must be."""
-    values = {field: _parsed(field, os.environ.get(variable) or default)
-              for field, (variable, default) in ENVIRONMENT.items()}
+    values = {
+        field: _parsed(field, os.environ.get(variable) or default) for field, (variable, default) in ENVIRONMENT.items()
+    }
     values["lake_root"] = str(Path(values["lake_root"]).resolve())
     if date.fromisoformat(values["partition_end_date"]) < date.fromisoformat(values["partition_start_date"]):
-        raise SettingsError(f"PARTITION_END_DATE={values['partition_end_date']} is before "
-                            f"PARTITION_START_DATE={values['partition_start_date']}")
+        raise SettingsError(
+            f"PARTITION_END_DATE={values['partition_end_date']} is before "
+            f"PARTITION_START_DATE={values['partition_start_date']}"
+        )
     return Settings(**values)

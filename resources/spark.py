@@ -53,8 +53,10 @@ INCUBATOR_NOTICE = b"WARNING: Using incubator modules:"
 
 def _logging_options(configured: Settings) -> str:
     spark_log(configured).parent.mkdir(parents=True, exist_ok=True)
-    return (f"-Dlog4j2.configurationFile=file:{LOG4J2_PROPERTIES} {SPARK_LOG_OPTION}{spark_log(configured)} "
-            f"-Dexactbackfills.spark.console={'warn' if configured.spark_verbose else 'off'}")
+    return (
+        f"-Dlog4j2.configurationFile=file:{LOG4J2_PROPERTIES} {SPARK_LOG_OPTION}{spark_log(configured)} "
+        f"-Dexactbackfills.spark.console={'warn' if configured.spark_verbose else 'off'}"
+    )
 
 
 def _local_mode_config(configured: Settings, short_runs: bool) -> dict[str, str]:
@@ -84,8 +86,11 @@ def local_fs_config(configured: Settings, executors: bool = False) -> dict[str, 
 
 def local_fs_submit_args() -> list[str]:
     """local_fs_config as spark-submit arguments, for the Connect server of scripts/spark-cluster.sh."""
-    return [arg for key, value in local_fs_config(settings(), executors=True).items()
-            for arg in ("--conf", f"{key}={value}")]
+    return [
+        arg
+        for key, value in local_fs_config(settings(), executors=True).items()
+        for arg in ("--conf", f"{key}={value}")
+    ]
 
 
 def spark_config(configured: Settings | None = None, short_runs: bool = False) -> dict[str, str]:
@@ -117,16 +122,18 @@ def spark_config(configured: Settings | None = None, short_runs: bool = False) -
         # (scripts/spark-cluster.sh): a client cannot change them.
         conf["spark.remote"] = configured.spark_remote
     else:
-        conf.update({
-            "spark.app.name": "exact-backfills",
-            "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
-            "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
-            "spark.ui.showConsoleProgress": "false",
-            "spark.ui.enabled": "false",
-            "spark.sql.warehouse.dir": str(Path(configured.lake_root) / "spark-warehouse"),
-            "spark.master": configured.spark_master,
-            "spark.driver.memory": configured.spark_driver_memory,
-        })
+        conf.update(
+            {
+                "spark.app.name": "exact-backfills",
+                "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+                "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+                "spark.ui.showConsoleProgress": "false",
+                "spark.ui.enabled": "false",
+                "spark.sql.warehouse.dir": str(Path(configured.lake_root) / "spark-warehouse"),
+                "spark.master": configured.spark_master,
+                "spark.driver.memory": configured.spark_driver_memory,
+            }
+        )
         if configured.spark_master.startswith("local"):
             conf.update(_local_mode_config(configured, short_runs))
         jars = _delta_jars(configured)
@@ -142,7 +149,7 @@ def _driver_log(conf: dict[str, str]) -> Path | None:
     """The log file of a driver started with `conf`, when it logs to one (local mode)."""
     for option in conf.get("spark.driver.extraJavaOptions", "").split():
         if option.startswith(SPARK_LOG_OPTION):
-            return Path(option[len(SPARK_LOG_OPTION):])
+            return Path(option[len(SPARK_LOG_OPTION) :])
     return None
 
 
@@ -155,7 +162,7 @@ def _pass_on_stderr(pipe: int, log: Path) -> None:
                     f.write(line)
                 continue
             while line:
-                line = line[os.write(2, line):]
+                line = line[os.write(2, line) :]
 
 
 def _start_local_driver(conf: dict[str, str]) -> None:
@@ -189,15 +196,15 @@ def get_spark() -> SparkSession:
     return spark_session(spark_config())
 
 
-class SparkResource(LazyPySparkResource):
-    """LazyPySparkResource whose session starts as get_spark()'s does (spark_session)."""
-
-    def _init_session(self) -> None:
-        if self._spark_session is None:
-            self._spark_session = spark_session(self.spark_config)
+def session_of(resource: LazyPySparkResource) -> SparkSession:
+    """A run's session, from its Dagster resource: the driver started as get_spark() starts it, then the resource's
+    own (lazy) session, which reuses it."""
+    _start_local_driver(resource.spark_config)
+    return resource.spark_session
 
 
 def spark_resource(configured: Settings, short_runs: bool = False) -> LazyPySparkResource:
     """Dagster resource, from the project's settings; lazy so a run whose steps never touch Spark starts no JVM.
-    `short_runs`: for a job whose runs last seconds to a minute (SHORT_RUN_JAVA_OPTIONS)."""
-    return SparkResource(spark_config=spark_config(configured, short_runs))
+    Steps take their session through `session_of`. `short_runs`: for a job whose runs last seconds to a minute
+    (SHORT_RUN_JAVA_OPTIONS)."""
+    return LazyPySparkResource(spark_config=spark_config(configured, short_runs))

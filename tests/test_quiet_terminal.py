@@ -9,13 +9,14 @@ import threading
 import pytest
 
 from resources.lake import REPO_ROOT
-from resources.spark import INCUBATOR_NOTICE, _driver_log, _pass_on_stderr, spark_config, spark_log, spark_resource
+from resources.spark import INCUBATOR_NOTICE, _driver_log, _pass_on_stderr, spark_config, spark_log
 
 NOTICE = INCUBATOR_NOTICE.decode() + " jdk.incubator.vector"
 
 
 def _local_environment(lake) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("SPARK_REMOTE", "SPARK_MASTER", "SPARK_CONF", "SPARK_VERBOSE")}
+    unset = ("SPARK_REMOTE", "SPARK_MASTER", "SPARK_CONF", "SPARK_VERBOSE")  # the default: a local driver
+    env = {k: v for k, v in os.environ.items() if k not in unset}
     return {**env, "LAKE_ROOT": str(lake), "DAGSTER_HOME": str(lake / "dagster_home")}
 
 
@@ -46,15 +47,14 @@ def test_the_driver_log_is_the_one_the_local_drivers_log4j_writes(tmp_path, monk
     assert _driver_log(spark_config()) is None
 
 
-def test_a_runs_session_starts_as_get_sparks_does(tmp_path, monkeypatch):
-    import resources.spark
-    from resources.settings import settings
+def test_every_step_takes_its_session_through_session_of():
+    """A step reading the resource's session directly would start its JVM with the notice on the terminal."""
+    import ast
 
-    monkeypatch.setenv("LAKE_ROOT", str(tmp_path))
-    started = []
-    monkeypatch.setattr(resources.spark, "spark_session", lambda conf: started.append(conf) or "session")
-    resource = spark_resource(settings())
-    assert resource.spark_session == "session" and started == [resource.spark_config]
+    for path in (REPO_ROOT / "assets_pkg").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and node.attr == "spark_session":
+                raise AssertionError(f"{path.name}:{node.lineno}: use resources.spark.session_of(resource)")
 
 
 @pytest.mark.slow  # starts a JVM
@@ -64,6 +64,5 @@ def test_starting_spark_prints_nothing_on_the_terminal(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, env=_local_environment(lake),
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
-    assert INCUBATOR_NOTICE.decode() not in done.stderr
-    assert done.stderr == "", done.stderr
+    assert INCUBATOR_NOTICE.decode() not in done.stderr, done.stderr
     assert INCUBATOR_NOTICE.decode() in (lake / "logs" / "spark.log").read_text()
