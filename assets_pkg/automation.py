@@ -170,7 +170,7 @@ def _landing_contract_check(asset: str) -> AssetChecksDefinition:
         name=LANDING_CONTRACT,
         description=(
             "Every landed file meets the landing contract (columns and their types, a batch folder named by its date). "
-            "A refused file is not read: order item files are held in quarantine as one row each. Fails while any is "
+            "A refused file is not read: order item files are kept in quarantine as one row each. Fails while any is "
             "landed; take one out with `python -m assets_pkg withdraw`."
         ),
     )
@@ -216,7 +216,7 @@ def restate_late_data_op(context: OpExecutionContext, pyspark: LazyPySparkResour
         for refused in detection.refused:
             context.log.warning(
                 f"refused by the landing contract, not read: {refused.describe()} (order item "
-                "files are held in quarantine; `withdraw` takes a file out of the landing)"
+                "files are kept in quarantine; `withdraw` takes a file out of the landing)"
             )
         yield from landing_observations(spark, detection)
         yield from stale_day_evaluations(context.instance, detection)

@@ -156,7 +156,7 @@ def _report_refused_files() -> int:
         print(f"REFUSED {dataset}/{r.describe()}")
     if refused:
         print(
-            f"{len(refused)} landed file(s) refused by the landing contract (order item files are held in quarantine "
+            f"{len(refused)} landed file(s) refused by the landing contract (order item files are kept in quarantine "
             "as one row each); take one out with `withdraw --file <dataset>/<file> --reason ...`"
         )
     return len(refused)
@@ -290,7 +290,7 @@ def _print_detection(detection: "Detection") -> None:
     for day, change in sorted(detection.outside.items()):
         print(f"  OUTSIDE WINDOW {day}: {change.describe()}: not restated automatically; backfill it by hand")
     for refused in detection.refused:
-        print(f"  REFUSED {refused.describe()}: not read (order item files are held in quarantine)")
+        print(f"  REFUSED {refused.describe()}: not read (order item files are kept in quarantine)")
     for hold in detection.holds:
         landed = detection.held.get(hold.day)
         print(

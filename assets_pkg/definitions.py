@@ -26,6 +26,6 @@ defs = Definitions(
     # The Spark resource is configured from the settings, which are a resource too: the UI's resources page shows the
     # values runs use (resources/settings.py).
     resources={"pyspark": spark_resource(configured), "settings": configured},
-    # Steps of a run share its process and so its SparkSession: a JVM per step would cost ~5 s each.
+    # Steps of a run share its process and so its SparkSession: a JVM per step would cost seconds each.
     executor=in_process_executor,
 )

@@ -89,7 +89,7 @@ def batch_name(batch_dir: Path) -> str:
 @dataclass(frozen=True)
 class Refusal:
     """A landed file the contract refuses: never read, reported with the reason (`check`, the landing_contract
-    check), and, for order items, held in quarantine as one row naming the file."""
+    check), and, for order items, kept in quarantine as one row naming the file."""
 
     file: str  # relative to the dataset's folder, as source_file records it
     batch: str | None  # None: not in a batch folder
@@ -176,16 +176,16 @@ def landed_files(dataset: str, batches: list[str] | None = None) -> LandedFiles:
     """Every landed file of the dataset (of `batches` only, when given), sorted by the contract: checked when a batch
     is read, from each file's Parquet footer, before anything is built from it."""
     root = Path(landing_path(dataset))
-    found = LandedFiles()
+    files = LandedFiles()
     if not root.exists():
-        return found
+        return files
     wanted = None if batches is None else {f"{BATCH_PREFIX}{b}" for b in batches}
     for entry in sorted(root.iterdir()):
         if entry.name.startswith((".", "_")):  # writers' markers (_SUCCESS, .crc files)
             continue
         if not (entry.is_dir() and _batch_day(entry.name)):
             if batches is None:
-                found.refused.append(
+                files.refused.append(
                     Refusal(entry.name, None, f"not a batch folder: its name is not {BATCH_PREFIX}YYYY-MM-DD")
                 )
             continue
@@ -196,12 +196,12 @@ def landed_files(dataset: str, batches: list[str] | None = None) -> LandedFiles:
                 continue
             reason, nanos = _file_verdict(path, dataset)
             if reason:
-                found.refused.append(Refusal(f"{entry.name}/{path.relative_to(entry)}", batch_name(entry), reason))
+                files.refused.append(Refusal(f"{entry.name}/{path.relative_to(entry)}", batch_name(entry), reason))
             elif nanos:
-                found.nanos.setdefault(nanos, []).append(str(path))
+                files.nanos.setdefault(nanos, []).append(str(path))
             else:
-                found.plain.append(str(path))
-    return found
+                files.plain.append(str(path))
+    return files
 
 
 def refused_files(dataset: str) -> list[Refusal]:
@@ -249,11 +249,11 @@ def read_landing(spark: SparkSession, dataset: str, batches: list[str] | None = 
     df = df.withColumn("refused", F.lit(None).cast("string"))
     refused = [r for r in files.refused if r.batch is not None]
     if dataset == ORDER_ITEMS and refused:
-        held = spark.createDataFrame(
+        refused_rows = spark.createDataFrame(
             [(date.fromisoformat(r.batch), r.file, f"{REFUSED_FILE}: {r.reason}") for r in refused if r.batch],
             "ingest_date date, source_file string, refused string",
         )
-        df = df.unionByName(held, allowMissingColumns=True)
+        df = df.unionByName(refused_rows, allowMissingColumns=True)
     return df
 
 

@@ -76,11 +76,11 @@ _DAYS_OF_NEW_BATCHES = {landing.ORDER_ITEMS: _order_item_days, landing.PRODUCTS:
 
 def _read(spark: SparkSession) -> dict[str, dict[str, set[date]]]:
     """dataset -> batch -> its days, as indexed."""
-    found: dict[str, dict[str, set[date]]] = defaultdict(lambda: defaultdict(set))
+    index: dict[str, dict[str, set[date]]] = defaultdict(lambda: defaultdict(set))
     if table_exists(spark, INDEX_TABLE):
         for r in spark.read.format("delta").load(table_path(INDEX_TABLE)).collect():
-            found[r.dataset][r.batch.isoformat()].add(r.day)
-    return found
+            index[r.dataset][r.batch.isoformat()].add(r.day)
+    return index
 
 
 def update(spark: SparkSession) -> dict[str, dict[str, set[date]]]:

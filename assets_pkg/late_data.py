@@ -360,7 +360,7 @@ def plan_restatement(detection: Detection) -> RestatementPlan:
     """Every table's days the batches change; staging built from what is staged plus the order item batches read (no
     history scan), or, when none was read (product batches only, or only days left pending), from the landing, as a
     backfill builds it."""
-    days = {t: found for t, found in detection.days_by_table().items() if found}
+    days = {table: stale for table, stale in detection.days_by_table().items() if stale}
     sources: dict[str, RowSource] = {
         t: Restated(detection.landed) if detection.landed and BY_NAME[t].restate else Rebuilt() for t in days
     }

@@ -73,14 +73,14 @@ def _alive(process: str) -> bool | None:
 
 
 def active_runs(instance: DagsterInstance) -> list[ActiveRun]:
-    found = []
+    runs = []
     now = time.time()
     for record in instance.get_run_records(RunsFilter(statuses=ACTIVE)):
         process = record.dagster_run.tags.get(PROCESS_TAG)
         alive = _alive(process) if process and record.dagster_run.status != DagsterRunStatus.QUEUED else None
         since = record.start_time or record.create_timestamp.timestamp()
-        found.append(ActiveRun(record.dagster_run, now - since, process, alive))
-    return found
+        runs.append(ActiveRun(record.dagster_run, now - since, process, alive))
+    return runs
 
 
 def close(instance: DagsterInstance, active: ActiveRun) -> None:

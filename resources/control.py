@@ -140,8 +140,8 @@ def record_exceptions(
     """Upsert (day, rows, batches, window_start): an open exception for a day is updated, not duplicated, and left
     as it is when it already says the same (a replayed batch commits nothing)."""
     if rows:
-        held = {(e.day, e.rows, e.batches, e.window_start) for e in open_exceptions(spark, [r[0] for r in rows])}
-        rows = [r for r in rows if tuple(r) not in held]
+        recorded = {(e.day, e.rows, e.batches, e.window_start) for e in open_exceptions(spark, [r[0] for r in rows])}
+        rows = [r for r in rows if tuple(r) not in recorded]
     if rows:
         new = spark.createDataFrame([(d, n, b, w, now, run_id, None, None) for d, n, b, w in rows], EXCEPTIONS_SCHEMA)
         _upsert_open(spark, EXCEPTIONS_TABLE, new, ["rows", "batches", "window_start"])
