@@ -17,7 +17,7 @@ from dagster import (
 )
 from dagster_pyspark import LazyPySparkResource
 
-from assets_pkg import checks, liveness, recording
+from assets_pkg import checks, code_versions, liveness, recording
 from assets_pkg.dagster_names import (
     ALL_ASSETS_JOB,
     LAKE_WRITES_POOL,
@@ -42,6 +42,7 @@ def freshness_policy() -> FreshnessPolicy:
 
 def _specs() -> list[AssetSpec]:
     specs = []
+    versions = code_versions.current()
     for t in TABLES:
         specs.append(
             AssetSpec(
@@ -51,10 +52,17 @@ def _specs() -> list[AssetSpec]:
                 kinds={"spark", "delta"},
                 group_name="orders",
                 freshness_policy=freshness_policy(),
+                code_version=versions[t.name],  # derived from its code (code_versions.py)
             )
         )
         specs += [
-            AssetSpec(s.name, deps=list(t.upstream), kinds={"spark", "delta"}, group_name="orders")
+            AssetSpec(
+                s.name,
+                deps=list(t.upstream),
+                kinds={"spark", "delta"},
+                group_name="orders",
+                code_version=versions[s.name],
+            )
             for s in t.side_tables
         ]
     return specs

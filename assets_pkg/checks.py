@@ -26,6 +26,7 @@ FINGERPRINT = "fingerprint"
 ROW_COUNT_CHANGE = "row_count_change"
 LATE_DATA = "late_data_outside_window"
 UP_TO_DATE = "up_to_date_with_landing"
+BUILT_BY_CURRENT_CODE = "built_by_current_code"
 
 BLOCKING = (UNIQUE_KEY, KEYS_NOT_NULL, RECONCILES, NOTHING_LOST)
 SAMPLE_SIZE = 5
@@ -73,7 +74,8 @@ class TableChecks:
         names = [UNIQUE_KEY, KEYS_NOT_NULL]
         names += [RECONCILES] if self.reconciliation else []
         names += [NOTHING_LOST] if self.nothing_lost else []
-        return [*names, FINGERPRINT, ROW_COUNT_CHANGE, UP_TO_DATE, *([LATE_DATA] if self.late_data else [])]
+        late = [LATE_DATA] if self.late_data else []
+        return [*names, FINGERPRINT, ROW_COUNT_CHANGE, UP_TO_DATE, BUILT_BY_CURRENT_CODE, *late]
 
 
 @dataclass
@@ -103,6 +105,9 @@ _DESCRIPTIONS = {
     UP_TO_DATE: "Fails on a day whose landing data changed after it was written (late or corrected rows, a product "
     "version), as found by the late-data detection (restate_late_data or preview_late_data); passes when the day is "
     "rewritten. Metadata: why, and which batches; on a day held since a rollback, `held`, who held it and why.",
+    BUILT_BY_CURRENT_CODE: "Fails on a day built by an older version of the table's code, or built from such a day of "
+    "a table it reads (code versions are derived from the code: a change to a transform makes exactly its days, and "
+    "the days built from them, stale). Passes when the day is written by the code loaded now. Metadata: why.",
     LATE_DATA: "Fails on a day that received rows older than the restatement window (RESTATEMENT_WINDOW_DAYS): not "
     "restated automatically; backfill the day by hand, which makes it pass.",
 }

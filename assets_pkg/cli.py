@@ -9,6 +9,7 @@ from datetime import date
 from typing import TYPE_CHECKING, Any, NoReturn
 
 if TYPE_CHECKING:
+    from assets_pkg.code_staleness import CodeChange
     from assets_pkg.late_data import Detection
 
 
@@ -299,13 +300,52 @@ def _print_detection(detection: "Detection") -> None:
         )
 
 
+def _print_code_changes(stale: "dict[str, dict[date, CodeChange]]") -> None:
+    from assets_pkg.publish import day_ranges
+
+    for table, days in stale.items():
+        by_change: dict[CodeChange, list[date]] = {}
+        for day, change in days.items():
+            by_change.setdefault(change, []).append(day)
+        for change, changed in by_change.items():
+            print(f"{table}: {change.describe()} on {len(changed)} day(s): {day_ranges(sorted(changed))}")
+
+
+def _stale_json(detection: "Detection", stale: "dict[str, dict[date, CodeChange]]") -> dict[str, dict[str, list[str]]]:
+    """table -> day -> why it is stale: "landing" (batches landed since), "code" (its code, or an upstream's,
+    changed), "late_data_outside_window" (late rows older than the restatement window)."""
+    from assets_pkg.late_data import STAGING
+
+    reasons: dict[str, dict[str, list[str]]] = {}
+
+    def add(table: str, day: date, reason: str) -> None:
+        reasons.setdefault(table, {}).setdefault(day.isoformat(), []).append(reason)
+
+    for table, days in detection.days_by_table().items():
+        for day in days:
+            add(table, day, "landing")
+    for table, changes in stale.items():
+        for day in changes:
+            add(table, day, "code")
+    for day in detection.outside:
+        add(STAGING.name, day, "late_data_outside_window")
+    return {t: dict(sorted(days.items())) for t, days in reasons.items()}
+
+
 def _cmd_stale(args: argparse.Namespace) -> int:
     from assets_pkg.late_data import detect
+    from assets_pkg.verification import stale_code_days
     from resources.spark import get_spark
 
-    detection = detect(get_spark())
+    spark = get_spark()
+    detection = detect(spark)
+    stale = {table: days for table, days in stale_code_days(spark).items() if days}
+    if args.json:
+        print(json.dumps(_stale_json(detection, stale), indent=2))
+        return 0
     _print_detection(detection)
-    if not any(detection.days_by_table().values()) and not detection.outside and not detection.holds:
+    _print_code_changes(stale)
+    if not any(detection.days_by_table().values()) and not detection.outside and not detection.holds and not stale:
         print("nothing is stale")
     return 0
 
@@ -431,7 +471,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reason", required=True, help="why it is withdrawn, kept beside the file")
     p.set_defaults(func=_cmd_withdraw)
 
-    p = sub.add_parser("stale", help="preview: which days of which tables the landed batches would restate, and why")
+    p = sub.add_parser(
+        "stale",
+        help="preview: which days of which tables are stale, and why: batches landed since they were written (what a "
+        "restatement rewrites), or code changed since they were built",
+    )
+    p.add_argument("--json", action="store_true", help="print {table: {day: [why, ...]}} as JSON")
     p.set_defaults(func=_cmd_stale)
 
     p = sub.add_parser(

@@ -9,6 +9,8 @@ RESTATE_OP = "restate_stale_days"
 PREVIEW_JOB = "preview_late_data"
 ROLLBACK_JOB = "rollback_days"
 ROLLBACK_OP = "roll_back_days"
+CODE_CHECK_JOB = "check_code_versions"
+CODE_CHECK_OP = "check_built_by_current_code"
 
 # Every step that writes the lake claims this concurrency pool, whose limit dagster.yaml sets to 1: steps of any runs
 # (the UI's, the sensor's, the command line's) write one at a time, so two runs over the same days wait for each

@@ -29,7 +29,7 @@ from dagster import DagsterRun
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from assets_pkg import checks
+from assets_pkg import checks, code_versions
 from assets_pkg.dagster_names import CLI_BACKFILL_TAG, RELEASE_TAG
 from assets_pkg.dagster_private import BACKFILL_ID_TAG
 from assets_pkg.tables import BY_NAME, DAY_COLUMN, PUBLISH_ORDER, LandedBatches, Read, Staged, Table
@@ -87,9 +87,19 @@ class Restored:
 
     version: int
     side_versions: dict[str, int] = field(default_factory=dict)
+    built_by: str | None = None  # the code version that wrote that version (None: not recorded)
 
 
 RowSource = Rebuilt | Restated | Restored
+
+
+# In each day's materialization metadata: the code version that built the day.
+CODE_VERSION = "code_version"
+
+
+def built_by(table: str, source: RowSource) -> str | None:
+    """The code version of the rows a source gives: the code loaded now, unless they are restored older rows."""
+    return source.built_by if isinstance(source, Restored) else code_versions.current()[table]
 
 
 @dataclass(frozen=True)
@@ -173,7 +183,9 @@ class Refused(RuntimeError):
             )
         else:
             lines = [
-                f"{o.check} of {t} on {o.day}: {checks.summary(o)}" for t, found in self.failing.items() for o in found
+                f"{o.check} of {t} on {o.day}: {checks.summary(o)}"
+                for t, outcomes in self.failing.items()
+                for o in outcomes
             ]
             message = (
                 f"{op.value} of {days} refused, nothing {op.verb} in any of {', '.join(change.tables())}: "
@@ -184,7 +196,7 @@ class Refused(RuntimeError):
 
     @property
     def failing_days(self) -> list[str]:
-        return sorted({o.day.isoformat() for found in self.failing.values() for o in found})
+        return sorted({o.day.isoformat() for outcomes in self.failing.values() for o in outcomes})
 
 
 class PartlyPublished(RuntimeError):
@@ -330,6 +342,7 @@ def _commit(staged: dict[str, Staged], change: Change, run: RunInfo) -> dict[str
         for table, days in change.days.items():
             source = change.source(table)
             info = {
+                "code_version": built_by(table, source),
                 "run_id": run.run_id,
                 "backfill_id": run.backfill_id,
                 "operation": change.operation.value,
@@ -415,6 +428,15 @@ def _freshness(table: Table, days: list[date], held: dict[date, control.HeldDay]
     return outcomes
 
 
+def _code(table: str, days: list[date], source: RowSource) -> list[checks.Outcome]:
+    """Just written: by the code loaded now, unless the rows are restored ones an older version built."""
+    built, current = built_by(table, source), code_versions.current()[table]
+    why = {"code_version": built or "", "current_code_version": current}
+    if built != current:
+        why["why"] = f"{table}: restored rows built by code {built or 'unrecorded'}, not {current}"
+    return [checks.Outcome(checks.BUILT_BY_CURRENT_CODE, day, built == current, why) for day in days]
+
+
 def _record(
     spark: SparkSession,
     staged: dict[str, Staged],
@@ -437,6 +459,7 @@ def _record(
             *checked.outcomes,
             *checks.evaluate_after_commit(checked, previous, days),
             *_freshness(spec, days, held),
+            *_code(table, days, source),
         ]
         if spec.checks.late_data:
             outcomes += _late_data(spark, days, source, run, ended)
@@ -457,6 +480,7 @@ def _record(
                 source_watermark=source_watermark,
                 duplicate_per_1k=checked.profile(day).duplicate_per_1k,
                 mismatch_count=checked.mismatches.get(day, 0) if spec.checks.reconciliation else None,
+                code_version=built_by(table, source),
             )
             for day in days
         ]
@@ -471,6 +495,7 @@ def _record(
             day: {
                 **day_metadata,
                 **why,
+                CODE_VERSION: built_by(table, source) or "",
                 "fingerprint": checked.profile(day).fingerprint or "",
                 "fingerprint_changed": changed[day],
                 "duplicate_per_1k": checked.profile(day).duplicate_per_1k,

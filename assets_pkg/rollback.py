@@ -100,12 +100,16 @@ class RollbackPlan:
         rebuilt = f"; rebuild {', '.join(self.rebuild)} from them" if self.rebuild else ""
         return f"{self.start}..{self.end}: restore {restored}{rebuilt} ({self.why})"
 
-    def change(self, batches: str) -> Change:
+    def change(self, batches: str, built_by: dict[str, str | None] | None = None) -> Change:
         """The change publish makes: every restored table read as of its version (its side tables as of theirs),
         every table derived from one rebuilt, all on the plan's days, which are then held."""
         tables = [t for t in PUBLISH_ORDER if t in self.restore or t in self.rebuild]
         sources: dict[str, RowSource] = {
-            t: Restored(self.restore[t], {s: v for s, v in self.restore.items() if SIDE_TABLE_OF.get(s) == t})
+            t: Restored(
+                self.restore[t],
+                {s: v for s, v in self.restore.items() if SIDE_TABLE_OF.get(s) == t},
+                (built_by or {}).get(t),
+            )
             for t in tables
             if t in self.restore
         }
@@ -198,11 +202,23 @@ def landed_batches(spark: SparkSession, days: list[date]) -> str:
     return ", ".join(sorted(str(r[0]) for r in rows.select("ingest_date").distinct().collect() if r[0] is not None))
 
 
+def code_version_at(spark: SparkSession, table: str, version: int) -> str | None:
+    """The code version of the newest commit up to `version` that names one: the code that wrote the table then."""
+    if version < 0:
+        return None
+    for commit in history(spark, table_path(table)):  # newest first
+        metadata = json.loads(commit.userMetadata) if commit.version <= version and commit.userMetadata else {}
+        if metadata.get("code_version"):
+            return str(metadata["code_version"])
+    return None
+
+
 def roll_back(spark: SparkSession, plan: RollbackPlan, run: RunInfo) -> dict[str, Publication]:
     """Restore, rebuild, hold, through the one write path: every table's days verified before the first commit
     (Refused, nothing written, when a restored table would no longer match the tables it is built from), one commit
-    per table, the days held once committed."""
-    return publish(spark, plan.change(landed_batches(spark, plan.days)), run)
+    per table, the days held once committed. A restored day is recorded as built by the code that wrote it then."""
+    built_by = {t: code_version_at(spark, t, v) for t, v in plan.restore.items()}
+    return publish(spark, plan.change(landed_batches(spark, plan.days), built_by), run)
 
 
 def summary(plan: RollbackPlan) -> dict[str, Any]:

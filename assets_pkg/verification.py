@@ -6,7 +6,8 @@ from datetime import date
 
 from pyspark.sql import SparkSession
 
-from assets_pkg import checks, landing, late_data, quarantine
+from assets_pkg import checks, code_versions, landing, late_data, quarantine
+from assets_pkg.code_staleness import CodeChange, stale_by_code
 from assets_pkg.publish import RunInfo
 from assets_pkg.tables import BY_NAME, DAY_COLUMN
 from resources import audit, control
@@ -27,6 +28,26 @@ def check_published(spark: SparkSession, table: str, days: list[date]) -> checks
     return checks.evaluate_blocking(df, upstream, lost, spec.key, spec.day_column, spec.checks, days)
 
 
+def stale_code_days(spark: SparkSession) -> dict[str, dict[date, CodeChange]]:
+    """Table -> its published days stale by code (built by an older version of its code, or from such a day)."""
+    written = audit.built_by(spark)
+    return stale_by_code({t: written.get(t, {}) for t in BY_NAME}, code_versions.current())
+
+
+def code_outcomes(table: str, days: list[date], stale: dict[date, CodeChange]) -> list[checks.Outcome]:
+    """built_by_current_code on each of `days`: failing, saying why, on the days stale by code."""
+    current = code_versions.current()[table]
+    return [
+        checks.Outcome(
+            checks.BUILT_BY_CURRENT_CODE,
+            day,
+            day not in stale,
+            {"current_code_version": current, **({"why": stale[day].describe()} if day in stale else {})},
+        )
+        for day in days
+    ]
+
+
 def verify_published(spark: SparkSession, table: str, days: list[date], run: RunInfo) -> list[checks.Outcome]:
     """Every check of `table` on what is published for `days`, without writing: the blocking checks; the fingerprint
     and row count against what the pipeline last wrote (a change behind its back fails them); up to date with the
@@ -42,6 +63,7 @@ def verify_published(spark: SparkSession, table: str, days: list[date], run: Run
     except late_data.NothingPublished:  # nothing landed is published yet: nothing is stale
         stale, outside = set(), set()
     outcomes = [*verified.outcomes, *checks.evaluate_published(verified, recorded, days, stale)]
+    outcomes += code_outcomes(table, days, stale_code_days(spark)[table])
     for o in outcomes:
         # Held since a rollback: what landed for the day is left out as the operator wants it, until released.
         if o.check in (checks.UP_TO_DATE, checks.NOTHING_LOST) and o.day in holds:

@@ -29,6 +29,7 @@ SCHEMA = T.StructType(
         T.StructField("source_watermark", T.TimestampType()),
         T.StructField("duplicate_per_1k", T.DoubleType()),
         T.StructField("mismatch_count", T.IntegerType()),
+        T.StructField("code_version", T.StringType()),  # of the table's code that built the day
     ]
 )
 
@@ -55,24 +56,43 @@ class AuditRow:
     source_watermark: datetime | None = None
     duplicate_per_1k: float | None = None
     mismatch_count: int | None = None
+    code_version: str | None = None
 
 
 def append(spark: SparkSession, rows: list[AuditRow]) -> None:
     """Blind appends: concurrent runs never conflict on the audit table."""
     if rows:
         df = spark.createDataFrame([tuple(asdict(r).values()) for r in rows], SCHEMA)
-        df.write.format("delta").mode("append").partitionBy("asset").save(table_path(AUDIT_TABLE))
+        # A trail written before a column was added takes it (its earlier rows read null there).
+        writer = df.write.format("delta").mode("append").option("mergeSchema", "true").partitionBy("asset")
+        writer.save(table_path(AUDIT_TABLE))
 
 
 def read(spark: SparkSession) -> DataFrame:
     path = table_path(AUDIT_TABLE)
     if not is_delta_table(spark, path):
         return spark.createDataFrame([], SCHEMA)
-    return spark.read.format("delta").load(path)
+    trail = spark.read.format("delta").load(path)
+    missing = [f for f in SCHEMA.fields if f.name not in trail.columns]
+    return trail.select(*trail.columns, *[F.lit(None).cast(f.dataType).alias(f.name) for f in missing])
 
 
 # run id -> the audit trail's latest row per (asset, day) as that run found it.
 _found_by_run: dict[str, dict[tuple[str, date], DayContent]] = {}
+
+
+def latest_written(spark: SparkSession) -> DataFrame:
+    """The trail's latest row per (asset, day): what last wrote each published day."""
+    latest = Window.partitionBy("asset", "partition").orderBy(F.col("ended_at").desc(), F.col("run_id").desc())
+    return read(spark).withColumn("_n", F.row_number().over(latest)).where("_n = 1").drop("_n")
+
+
+def built_by(spark: SparkSession) -> dict[str, dict[date, str | None]]:
+    """Asset -> each published day -> the code version that last wrote it (None: not recorded)."""
+    found: dict[str, dict[date, str | None]] = {}
+    for r in latest_written(spark).select("asset", "partition", "code_version").collect():
+        found.setdefault(r.asset, {})[r.partition] = r.code_version
+    return found
 
 
 def latest_before_run(spark: SparkSession, run_id: str) -> dict[tuple[str, date], DayContent]:
@@ -82,13 +102,6 @@ def latest_before_run(spark: SparkSession, run_id: str) -> dict[tuple[str, date]
     others' writes). At most one row per asset per day, so small even for a full history."""
     if run_id not in _found_by_run:
         _found_by_run.clear()  # a process runs one run at a time: keep only the current one's
-        latest = Window.partitionBy("asset", "partition").orderBy(F.col("ended_at").desc(), F.col("run_id").desc())
-        rows = (
-            read(spark)
-            .withColumn("_n", F.row_number().over(latest))
-            .where("_n = 1")
-            .select("asset", "partition", "rows_written", "fingerprint")
-            .collect()
-        )
+        rows = latest_written(spark).select("asset", "partition", "rows_written", "fingerprint").collect()
         _found_by_run[run_id] = {(r.asset, r.partition): DayContent(r.rows_written, r.fingerprint) for r in rows}
     return _found_by_run[run_id]
