@@ -1,5 +1,5 @@
-"""Rows that break the landing contract go to `quarantine_order_items` with the reason, the source file and the run:
-nothing is dropped silently, and a bad row never fails the pipeline.
+"""Rows that break the landing contract go to staging's quarantine side table with the reason, the source file and the
+run: nothing is dropped silently, and a bad row never fails the pipeline.
 
 A quarantined row belongs to a day (`quarantine_day`) so that the staging run of that day rewrites it exactly: its
 order_date when that is a valid partition day, otherwise its landing batch's day, clamped into the partitions.

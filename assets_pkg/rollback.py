@@ -124,6 +124,8 @@ def rollback_plan(
     from it; every table derived from a restored one and not restored itself is rebuilt. ValueError when nothing is
     left to restore."""
     if table:
+        if table not in BY_NAME:
+            raise ValueError(_not_a_table(table))
         if table not in written:
             raise ValueError(f"{asked} committed nothing in {table}")
         related = {table, *downstream({table}), *upstream_of(table)}
@@ -134,7 +136,17 @@ def rollback_plan(
     return _plan(start, end, written, f"rolled back to before {asked}")
 
 
+def _not_a_table(name: str) -> str:
+    if name in SIDE_TABLE_OF:
+        owner = SIDE_TABLE_OF[name]
+        return f"{name} is written with {owner}, from the same build: it is restored with {owner}, never alone"
+    return f"unknown table {name!r}; one of: {', '.join(PUBLISH_ORDER)}"
+
+
 def _plan(start: date, end: date, restore: dict[str, int], why: str, **asked: Any) -> RollbackPlan:
+    alone = [s for s in restore if s in SIDE_TABLE_OF and SIDE_TABLE_OF[s] not in restore]
+    if alone:  # a side table is restored with its table, never alone
+        raise ValueError(_not_a_table(alone[0]))
     rebuild = [t for t in downstream({t for t in restore if t in BY_NAME}) if t not in restore]
     order = [t for t in with_side_tables(PUBLISH_ORDER) if t in restore]
     return RollbackPlan(start, end, {t: restore[t] for t in order}, rebuild, why, **asked)

@@ -45,7 +45,8 @@ STORAGE_LABELS = {
     "postgres-direct": "the same PostgreSQL, without PgBouncer",
 }
 STORAGES = {
-    "sharded": None,  # Dagster's default, whose event writes the project's instance keeps: a SQLite file per run and an index
+    # Dagster's default, whose event writes the project's instance keeps: a SQLite file per run and an index.
+    "sharded": None,
     "consolidated": ("dagster._core.storage.event_log", "ConsolidatedSqliteEventLogStorage"),  # one SQLite file
     "postgres": "postgres",  # the production profile's: DAGSTER_POSTGRES_URL (scripts/postgres.sh start)
     "postgres-direct": "postgres",  # DAGSTER_POSTGRES_DIRECT_URL: the server's own port, no PgBouncer
@@ -54,7 +55,9 @@ STORAGES = {
 
 def definitions(days: int, checks: int) -> tuple[Definitions, list[str]]:
     start = date(1992, 1, 1)
-    partitions = DailyPartitionsDefinition(start_date=start.isoformat(), end_date=(start + timedelta(days=days)).isoformat())
+    partitions = DailyPartitionsDefinition(
+        start_date=start.isoformat(), end_date=(start + timedelta(days=days)).isoformat()
+    )
     assets = []
     for i in range(6):
         name = f"table_{i}"
@@ -71,11 +74,17 @@ def definitions(days: int, checks: int) -> tuple[Definitions, list[str]]:
             key = context.assets_def.key
             for day in context.partition_keys:
                 for j in range(checks):
-                    context.log_event(AssetCheckEvaluation(asset_key=key, check_name=f"check_{j}", passed=True, partition=day, metadata={"rows": 1}))
+                    context.log_event(
+                        AssetCheckEvaluation(
+                            asset_key=key, check_name=f"check_{j}", passed=True, partition=day, metadata={"rows": 1}
+                        )
+                    )
             yield MaterializeResult(asset_key=key, metadata={"rows": 1})
 
         assets.append(table)
-    return Definitions(assets=assets, jobs=[define_asset_job("all")], executor=in_process_executor), partitions.get_partition_keys()
+    return Definitions(
+        assets=assets, jobs=[define_asset_job("all")], executor=in_process_executor
+    ), partitions.get_partition_keys()
 
 
 def _fresh_database(url: str) -> str:
@@ -83,8 +92,12 @@ def _fresh_database(url: str) -> str:
     import subprocess
 
     name = f"bench_event_log_{int(time.time() * 1000)}"
-    subprocess.run(["bash", "scripts/postgres.sh", "psql", f"CREATE DATABASE {name} OWNER dagster"],
-                   cwd=Path(__file__).resolve().parents[1], check=True, capture_output=True)
+    subprocess.run(
+        ["bash", "scripts/postgres.sh", "psql", f"CREATE DATABASE {name} OWNER dagster"],
+        cwd=Path(__file__).resolve().parents[1],
+        check=True,
+        capture_output=True,
+    )
     return url.rsplit("/", 1)[0] + "/" + name
 
 
@@ -103,7 +116,9 @@ def run(storage: str, days: int, checks: int, create_only: bool = False) -> floa
             job = defs.resolve_job_def("all")
             t0 = time.monotonic()
             if create_only:  # what the backfill daemon does before it queues the run: planned events included
-                instance.create_run_for_job(job_def=job, execution_plan=create_execution_plan(job, tags=tags), tags=tags)
+                instance.create_run_for_job(
+                    job_def=job, execution_plan=create_execution_plan(job, tags=tags), tags=tags
+                )
                 return time.monotonic() - t0
             result = job.execute_in_process(
                 instance=instance,
@@ -119,7 +134,9 @@ def main() -> None:
     parser.add_argument("--days", type=int, default=364)
     parser.add_argument("--checks", type=int, default=4)
     parser.add_argument("--storage", nargs="+", choices=list(STORAGES), default=["sharded"])
-    parser.add_argument("--create-run", action="store_true", help="only create the run (planned events), do not execute it")
+    parser.add_argument(
+        "--create-run", action="store_true", help="only create the run (planned events), do not execute it"
+    )
     parser.add_argument("--out", help="JSON file for the results (bench/event_log.json: docs/performance.md's table)")
     args = parser.parse_args()
     os.environ.setdefault("DAGSTER_DISABLE_TELEMETRY", "1")
@@ -134,8 +151,19 @@ def main() -> None:
         measured[label] = {"seconds": round(seconds, 1), "ms_per_event": round(1000 * seconds / events, 2)}
         print(f"{storage:<14}{seconds:8.1f} s  {1000 * seconds / events:6.2f} ms/event")
     if args.out:
-        Path(args.out).write_text(json.dumps({"days": args.days, "checks": args.checks, "events": events,
-                                              "create_run_only": args.create_run, "storages": measured}, indent=2) + "\n")
+        Path(args.out).write_text(
+            json.dumps(
+                {
+                    "days": args.days,
+                    "checks": args.checks,
+                    "events": events,
+                    "create_run_only": args.create_run,
+                    "storages": measured,
+                },
+                indent=2,
+            )
+            + "\n"
+        )
 
 
 if __name__ == "__main__":

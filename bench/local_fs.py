@@ -35,9 +35,13 @@ def _measure(days: int, rows_per_day: int, commits: int, folder: str) -> dict:
     from resources.spark import get_spark
 
     spark = get_spark()
-    df = spark.range(days * rows_per_day).select(
-        F.expr(f"date_add(date'1992-01-01', cast(id % {days} as int))").alias("day"), F.col("id").alias("value")
-    ).persist()
+    df = (
+        spark.range(days * rows_per_day)
+        .select(
+            F.expr(f"date_add(date'1992-01-01', cast(id % {days} as int))").alias("day"), F.col("id").alias("value")
+        )
+        .persist()
+    )
     df.count()
     seconds = {}
     t = time.monotonic()
@@ -47,8 +51,13 @@ def _measure(days: int, rows_per_day: int, commits: int, folder: str) -> dict:
     for i in range(commits):
         day = f"date_add(date'1992-01-01', {i % days})"
         (
-            df.where(f"day = {day}").repartition("day").write.format("delta").mode("overwrite")
-            .option("replaceWhere", f"day = {day}").partitionBy("day").save(f"{folder}/delta")
+            df.where(f"day = {day}")
+            .repartition("day")
+            .write.format("delta")
+            .mode("overwrite")
+            .option("replaceWhere", f"day = {day}")
+            .partitionBy("day")
+            .save(f"{folder}/delta")
         )
     seconds["day_commits_s"] = time.monotonic() - t
     df.repartition("day").write.partitionBy("day").parquet(f"{folder}/parquet")
@@ -73,9 +82,22 @@ def main() -> int:
     for variant in ("stock", "project"):
         env = {**os.environ, "SPARK_CONF": json.dumps(STOCK if variant == "stock" else {})}
         done = subprocess.run(
-            [sys.executable, __file__, "--variant", variant, "--days", str(args.days), "--rows-per-day", str(args.rows_per_day),
-             "--commits", str(args.commits)],
-            env=env, capture_output=True, text=True, check=True,
+            [
+                sys.executable,
+                __file__,
+                "--variant",
+                variant,
+                "--days",
+                str(args.days),
+                "--rows-per-day",
+                str(args.rows_per_day),
+                "--commits",
+                str(args.commits),
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
         )
         result = json.loads(done.stdout.strip().splitlines()[-1])
         print(f"{variant:8} " + "  ".join(f"{k} {v:6.1f}" for k, v in result.items()))

@@ -1,10 +1,10 @@
 """docs/performance.md's tables, generated from the benchmarks' JSON files in bench/ (never written by hand):
 
-    bench/sf1.json, bench/sf1-cluster.json   python bench/run.py --scale 1 [--profile cluster] --out ... --docs
-    bench/event_log.json                      python bench/event_log.py --days 31 --checks 5 --out bench/event_log.json
+bench/sf1.json, bench/sf1-cluster.json   python bench/run.py --scale 1 [--profile cluster] --out ... --docs
+bench/event_log.json                      python bench/event_log.py --days 31 --checks 5 --out bench/event_log.json
 
-    python bench/report.py            # rewrite the generated part of docs/performance.md
-    python bench/report.py --print [--json FILE ...]   # print it instead (of other bench/run.py outputs)
+python bench/report.py            # rewrite the generated part of docs/performance.md
+python bench/report.py --print [--json FILE ...]   # print it instead (of other bench/run.py outputs)
 """
 
 import argparse
@@ -90,14 +90,18 @@ def tables(runs: list[Path] | None = None) -> str:
             "|---|" + "---|" * len(found) + "---|",
         ]
         for key, label, target in ROWS:
-            out.append(f"| {label} (`{key}`) | " + " | ".join(_cell(r.get(key), key) for r in found.values()) + f" | {target} |")
+            out.append(
+                f"| {label} (`{key}`) | "
+                + " | ".join(_cell(r.get(key), key) for r in found.values())
+                + f" | {target} |"
+            )
         out.append("")
     event_log = REPO / "bench" / "event_log.json"
     if event_log.exists():
         e = json.loads(event_log.read_text())
         out += [
-            f"Dagster's event log alone (`bench/event_log.json`): one run of {e['days']} days x 6 assets x {e['checks']} "
-            f"checks, about {e['events']:,} events, no Spark.",
+            f"Dagster's event log alone (`bench/event_log.json`): one run of {e['days']} days x 6 assets x "
+            f"{e['checks']} checks, about {e['events']:,} events, no Spark.",
             "",
             "| storage | seconds | ms per event |",
             "|---|---|---|",

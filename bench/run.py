@@ -93,7 +93,9 @@ def _bare() -> None:
     out = lake_root() / "bare"
 
     def write(df, table):
-        df.repartition(DAY_COLUMN[table]).write.format("delta").mode("overwrite").partitionBy(DAY_COLUMN[table]).save(str(out / table))
+        df.repartition(DAY_COLUMN[table]).write.format("delta").mode("overwrite").partitionBy(DAY_COLUMN[table]).save(
+            str(out / table)
+        )
 
     def read(table, days):  # each upstream table as written above: the whole history, as every build asks for here
         return spark.read.format("delta").load(str(out / table))
@@ -110,7 +112,7 @@ def _bare() -> None:
 
 def _land_corrections(days: list[str]) -> None:
     """A new batch re-sending 2 staged items of each of `days` with one more unit and a later updated_at."""
-    from tests.late_batches import corrections, land_batch, next_batch_day
+    from bench.harness import corrections, land_batch, next_batch_day
     from resources.spark import get_spark
 
     spark = get_spark()
@@ -132,7 +134,12 @@ class Bench:
             "PARTITION_START_DATE": first.isoformat(),
             "PARTITION_END_DATE": last.isoformat(),
         }
-        for setting in ("BACKFILL_MAX_PARTITIONS_PER_RUN", "LATE_DATA_SENSOR_INTERVAL_S", "SPARK_REMOTE", "DAGSTER_POSTGRES_URL"):
+        for setting in (
+            "BACKFILL_MAX_PARTITIONS_PER_RUN",
+            "LATE_DATA_SENSOR_INTERVAL_S",
+            "SPARK_REMOTE",
+            "DAGSTER_POSTGRES_URL",
+        ):
             self.env.pop(setting, None)
         if profile == "cluster":
             self.env.update(_cluster_profile())
@@ -154,7 +161,7 @@ class Bench:
         return time.monotonic() - t0, done.stdout
 
     def instance(self):
-        from tests.dagster_ui import instance_at
+        from bench.harness import instance_at
 
         return instance_at(self.home)
 
@@ -185,19 +192,31 @@ class Bench:
 def _service_pids() -> list[int]:
     """The cluster profile's long-lived processes: Spark's master, worker (its executors are its children) and
     Connect server, PostgreSQL's server (its backends are its children) and PgBouncer."""
-    files = [*(REPO / ".cluster").glob("*.pid"), REPO / ".postgres" / "pgbouncer.pid", REPO / ".postgres" / "data" / "postmaster.pid"]
+    files = [
+        *(REPO / ".cluster").glob("*.pid"),
+        REPO / ".postgres" / "pgbouncer.pid",
+        REPO / ".postgres" / "data" / "postmaster.pid",
+    ]
     return [int(f.read_text().split()[0]) for f in files if f.exists()]
 
 
 def _cluster_profile() -> dict[str, str]:
     """The production profile's services (scripts/cluster-profile.sh), with a PostgreSQL database of the bench's own."""
     env_file = REPO / ".cluster" / "profile.env"
-    if subprocess.run(["bash", "scripts/cluster-profile.sh", "status"], cwd=REPO, capture_output=True).returncode or not env_file.exists():
+    if (
+        subprocess.run(["bash", "scripts/cluster-profile.sh", "status"], cwd=REPO, capture_output=True).returncode
+        or not env_file.exists()
+    ):
         raise SystemExit("--profile cluster: start it first: bash scripts/cluster-profile.sh start")
     found = dict(re.findall(r"export (\w+)=(\S+)", env_file.read_text()))
     database = f"bench_{int(time.time())}"
-    subprocess.run(["bash", "scripts/postgres.sh", "psql", f"CREATE DATABASE {database} OWNER dagster"], cwd=REPO, check=True)
-    return {"SPARK_REMOTE": found["SPARK_REMOTE"], "DAGSTER_POSTGRES_URL": found["DAGSTER_POSTGRES_URL"].rsplit("/", 1)[0] + "/" + database}
+    subprocess.run(
+        ["bash", "scripts/postgres.sh", "psql", f"CREATE DATABASE {database} OWNER dagster"], cwd=REPO, check=True
+    )
+    return {
+        "SPARK_REMOTE": found["SPARK_REMOTE"],
+        "DAGSTER_POSTGRES_URL": found["DAGSTER_POSTGRES_URL"].rsplit("/", 1)[0] + "/" + database,
+    }
 
 
 def _restated_partitions(bench: Bench, run_id: str) -> int:
@@ -205,13 +224,15 @@ def _restated_partitions(bench: Bench, run_id: str) -> int:
     from dagster import DagsterEventType
 
     with bench.instance() as instance:
-        return len(instance.get_records_for_run(run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION, limit=100000).records)
+        return len(
+            instance.get_records_for_run(run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION, limit=100000).records
+        )
 
 
 def step_seconds(home: Path) -> dict[str, dict[str, float]]:
     """Where each run's time went: per run (oldest first), its length and each step's, from the instance's event log
     (the first step of a run also pays for the run's JVM start)."""
-    from tests.dagster_ui import instance_at
+    from bench.harness import instance_at
 
     with instance_at(home) as instance:
         steps = {}
@@ -232,9 +253,15 @@ def main() -> int:
     parser.add_argument("--out", help="JSON file for the results")
     parser.add_argument("--days", type=int, help="partitions: only the first N days of TPC-H's history (tiny runs)")
     parser.add_argument("--lake", help="work folder (default: a new temporary folder)")
-    parser.add_argument("--profile", choices=["embedded", "cluster"], default="embedded",
-                        help="embedded: local Spark, Dagster on SQLite (the default); cluster: scripts/cluster-profile.sh")
-    parser.add_argument("--docs", action="store_true", help="then regenerate docs/performance.md's tables (bench/report.py)")
+    parser.add_argument(
+        "--profile",
+        choices=["embedded", "cluster"],
+        default="embedded",
+        help="embedded: local Spark, Dagster on SQLite (the default); cluster: scripts/cluster-profile.sh",
+    )
+    parser.add_argument(
+        "--docs", action="store_true", help="then regenerate docs/performance.md's tables (bench/report.py)"
+    )
     parser.add_argument("--steps-of", metavar="LAKE", help="only print the run and step times of an earlier run's lake")
     parser.add_argument("--step", choices=["bare", "land-corrections"], help=argparse.SUPPRESS)
     parser.add_argument("--step-days", nargs="*", help=argparse.SUPPRESS)
@@ -259,8 +286,13 @@ def main() -> int:
     me = str(Path(__file__).resolve())
     from resources.settings import ENVIRONMENT
 
-    result: dict = {"profile": args.profile, "scale": args.scale, "days": (last - FIRST_DAY).days + 1,
-                    "chunk_days": int(ENVIRONMENT["backfill_max_partitions_per_run"][1]), "cpus": os.cpu_count()}
+    result: dict = {
+        "profile": args.profile,
+        "scale": args.scale,
+        "days": (last - FIRST_DAY).days + 1,
+        "chunk_days": int(ENVIRONMENT["backfill_max_partitions_per_run"][1]),
+        "cpus": os.cpu_count(),
+    }
 
     def step(name: str, seconds: float) -> None:
         result[name] = round(seconds, 1)
@@ -271,10 +303,11 @@ def main() -> int:
     step("bare_equal_work_s", seconds)
     result["rows_by_table"] = json.loads(out.strip().splitlines()[-1])
 
+    from dagster import AssetSelection
+
     from assets_pkg.automation import landing_state
     from assets_pkg.definitions import defs
-    from dagster import AssetSelection
-    from tests.dagster_ui import DagsterDev
+    from bench.harness import DagsterDev
 
     dev = DagsterDev(bench.home, env=bench.env)
     try:
@@ -315,12 +348,26 @@ def main() -> int:
     result["run_mean_s"] = round(in_runs / len(run_ids), 1)
     result["short_run_days"] = short = min(31, result["days"])
     rerun = FIRST_DAY + timedelta(days=min(365, result["days"] - short))
-    step("short_run_s", bench.run("-m", "assets_pkg", "backfill", "--start", rerun.isoformat(), "--end",
-                                  (rerun + timedelta(days=short - 1)).isoformat(), "--max-partitions-per-run", str(short))[0])
+    step(
+        "short_run_s",
+        bench.run(
+            "-m",
+            "assets_pkg",
+            "backfill",
+            "--start",
+            rerun.isoformat(),
+            "--end",
+            (rerun + timedelta(days=short - 1)).isoformat(),
+            "--max-partitions-per-run",
+            str(short),
+        )[0],
+    )
 
     # Three old days inside the restatement window (counted back from the newest batch) and the partitions.
     n_days = result["days"]
-    old_days = [(last - timedelta(days=min(d, n_days * share // 4))).isoformat() for d, share in ((60, 3), (45, 2), (20, 1))]
+    old_days = [
+        (last - timedelta(days=min(d, n_days * share // 4))).isoformat() for d, share in ((60, 3), (45, 2), (20, 1))
+    ]
     bench.run(me, "--scale", str(args.scale), "--out", "-", "--step", "land-corrections", "--step-days", *old_days)
     seconds, out = bench.run("-m", "assets_pkg", "restate")
     restated = {t: int(n) for t, n in re.findall(r"restated (\w+): (\d+) day", out)}
@@ -338,18 +385,33 @@ def main() -> int:
     result["run_steps_s"] = step_seconds(bench.home)
     result["spark_applications"] = bench.spark_apps
     result["peak_memory_mb"] = memory.stop()
-    result["backfill_vs_bare"] = round((result["backfill_ui_s"] - result["daemon_loop_s"]) / result["bare_equal_work_s"], 2)
+    result["backfill_vs_bare"] = round(
+        (result["backfill_ui_s"] - result["daemon_loop_s"]) / result["bare_equal_work_s"], 2
+    )
     result["restate3_vs_backfill"] = round(result["restate3_s"] / result["backfill_ui_s"], 3)
-    for key in ("runs", "restate3_days_by_table", "sensor_idle_rewritten_partitions", "idle_rewritten_partitions",
-                "delta_commits", "files_written", "spark_applications", "peak_memory_mb", "backfill_vs_bare",
-                "restate3_vs_backfill"):
+    for key in (
+        "runs",
+        "restate3_days_by_table",
+        "sensor_idle_rewritten_partitions",
+        "idle_rewritten_partitions",
+        "delta_commits",
+        "files_written",
+        "spark_applications",
+        "peak_memory_mb",
+        "backfill_vs_bare",
+        "restate3_vs_backfill",
+    ):
         print(f"{key:24s} {result[key]}")
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
     if args.docs:
         from bench.report import write_docs
 
         print(f"wrote {write_docs()}")
-    for key in ("sensor_idle_rewritten_partitions", "idle_rewritten_partitions", "idle_commits"):  # correctness, unlike the times
+    for key in (
+        "sensor_idle_rewritten_partitions",
+        "idle_rewritten_partitions",
+        "idle_commits",
+    ):  # correctness, unlike the times
         if result[key]:
             print(f"FAILED: a restatement with no new data wrote: {key} = {result[key]}", file=sys.stderr)
             return 1

@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 
 from assets_pkg import landing
-from assets_pkg.tables import DAY_COLUMN
 from assets_pkg.backfill import run_backfill, runs_url
 from assets_pkg.generate import generate
+from assets_pkg.tables import DAY_COLUMN
 from resources.delta_io import read_table
 from resources.lake import table_path
 from resources.spark import LOCAL_FS_CLASS, LOCAL_FS_CONTEXT_CLASS
-from tests.conftest import TABLE_KEYS, duplicate_keys, files_by_day, rows, versions
+from tests.support.lake import TABLE_KEYS, duplicate_keys, files_by_day, rows, versions
 
 pytestmark = pytest.mark.slow  # builds a lake and runs backfills: minutes, not seconds
 
@@ -130,7 +130,9 @@ def _scanned(instance, table, day):
     """What the latest materialization of `table` on `day` says its run scanned, per source."""
     from dagster import AssetKey, AssetRecordsFilter
 
-    record = instance.fetch_materializations(AssetRecordsFilter(asset_key=AssetKey(table), asset_partitions=[day.isoformat()]), limit=1).records[0]
+    record = instance.fetch_materializations(
+        AssetRecordsFilter(asset_key=AssetKey(table), asset_partitions=[day.isoformat()]), limit=1
+    ).records[0]
     return record.asset_materialization.metadata["scanned"].value
 
 
@@ -139,8 +141,11 @@ def batches_that_can_hold(spark, day):
     day), and every batch holding a version of an item that has a version dated `day`."""
     landed = landing.read_landing(spark, landing.ORDER_ITEMS).collect()
     keys_on_day = {(r.order_id, r.order_item_id) for r in landed if r.order_date == day and r.order_id is not None}
-    return {r.ingest_date for r in landed
-            if r.order_date == day or r.ingest_date == day or (r.order_id, r.order_item_id) in keys_on_day}
+    return {
+        r.ingest_date
+        for r in landed
+        if r.order_date == day or r.ingest_date == day or (r.order_id, r.order_item_id) in keys_on_day
+    }
 
 
 def test_a_one_day_run_reads_only_its_day_of_a_table_and_only_the_landed_batches_that_can_hold_it(spark, built):
@@ -152,8 +157,9 @@ def test_a_one_day_run_reads_only_its_day_of_a_table_and_only_the_landed_batches
     expected = batches_that_can_hold(spark, day)
     landed_dirs = landing.batch_dirs(landing.ORDER_ITEMS)
     assert landing_read["batches"] == len(expected) < landing_read["batches_total"] == len(landed_dirs)
-    assert landing_read["files"] == sum(1 for d in landed_dirs if date.fromisoformat(landing.batch_name(d)) in expected
-                                        for f in d.glob("*.parquet"))
+    assert landing_read["files"] == sum(
+        1 for d in landed_dirs if date.fromisoformat(landing.batch_name(d)) in expected for f in d.glob("*.parquet")
+    )
     assert landing_read["bytes"] < landing_read["bytes_total"]
 
     assert run_backfill(day, day, select=["daily_revenue"], instance=built, echo=lambda _: None)

@@ -23,30 +23,76 @@ def test_backfill_outside_the_partitions_is_refused(capsys):
     assert "--start 2024-12-01 is outside the partitions 2025-01-01..2025-03-31" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("argv, said", [
-    (["rollback", "--asset", "no_such_table", "--start", "2025-01-01", "--end", "2025-01-02", "--version", "1"],
-     "unknown asset 'no_such_table'; one of: stg_order_items, dim_product"),
-    (["rollback", "--asset", "fact_order_item", "--start", "2025-01-05", "--end", "2025-01-02", "--version", "1"],
-     "--start 2025-01-05 is after --end 2025-01-02"),
-    (["rollback", "--asset", "fact_order_item", "--start", "2025-01-01", "--end", "2025-01-02", "--version", "-3"],
-     "argument --version: not a Delta version (0 or above): '-3'"),
-    (["rollback", "--asset", "fact_order_item", "--start", "2025-01-01", "--end", "2025-01-02", "--version", "1"],
-     "Delta table 'fact_order_item' does not exist at"),  # a lake with nothing built yet
-    (["rollback", "--start", "2025-01-01", "--end", "2025-01-02", "--version", "1"], "--version needs --asset"),
-    (["rollback", "--start", "2025-01-01", "--end", "2025-01-02", "--before-run", "no-such-run"],
-     "run no-such-run committed nothing in any table"),
-    (["release", "--start", "2025-01-05", "--end", "2025-01-02"], "--start 2025-01-05 is after --end 2025-01-02"),
-    (["backfill", "--max-partitions-per-run", "0"], "argument --max-partitions-per-run: not a whole number above 0: '0'"),
-    (["backfill", "--start", "2025-02-01", "--end", "2025-01-01"], "--start 2025-02-01 is after --end 2025-01-01"),
-    (["backfill", "--end", "2025-13-01"], "argument --end: not a YYYY-MM-DD date: '2025-13-01'"),
-    (["check", "--asset", "nope"], "unknown asset 'nope'"),
-    (["check", "--end", "2026-01-01"], "--end 2026-01-01 is outside the partitions 2025-01-01..2025-03-31"),
-    (["report", "--asset", "fact_order_item", "--version", "2"], "Delta table 'fact_order_item' does not exist at"),
-    (["generate", "--bad-rate", "1.5"], "argument --bad-rate: not a share between 0 and 1: '1.5'"),
-    (["generate", "--rows-per-day", "-1"], "argument --rows-per-day: not a whole number above 0: '-1'"),
-    (["import-tpch", "--scale", "0"], "argument --scale: not a number above 0: '0'"),
-    (["no-such-command"], "invalid choice: 'no-such-command'"),
-])
+@pytest.mark.parametrize(
+    "argv, said",
+    [
+        (
+            ["rollback", "--asset", "no_such_table", "--start", "2025-01-01", "--end", "2025-01-02", "--version", "1"],
+            "unknown asset 'no_such_table'; one of: stg_order_items, dim_product",
+        ),
+        (
+            [
+                "rollback",
+                "--asset",
+                "fact_order_item",
+                "--start",
+                "2025-01-05",
+                "--end",
+                "2025-01-02",
+                "--version",
+                "1",
+            ],
+            "--start 2025-01-05 is after --end 2025-01-02",
+        ),
+        (
+            [
+                "rollback",
+                "--asset",
+                "fact_order_item",
+                "--start",
+                "2025-01-01",
+                "--end",
+                "2025-01-02",
+                "--version",
+                "-3",
+            ],
+            "argument --version: not a Delta version (0 or above): '-3'",
+        ),
+        (
+            [
+                "rollback",
+                "--asset",
+                "fact_order_item",
+                "--start",
+                "2025-01-01",
+                "--end",
+                "2025-01-02",
+                "--version",
+                "1",
+            ],
+            "Delta table 'fact_order_item' does not exist at",
+        ),  # a lake with nothing built yet
+        (["rollback", "--start", "2025-01-01", "--end", "2025-01-02", "--version", "1"], "--version needs --asset"),
+        (
+            ["rollback", "--start", "2025-01-01", "--end", "2025-01-02", "--before-run", "no-such-run"],
+            "run no-such-run committed nothing in any table",
+        ),
+        (["release", "--start", "2025-01-05", "--end", "2025-01-02"], "--start 2025-01-05 is after --end 2025-01-02"),
+        (
+            ["backfill", "--max-partitions-per-run", "0"],
+            "argument --max-partitions-per-run: not a whole number above 0: '0'",
+        ),
+        (["backfill", "--start", "2025-02-01", "--end", "2025-01-01"], "--start 2025-02-01 is after --end 2025-01-01"),
+        (["backfill", "--end", "2025-13-01"], "argument --end: not a YYYY-MM-DD date: '2025-13-01'"),
+        (["check", "--asset", "nope"], "unknown asset 'nope'"),
+        (["check", "--end", "2026-01-01"], "--end 2026-01-01 is outside the partitions 2025-01-01..2025-03-31"),
+        (["report", "--asset", "fact_order_item", "--version", "2"], "Delta table 'fact_order_item' does not exist at"),
+        (["generate", "--bad-rate", "1.5"], "argument --bad-rate: not a share between 0 and 1: '1.5'"),
+        (["generate", "--rows-per-day", "-1"], "argument --rows-per-day: not a whole number above 0: '-1'"),
+        (["import-tpch", "--scale", "0"], "argument --scale: not a number above 0: '0'"),
+        (["no-such-command"], "invalid choice: 'no-such-command'"),
+    ],
+)
 def test_a_mistyped_command_is_one_line_naming_the_mistake_and_exit_2(capsys, argv, said):
     try:
         code = main(argv)
@@ -74,6 +120,7 @@ def test_backfill_of_an_unknown_asset_is_refused(capsys):
     assert "unknown asset(s): no_such_table" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # lands a history with Spark and observes it in Dagster: 20 s of the quick loop's minute
 def test_landing_is_append_only_a_landed_batch_is_never_rewritten(capsys, lake):
     root, _ = lake
     assert main(["generate", "--start", "2025-01-01", "--end", "2025-01-03", "--rows-per-day", "5"]) == 0
@@ -97,6 +144,7 @@ def test_generate_is_deterministic_for_a_seed(spark, tmp_path, monkeypatch):
     assert land(tmp_path / "a") == land(tmp_path / "b")
 
 
+@pytest.mark.slow  # starts a JVM in a command's process of its own: 20 s of the quick loop's minute
 def test_the_terminal_shows_the_commands_own_lines_and_spark_logs_to_a_file(lake):
     import os
     import subprocess
@@ -105,10 +153,20 @@ def test_the_terminal_shows_the_commands_own_lines_and_spark_logs_to_a_file(lake
     from resources.lake import REPO_ROOT
 
     root, _ = lake
-    done = subprocess.run([sys.executable, "-m", "assets_pkg", "stale"], cwd=REPO_ROOT, env=dict(os.environ),
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "assets_pkg", "stale"],
+        cwd=REPO_ROOT,
+        env=dict(os.environ),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert "stg_order_items is not materialized" in done.stderr  # the command's own line
     # The JVM's own notice of the vector module Spark enables is printed by Java itself, not by any logger.
-    spark_lines = [line for line in done.stderr.splitlines() if line and not line.startswith(("error:", "WARNING: Using incubator"))]
+    spark_lines = [
+        line
+        for line in done.stderr.splitlines()
+        if line and not line.startswith(("error:", "WARNING: Using incubator"))
+    ]
     assert spark_lines == [], done.stderr
     assert " WARN " in (root / "logs" / "spark.log").read_text()  # what Spark said is kept, in the lake

@@ -12,19 +12,23 @@ from datetime import date, timedelta
 import pytest
 from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 
-
-from assets_pkg.dagster_names import CLI_BACKFILL_TAG, LAKE_WRITES_POOL, LANDING_STATE_TAG, RESTATE_JOB
 from assets_pkg.automation import landing_state
 from assets_pkg.checks import day_fingerprints
+from assets_pkg.dagster_names import CLI_BACKFILL_TAG, LAKE_WRITES_POOL, LANDING_STATE_TAG, RESTATE_JOB
 from assets_pkg.dagster_private import AtomicClaimPostgresEventLogStorage
 from assets_pkg.instance import write_config
-
 from assets_pkg.tables import DAY_COLUMN, FACT_ORDER_ITEM, PUBLISH_ORDER, QUARANTINE_ORDER_ITEMS, STG_ORDER_ITEMS
 from resources.delta_io import read_days, read_table
 from resources.lake import REPO_ROOT, table_path
-from tests.conftest import duplicate_keys, environment, from_scratch, rows, versions
-from tests.late_batches import assert_rewrote_exactly, land_batch, next_batch_day, snapshot, three_corrected_and_two_late_days
-from tests.test_dagster_private import assert_one_holds_the_slot_and_the_other_gets_it_next
+from tests.support.lake import duplicate_keys, environment, from_scratch, rows, versions
+from tests.support.late_batches import (
+    assert_rewrote_exactly,
+    land_batch,
+    next_batch_day,
+    snapshot,
+    three_corrected_and_two_late_days,
+)
+from tests.support.slot_claims import assert_one_holds_the_slot_and_the_other_gets_it_next
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 
@@ -37,8 +41,9 @@ CONNECT_PORT = os.environ.get("SPARK_CONNECT_PORT", "15002")
 
 
 def _script(name: str, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", str(REPO_ROOT / "scripts" / name), *args], cwd=REPO_ROOT, capture_output=True,
-                          text=True, check=check)
+    return subprocess.run(
+        ["bash", str(REPO_ROOT / "scripts" / name), *args], cwd=REPO_ROOT, capture_output=True, text=True, check=check
+    )
 
 
 def _service(name: str):
@@ -60,8 +65,12 @@ def profile(tmp_path_factory):
     _script("postgres.sh", "psql", f"CREATE DATABASE {database} OWNER dagster")
     root = tmp_path_factory.mktemp("cluster_lake")
     home = root / "dagster_home"
-    env = {"SPARK_REMOTE": f"sc://127.0.0.1:{CONNECT_PORT}", "DAGSTER_POSTGRES_URL": f"{url.rsplit('/', 1)[0]}/{database}",
-           "DAGSTER_HOME": str(home), "LAKE_ROOT": str(root)}
+    env = {
+        "SPARK_REMOTE": f"sc://127.0.0.1:{CONNECT_PORT}",
+        "DAGSTER_POSTGRES_URL": f"{url.rsplit('/', 1)[0]}/{database}",
+        "DAGSTER_HOME": str(home),
+        "LAKE_ROOT": str(root),
+    }
     try:
         # This process reads the same lake and instance; its own Spark stays local (SPARK_REMOTE: the commands only).
         with environment(**{k: v for k, v in env.items() if k != "SPARK_REMOTE"}):
@@ -87,7 +96,9 @@ def test_of_two_processes_claiming_the_lake_writes_slot_at_once_on_postgresql_on
 def content(spark) -> tuple[dict, dict]:
     """Every table's rows, and the SHA-256 fingerprint of each of its days (the checks' own)."""
     fingerprints = {
-        t: {r.day: r.fingerprint for r in day_fingerprints(read_table(spark, t).drop("run_id"), DAY_COLUMN[t]).collect()}
+        t: {
+            r.day: r.fingerprint for r in day_fingerprints(read_table(spark, t).drop("run_id"), DAY_COLUMN[t]).collect()
+        }
         for t in TABLES
     }
     return {t: rows(spark, t) for t in TABLES}, fingerprints
@@ -95,8 +106,14 @@ def content(spark) -> tuple[dict, dict]:
 
 def command(env: dict, *args: str) -> subprocess.CompletedProcess:
     """`python -m assets_pkg ARGS` in the profile, in a process of its own."""
-    return subprocess.run([sys.executable, "-m", "assets_pkg", *args], cwd=REPO_ROOT, env={**os.environ, **env},
-                          capture_output=True, text=True, timeout=900)
+    return subprocess.run(
+        [sys.executable, "-m", "assets_pkg", *args],
+        cwd=REPO_ROOT,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
 
 
 def succeeded(done: subprocess.CompletedProcess) -> str:
@@ -109,14 +126,20 @@ def succeeded(done: subprocess.CompletedProcess) -> str:
 @pytest.fixture(scope="module")
 def built(profile):
     env, instance = profile
-    succeeded(command(env, "generate", "--start", str(START), "--end", str(END), "--rows-per-day", "8", "--bad-rate", "0.05"))
-    output = succeeded(command(env, "backfill", "--start", str(START), "--end", str(END), "--max-partitions-per-run", str(CHUNK)))
+    succeeded(
+        command(env, "generate", "--start", str(START), "--end", str(END), "--rows-per-day", "8", "--bad-rate", "0.05")
+    )
+    output = succeeded(
+        command(env, "backfill", "--start", str(START), "--end", str(END), "--max-partitions-per-run", str(CHUNK))
+    )
     # The restatement that follows a backfill: it stages every batch, and the sensor has nothing left to repeat.
     succeeded(command(env, "restate"))
     return env, instance, output
 
 
-def test_a_chunked_range_backfill_on_the_cluster_is_recorded_in_postgresql_and_equals_a_local_build(spark, built, tmp_path):
+def test_a_chunked_range_backfill_on_the_cluster_is_recorded_in_postgresql_and_equals_a_local_build(
+    spark, built, tmp_path
+):
     env, instance, output = built
     backfill_id = output.split()[1].rstrip(":")
     runs = instance.get_runs(RunsFilter(tags={CLI_BACKFILL_TAG: backfill_id}))
@@ -146,17 +169,28 @@ def test_late_rows_are_restated_by_the_sensor_on_exactly_their_days(spark, built
     land_batch(spark, items, next_batch_day())
     state = landing_state()
     daemon = subprocess.Popen(
-        [str(os.path.join(os.path.dirname(sys.executable), "dagster-daemon")), "run", "-w", str(REPO_ROOT / "workspace.yaml")],
-        cwd=env["DAGSTER_HOME"], env={**os.environ, **env, "LATE_DATA_SENSOR_INTERVAL_S": "5"},
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        [
+            str(os.path.join(os.path.dirname(sys.executable), "dagster-daemon")),
+            "run",
+            "-w",
+            str(REPO_ROOT / "workspace.yaml"),
+        ],
+        cwd=env["DAGSTER_HOME"],
+        env={**os.environ, **env, "LATE_DATA_SENSOR_INTERVAL_S": "5"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
     )
     try:
         deadline = time.monotonic() + 600
         finished = []
         while not finished and time.monotonic() < deadline:
             assert daemon.poll() is None, "dagster-daemon exited"
-            finished = [r for r in instance.get_runs(RunsFilter(job_name=RESTATE_JOB, tags={LANDING_STATE_TAG: state}))
-                        if r.status in (DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED)]
+            finished = [
+                r
+                for r in instance.get_runs(RunsFilter(job_name=RESTATE_JOB, tags={LANDING_STATE_TAG: state}))
+                if r.status in (DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED)
+            ]
             time.sleep(2)
     finally:
         os.killpg(daemon.pid, 9)
@@ -170,7 +204,9 @@ def test_a_blocking_failure_on_the_cluster_publishes_nothing(spark, built):
     env, _, _ = built
     day = START + timedelta(days=9)
     # A duplicate written into staging behind the pipeline's back: the fact built from it fails unique_key.
-    read_days(spark, STG_ORDER_ITEMS, "order_date", [day]).limit(1).write.format("delta").mode("append").save(table_path(STG_ORDER_ITEMS))
+    read_days(spark, STG_ORDER_ITEMS, "order_date", [day]).limit(1).write.format("delta").mode("append").save(
+        table_path(STG_ORDER_ITEMS)
+    )
     before = versions(spark, FACT_ORDER_ITEM)
     fact_before = rows(spark, FACT_ORDER_ITEM)
     failed = command(env, "backfill", "--select", FACT_ORDER_ITEM, "--start", str(day), "--end", str(day))

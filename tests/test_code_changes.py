@@ -1,14 +1,11 @@
 """A fixed transform makes exactly the days older code built stale, in its table and in every table built from them:
-`stale` says so (and why), and Dagster's built_by_current_code check fails on exactly those days. The change is made
-for real: a copy of the project whose transform differs, run against the same lake and instance."""
+`stale` says so (and why), and Dagster's built_by_current_code check fails on exactly those days. `plan` rebuilds them
+beside the lake and lists as changed exactly the days the fix changes, publishing nothing; `promote` writes exactly
+those days, after which every table equals a from-scratch build with the new code. The change is made for real: a
+copy of the project whose transform differs, run against the same lake and instance."""
 
 import json
-import os
-import shutil
-import subprocess
-import sys
 from datetime import date
-from pathlib import Path
 
 import pytest
 from dagster import RunRequest, SkipReason, build_sensor_context
@@ -22,9 +19,8 @@ from assets_pkg.definitions import defs
 from assets_pkg.generate import generate
 from assets_pkg.partitions import days
 from assets_pkg.tables import PUBLISH_ORDER
-from resources.lake import REPO_ROOT
-from resources.settings import settings
 from tests.support.late_batches import check_partition_statuses
+from tests.support.projects import project_with, run_in
 
 pytestmark = pytest.mark.slow  # builds a lake and runs the project's commands in another process
 
@@ -40,24 +36,7 @@ def built(spark, lake):
     return instance
 
 
-def project_with(tmp_path: Path, old: str, new: str) -> Path:
-    """A copy of the project whose transforms module has `old` replaced by `new`."""
-    copy = tmp_path / "fixed"
-    for package in ("assets_pkg", "resources"):
-        shutil.copytree(REPO_ROOT / package, copy / package, ignore=shutil.ignore_patterns("__pycache__"))
-    transforms = copy / "assets_pkg" / "transforms.py"
-    text = transforms.read_text()
-    assert text.count(old) == 1
-    transforms.write_text(text.replace(old, new))
-    return copy
-
-
-def run_in(project: Path, *args: str) -> subprocess.CompletedProcess:
-    """A command of `project`'s code on this lake and instance (the copy's code is imported, not the repository's)."""
-    env = {**os.environ, "PYTHONPATH": str(project), "DELTA_JARS_DIR": settings().delta_jars_dir}
-    done = subprocess.run([sys.executable, *args], cwd=project, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout + done.stderr
-    return done
+TRANSFORMS = "assets_pkg/transforms.py"
 
 
 FIX = ('F.round(F.sum("discount_amount") / gross, 4)', 'F.round(F.sum("discount_amount") / gross, 2)')
@@ -76,10 +55,8 @@ def test_with_the_code_that_built_the_lake_nothing_is_stale_by_code_and_every_da
 
 
 def test_a_fixed_mart_transform_makes_every_day_of_that_mart_stale_and_no_other(built, tmp_path):
-    fixed = project_with(tmp_path, *FIX)
-    check = (
-        "from assets_pkg.code_versions import current; import json; print(json.dumps(current()))"
-    )
+    fixed = project_with(tmp_path / "fixed", TRANSFORMS, *FIX)
+    check = "from assets_pkg.code_versions import current; import json; print(json.dumps(current()))"
     versions = json.loads(run_in(fixed, "-c", check).stdout)
     assert {t for t in versions if versions[t] != code_versions.current()[t]} == {"customer_daily_features"}
 
@@ -101,8 +78,8 @@ def test_a_fixed_mart_transform_makes_every_day_of_that_mart_stale_and_no_other(
 
 
 def test_a_fixed_fact_transform_makes_the_facts_days_and_every_mart_day_built_from_them_stale(built, tmp_path):
-    fixed = project_with(tmp_path, '(F.col("gross_amount") - F.col("discount_amount")).cast(MONEY)',
-                         '(F.col("gross_amount") - F.col("discount_amount") - F.lit(0)).cast(MONEY)')
+    net = '(F.col("gross_amount") - F.col("discount_amount")).cast(MONEY)'
+    fixed = project_with(tmp_path / "fixed", TRANSFORMS, net, net.replace(")).cast", ") - F.lit(0)).cast"))
     stale = json.loads(run_in(fixed, "-m", "assets_pkg", "stale", "--json").stdout)
     derived = ["fact_order_item", "daily_revenue", "customer_daily_features", "daily_category_revenue"]
     assert stale == {t: {day: ["code"] for day in EVERY_DAY} for t in derived}

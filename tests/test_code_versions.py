@@ -40,23 +40,35 @@ def test_the_versions_of_the_project_as_it_is_are_the_same_computed_twice_and_fr
 
 def test_a_fix_to_a_mart_transform_changes_that_marts_version_and_no_other(project):
     before = code_versions(project)
-    edit(project, "assets_pkg/transforms.py", "F.round(F.sum(\"discount_amount\") / gross, 4)",
-         "F.round(F.sum(\"discount_amount\") / gross, 3)")
+    edit(
+        project,
+        "assets_pkg/transforms.py",
+        'F.round(F.sum("discount_amount") / gross, 4)',
+        'F.round(F.sum("discount_amount") / gross, 3)',
+    )
     assert changed(before, code_versions(project)) == {"customer_daily_features"}
 
 
 def test_a_change_to_a_helper_reaches_every_table_whose_transform_calls_it(project):
     before = code_versions(project)
-    edit(project, "assets_pkg/transforms.py", "return F.sum(column).cast(MONEY).alias(column)",
-         "return F.sum(column).cast(MONEY).alias(column.lower())")
+    edit(
+        project,
+        "assets_pkg/transforms.py",
+        "return F.sum(column).cast(MONEY).alias(column)",
+        "return F.sum(column).cast(MONEY).alias(column.lower())",
+    )
     marts = {"daily_revenue", "customer_daily_features", "daily_category_revenue"}
     assert changed(before, code_versions(project)) == marts
 
 
 def test_a_change_to_the_fact_changes_the_fact_not_the_marts_built_from_it(project):
     before = code_versions(project)
-    edit(project, "assets_pkg/transforms.py", '(F.col("gross_amount") - F.col("discount_amount")).cast(MONEY)',
-         '(F.col("gross_amount") - F.col("discount_amount") + F.lit(0)).cast(MONEY)')
+    edit(
+        project,
+        "assets_pkg/transforms.py",
+        '(F.col("gross_amount") - F.col("discount_amount")).cast(MONEY)',
+        '(F.col("gross_amount") - F.col("discount_amount") + F.lit(0)).cast(MONEY)',
+    )
     # The marts' days built from the fact's changed days are stale through the graph, not by their own version.
     assert changed(before, code_versions(project)) == {"fact_order_item"}
 
@@ -64,8 +76,12 @@ def test_a_change_to_the_fact_changes_the_fact_not_the_marts_built_from_it(proje
 def test_staging_and_its_quarantine_share_a_version_that_its_restatement_build_is_part_of(project):
     before = code_versions(project)
     assert before["stg_order_items"] == before["quarantine_order_items"]
-    edit(project, "assets_pkg/tables.py", "every_version = versions.unionByName(",
-         "every_version = versions.distinct().unionByName(")
+    edit(
+        project,
+        "assets_pkg/tables.py",
+        "every_version = versions.unionByName(",
+        "every_version = versions.distinct().unionByName(",
+    )
     assert changed(before, code_versions(project)) == {"stg_order_items", "quarantine_order_items"}
 
 
@@ -81,7 +97,7 @@ def test_formatting_comments_and_docstrings_change_no_version(project):
     text = path.read_text()
     signature = "def customer_daily_features(fact: DataFrame) -> DataFrame:\n"
     text = text.replace(signature + '    """', signature + '    # a comment\n    """Reworded. ')
-    text = text.replace("    gross = F.sum(\"gross_amount\")", "\n    gross = F.sum(  \"gross_amount\"  )  # spaces\n")
+    text = text.replace('    gross = F.sum("gross_amount")', '\n    gross = F.sum(  "gross_amount"  )  # spaces\n')
     path.write_text(text)
     assert code_versions(project) == before
 
@@ -106,14 +122,16 @@ def test_a_marts_older_days_are_stale_in_that_mart_alone():
     stale = stale_by_code(built(customer_daily_features=DAYS[:3]), NOW)
     assert {t: sorted(days) for t, days in stale.items() if days} == {"customer_daily_features": DAYS[:3]}
     assert stale["customer_daily_features"][D].describe() == (
-        "customer_daily_features: code changed (customer_daily_features-v1 → customer_daily_features-v2)")
+        "customer_daily_features: code changed (customer_daily_features-v1 → customer_daily_features-v2)"
+    )
 
 
 def test_the_facts_stale_days_make_the_same_days_of_every_mart_stale_saying_why():
     stale = stale_by_code(built(fact_order_item=[DAYS[1], DAYS[3]]), NOW)
     assert {t: sorted(days) for t, days in stale.items() if days} == {
-        t: [DAYS[1], DAYS[3]] for t in ["fact_order_item", "daily_revenue", "customer_daily_features",
-                                        "daily_category_revenue"]}
+        t: [DAYS[1], DAYS[3]]
+        for t in ["fact_order_item", "daily_revenue", "customer_daily_features", "daily_category_revenue"]
+    }
     assert stale["daily_revenue"][DAYS[1]].table == "fact_order_item"
 
 

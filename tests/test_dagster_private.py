@@ -14,15 +14,21 @@ from dagster import (
     define_asset_job,
 )
 
-
 from assets_pkg.dagster_names import LAKE_WRITES_POOL, PUBLISH_STEP
 from assets_pkg.dagster_private import (
     ASSET_PARTITION_RANGE_END_TAG,
     ASSET_PARTITION_RANGE_START_TAG,
+    BACKFILL_ID_TAG,
     DATA_VERSION_TAG,
+    IMPLICIT_ASSET_JOB_NAME,
     PARTITION_NAME_TAG,
     AssetCheckEvaluationTargetMaterializationData,
     BulkActionStatus,
+    DagsterAssetCheckFailedError,
+)
+from tests.support.slot_claims import (
+    assert_one_holds_the_slot_and_the_other_gets_it_next,
+    claim_while_a_rival_takes_the_slot,
 )
 
 
@@ -49,10 +55,68 @@ def test_the_partition_tags_give_a_run_its_days():
 
     job = Definitions(assets=[table], jobs=[define_asset_job("j")]).resolve_job_def("j")
     with DagsterInstance.ephemeral() as instance:
-        job.execute_in_process(instance=instance, tags={ASSET_PARTITION_RANGE_START_TAG: "2025-01-02",
-                                                         ASSET_PARTITION_RANGE_END_TAG: "2025-01-04"})
+        job.execute_in_process(
+            instance=instance,
+            tags={ASSET_PARTITION_RANGE_START_TAG: "2025-01-02", ASSET_PARTITION_RANGE_END_TAG: "2025-01-04"},
+        )
         job.execute_in_process(instance=instance, tags={PARTITION_NAME_TAG: "2025-01-07"})
     assert seen == [["2025-01-02", "2025-01-03", "2025-01-04"], ["2025-01-07"]]
+
+
+def test_an_asset_materialized_without_a_job_of_its_own_runs_as_the_implicit_asset_job():
+    from assets_pkg.definitions import defs
+
+    @asset
+    def table() -> None:
+        pass
+
+    implicit = Definitions(assets=[table]).resolve_implicit_global_asset_job_def()
+    with DagsterInstance.ephemeral() as instance:
+        assert implicit.execute_in_process(instance=instance).dagster_run.job_name == IMPLICIT_ASSET_JOB_NAME
+    # The job the UI's "Materialize" and its backfills run the project's assets as. (`dagster.materialize` runs
+    # another, `__ephemeral_asset_job__`: the project never calls it.)
+    assert defs.resolve_implicit_global_asset_job_def().name == IMPLICIT_ASSET_JOB_NAME
+
+
+def test_a_run_carrying_the_backfill_tag_is_one_of_that_backfills_runs_and_the_daemon_tags_each_run_it_submits():
+    import inspect
+
+    from dagster import DagsterRun, RunsFilter
+    from dagster._core.execution import asset_backfill
+
+    assert BACKFILL_ID_TAG == "dagster/backfill"  # as the UI shows it on the runs of a backfill
+    with DagsterInstance.ephemeral() as instance:
+        ours = instance.add_run(
+            DagsterRun(job_name=IMPLICIT_ASSET_JOB_NAME, run_id=str(uuid.uuid4()), tags={BACKFILL_ID_TAG: "bf1"})
+        )
+        instance.add_run(DagsterRun(job_name=IMPLICIT_ASSET_JOB_NAME, run_id=str(uuid.uuid4())))
+        assert [r.run_id for r in instance.get_runs(RunsFilter.for_backfill("bf1"))] == [ours.run_id]
+    # Where the backfill daemon sets it: on every run of an asset backfill (the UI's) it submits.
+    submit = inspect.getsource(asset_backfill._submit_runs_and_update_backfill_in_chunks)
+    assert "BACKFILL_ID_TAG: backfill_id" in submit
+
+
+def test_a_step_whose_blocking_check_fails_raises_the_check_failed_error_and_a_non_blocking_one_does_not():
+    from dagster import AssetCheckResult, AssetCheckSpec, MaterializeResult, materialize
+
+    from assets_pkg.backfill import step_failures
+
+    def table_checked(blocking: bool):
+        @asset(name="table", check_specs=[AssetCheckSpec("positive", asset="table", blocking=blocking)])
+        def table():
+            return MaterializeResult(check_results=[AssetCheckResult(check_name="positive", passed=False)])
+
+        return table
+
+    with DagsterInstance.ephemeral() as instance:
+        blocked = materialize([table_checked(blocking=True)], instance=instance, raise_on_error=False)
+        warned = materialize([table_checked(blocking=False)], instance=instance, raise_on_error=False)
+    errors = [e.step_failure_data.error for e in blocked.all_events if e.is_step_failure]
+    assert [e.cls_name for e in errors] == [DagsterAssetCheckFailedError.__name__]
+    assert "1 blocking asset check failed" in errors[0].message
+    # What the project makes of it: a checks-only run reports the check itself, not the step's failure.
+    assert step_failures(blocked, failed_checks=False) == [] and len(step_failures(blocked)) == 1
+    assert warned.success
 
 
 def test_each_beta_or_preview_api_the_project_silences_still_warns():
@@ -66,7 +130,8 @@ def test_each_beta_or_preview_api_the_project_silences_still_warns():
         "observable_source_asset": lambda: observable_source_asset(lambda: None),
         "DataVersionsByPartition": lambda: DataVersionsByPartition({"2025-01-01": DataVersion("v")}),
         "partitions_def on an AssetCheckSpec": lambda: AssetCheckSpec(
-            "c", asset="a", partitions_def=DailyPartitionsDefinition(start_date="2025-01-01")),
+            "c", asset="a", partitions_def=DailyPartitionsDefinition(start_date="2025-01-01")
+        ),
     }
     assert set(uses) == {name for names in RELIED_ON.values() for name in names}
     for category, names in RELIED_ON.items():
@@ -92,31 +157,6 @@ def _instance(home, storage: str):
     return instance
 
 
-def claim_while_a_rival_takes_the_slot(storage, rival) -> tuple[bool, str, str]:
-    """Claim the pool's one slot for a run of our own, while a rival (another process's storage) takes it between our
-    select of the free slot row and our update of it: the moment two processes claiming at once meet. Returns
-    whether ours was told it holds the slot, our run id and the rival's."""
-    import sqlalchemy
-    from dagster._utils.concurrency import ConcurrencySlotStatus
-
-    our_run, rival_run, armed = str(uuid.uuid4()), str(uuid.uuid4()), [True]
-
-    def before_execute(conn, cursor, statement, *args):
-        if armed and statement.lstrip().upper().startswith("UPDATE CONCURRENCY_SLOTS"):
-            armed.clear()
-            # The rival's step was assigned a slot too (both saw one free): it goes straight to the slot row.
-            taken = rival._claim_concurrency_slot(LAKE_WRITES_POOL, rival_run, PUBLISH_STEP)
-            assert taken == ConcurrencySlotStatus.CLAIMED
-
-    sqlalchemy.event.listen(sqlalchemy.engine.Engine, "before_cursor_execute", before_execute)
-    try:
-        ours = storage.claim_concurrency_slot(LAKE_WRITES_POOL, our_run, PUBLISH_STEP).is_claimed
-    finally:
-        sqlalchemy.event.remove(sqlalchemy.engine.Engine, "before_cursor_execute", before_execute)
-    assert not armed, "the claim never updated a slot row: Dagster claims differently now"
-    return ours, our_run, rival_run
-
-
 # The digest of Dagster's claim as the project's replaces it: a Dagster release that changes it makes
 # test_the_claim_the_project_replaces_is_still_dagsters_of_1_13 fail, so the replacement is read again against it.
 DAGSTERS_CLAIM_SHA256 = "7628812bbe08bc3e"
@@ -132,12 +172,15 @@ def test_the_claim_the_project_replaces_is_still_dagsters_of_1_13():
 
     source = inspect.getsource(SqlEventLogStorage._claim_concurrency_slot)
     assert hashlib.sha256(source.encode()).hexdigest()[:16] == DAGSTERS_CLAIM_SHA256, (
-        "Dagster changed its slot claim: compare it with assets_pkg/dagster_private.py's, then update the digest")
+        "Dagster changed its slot claim: compare it with assets_pkg/dagster_private.py's, then update the digest"
+    )
     assert "self._claim_concurrency_slot(" in inspect.getsource(SqlEventLogStorage.claim_concurrency_slot)
     for storage in (AtomicClaimSqliteEventLogStorage, AtomicClaimPostgresEventLogStorage):
         # Only the project's mixin and Dagster's SQL base define it: no storage class in between overrides it.
         assert [c.__name__ for c in storage.__mro__ if "_claim_concurrency_slot" in c.__dict__] == [
-            "_AtomicSlotClaim", "SqlEventLogStorage"]
+            "_AtomicSlotClaim",
+            "SqlEventLogStorage",
+        ]
 
 
 def test_dagsters_own_claim_lets_two_processes_hold_the_one_slot_of_a_pool(tmp_path):
@@ -160,20 +203,6 @@ def test_of_two_processes_claiming_the_lake_writes_slot_at_once_one_holds_it_and
     assert_one_holds_the_slot_and_the_other_gets_it_next(storage, rival)
 
 
-def assert_one_holds_the_slot_and_the_other_gets_it_next(storage, rival) -> None:
-    ours, our_run, rival_run = claim_while_a_rival_takes_the_slot(storage, rival)
-    try:
-        assert not ours
-        assert [s.run_id for s in storage.get_concurrency_info(LAKE_WRITES_POOL).claimed_slots] == [rival_run]
-        # Once the rival's step ends, ours gets the slot as Dagster's executor asks again.
-        rival.free_concurrency_slot_for_step(rival_run, PUBLISH_STEP)
-        assert storage.claim_concurrency_slot(LAKE_WRITES_POOL, our_run, PUBLISH_STEP).is_claimed
-        assert [s.run_id for s in storage.get_concurrency_info(LAKE_WRITES_POOL).claimed_slots] == [our_run]
-    finally:  # the pool as it was, whatever failed: the instance's other runs need its slot
-        for run_id in (our_run, rival_run):
-            storage.free_concurrency_slots_for_run(run_id)
-
-
 def _claim_at_each_barrier(home: str, barrier, results, trials: int) -> None:
     """A process of its own claiming the pool's slot once per trial, at the instant the other process does."""
     storage = DagsterInstance.from_config(home).event_log_storage
@@ -191,8 +220,12 @@ def test_two_processes_claiming_the_lake_writes_slot_at_the_same_instant_never_b
     instance = _instance(tmp_path / "home", "project")
     context = multiprocessing.get_context("spawn")
     barrier, results = context.Barrier(3), context.Queue()
-    workers = [context.Process(target=_claim_at_each_barrier, args=(str(tmp_path / "home"), barrier, results, trials),
-                               daemon=True) for _ in range(2)]
+    workers = [
+        context.Process(
+            target=_claim_at_each_barrier, args=(str(tmp_path / "home"), barrier, results, trials), daemon=True
+        )
+        for _ in range(2)
+    ]
     for worker in workers:
         worker.start()
     holders = []

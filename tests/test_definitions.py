@@ -1,17 +1,16 @@
 """The whole code location loads, and every asset is daily-partitioned with a chunked backfill policy."""
 
-from datetime import date, timedelta
+from datetime import timedelta
 
 from dagster import AssetKey, Definitions, FreshnessPolicy, in_process_executor
 
-from assets_pkg.dagster_names import ALL_ASSETS_JOB, RESTATE_JOB
 from assets_pkg.assets import freshness_policy
-
+from assets_pkg.dagster_names import ALL_ASSETS_JOB, RESTATE_JOB
 from assets_pkg.definitions import defs
-from assets_pkg.partitions import chunks, daily_partitions, max_partitions_per_run
+from assets_pkg.partitions import daily_partitions, max_partitions_per_run
 from assets_pkg.tables import DAY_COLUMN, TABLES
 from resources.spark import LOCAL_JAVA_OPTIONS, SHORT_RUN_JAVA_OPTIONS
-from tests.conftest import environment
+from tests.support.lake import environment
 
 
 def test_every_declared_table_is_a_daily_partitioned_asset_with_a_chunked_backfill_policy_and_its_checks():
@@ -60,11 +59,6 @@ def test_restatement_runs_start_a_jvm_for_short_runs_and_backfill_runs_keep_the_
     assert backfill.startswith(f"{LOCAL_JAVA_OPTIONS} ") and SHORT_RUN_JAVA_OPTIONS not in backfill
     # Both log through the project's log4j2 properties, not to the terminal.
     assert restate.split()[-3:] == backfill.split()[-3:] and "-Dlog4j2.configurationFile=" in backfill
-
-
-def test_chunks_cover_the_range_exactly_once():
-    parts = chunks(date(2025, 1, 1), date(2025, 1, 25), 10)
-    assert parts == [(date(2025, 1, 1), date(2025, 1, 10)), (date(2025, 1, 11), date(2025, 1, 20)), (date(2025, 1, 21), date(2025, 1, 25))]
 
 
 def test_every_table_declares_its_freshness_so_dagster_shows_a_table_not_published_within_the_window():

@@ -15,17 +15,16 @@ from dagster import DagsterInstance
 from hypothesis import given
 from hypothesis import strategies as st
 
-from assets_pkg.dagster_names import RELEASE_TAG
 from assets_pkg import late_data
-
 from assets_pkg.backfill import run_backfill, run_checks, run_restatement, run_rollback, step_failures
+from assets_pkg.dagster_names import RELEASE_TAG
 from assets_pkg.generate import generate
 from assets_pkg.landing import ORDER_ITEM_SCHEMA
 from assets_pkg.rollback import plan_rollback
 from assets_pkg.tables import PUBLISH_ORDER
 from resources.delta_io import read_days
-from tests.conftest import environment, from_scratch, rows, versions
-from tests.late_batches import corrections, land_batch, new_items, next_batch_day
+from tests.support.lake import environment, from_scratch, rows, versions
+from tests.support.late_batches import corrections, land_batch, new_items, next_batch_day
 
 pytestmark = pytest.mark.slow  # real Spark, Delta and Dagster for every example: minutes
 
@@ -35,7 +34,9 @@ END = START + timedelta(days=HISTORY_DAYS - 1)
 
 day_offsets = st.integers(0, HISTORY_DAYS - 1)
 operations = st.one_of(
-    st.tuples(st.just("land"), st.sampled_from(["duplicates", "corrections", "moves", "late"]), day_offsets, st.integers(1, 3)),
+    st.tuples(
+        st.just("land"), st.sampled_from(["duplicates", "corrections", "moves", "late"]), day_offsets, st.integers(1, 3)
+    ),
     st.tuples(st.just("restate")),
     st.tuples(st.just("backfill"), day_offsets, day_offsets),
     st.tuples(st.just("rollback"), st.sampled_from(PUBLISH_ORDER), day_offsets, day_offsets),
@@ -45,7 +46,9 @@ operations = st.one_of(
 
 
 def _staged(spark, day, n):
-    return read_days(spark, "stg_order_items", "order_date", [day]).orderBy("order_id", "order_item_id").limit(n).collect()
+    return (
+        read_days(spark, "stg_order_items", "order_date", [day]).orderBy("order_id", "order_item_id").limit(n).collect()
+    )
 
 
 def land(spark, kind: str, day: date, n: int, order_ids: int) -> None:
@@ -80,11 +83,14 @@ def apply(spark, instance, step: tuple, order_ids: int) -> None:
         result = run_rollback(plan, instance=instance)
         if not result.success:
             # Refused when the restored days would not match the tables they are built from: nothing written.
-            assert any("refused, nothing restored" in message for _, message in step_failures(result)), step_failures(result)
+            assert any("refused, nothing restored" in message for _, message in step_failures(result)), step_failures(
+                result
+            )
             assert {t: versions(spark, t)[0] for t in PUBLISH_ORDER} == before, plan
             return
         assert run_backfill(a, b, instance=instance, echo=lambda _: None, tags={RELEASE_TAG: "true"})
     elif kind == "crash_before_watermark":
+
         def crash():
             raise RuntimeError("killed between the writes and the watermark")
 

@@ -4,7 +4,7 @@ held in quarantine, and later batches are restated as usual; `withdraw` takes it
 
 The tests share one lake and run in file order."""
 
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 
@@ -20,28 +20,46 @@ from assets_pkg.generate import generate
 from assets_pkg.tables import QUARANTINE_ORDER_ITEMS, STG_ORDER_ITEMS
 from resources.delta_io import read_table
 from resources.lake import landing_path
-from tests.conftest import rows
+from tests.support.lake import rows
 
 pytestmark = pytest.mark.slow  # builds a lake and runs restatements: minutes, not seconds
 
 START, END = date(2025, 1, 1), date(2025, 1, 10)
 DAY = date(2025, 1, 4)
-UPDATED = datetime(2025, 1, 4, 9, 30, 15, 123456, tzinfo=timezone.utc)
+UPDATED = datetime(2025, 1, 4, 9, 30, 15, 123456, tzinfo=UTC)
 
 MONEY = pa.decimal128(18, 2)
 CONTRACT = {
-    "order_id": pa.int64(), "order_item_id": pa.int32(), "order_date": pa.date32(), "customer_id": pa.int64(),
-    "product_id": pa.int64(), "channel": pa.string(), "quantity": pa.int32(), "gross_amount": MONEY,
-    "discount_amount": MONEY, "cost_amount": MONEY, "updated_at": pa.timestamp("us", tz="UTC"),
+    "order_id": pa.int64(),
+    "order_item_id": pa.int32(),
+    "order_date": pa.date32(),
+    "customer_id": pa.int64(),
+    "product_id": pa.int64(),
+    "channel": pa.string(),
+    "quantity": pa.int32(),
+    "gross_amount": MONEY,
+    "discount_amount": MONEY,
+    "cost_amount": MONEY,
+    "updated_at": pa.timestamp("us", tz="UTC"),
     "ingested_at": pa.timestamp("us", tz="UTC"),
 }
 
 
 def item(order_id: int, batch: date) -> dict:
-    return {"order_id": order_id, "order_item_id": 1, "order_date": DAY, "customer_id": 7, "product_id": 1,
-            "channel": "web", "quantity": 2, "gross_amount": Decimal("20.00"), "discount_amount": Decimal("1.00"),
-            "cost_amount": Decimal("12.00"), "updated_at": UPDATED,
-            "ingested_at": datetime.combine(batch, datetime.min.time(), tzinfo=timezone.utc) + timedelta(hours=2)}
+    return {
+        "order_id": order_id,
+        "order_item_id": 1,
+        "order_date": DAY,
+        "customer_id": 7,
+        "product_id": 1,
+        "channel": "web",
+        "quantity": 2,
+        "gross_amount": Decimal("20.00"),
+        "discount_amount": Decimal("1.00"),
+        "cost_amount": Decimal("12.00"),
+        "updated_at": UPDATED,
+        "ingested_at": datetime.combine(batch, datetime.min.time(), tzinfo=UTC) + timedelta(hours=2),
+    }
 
 
 def write_file(batch: date, name: str, records: list[dict], types: dict | None = None, **options) -> str:
@@ -70,21 +88,30 @@ def landed(built):
     instance, batch = built
     good = {
         # pandas' default: INT64 nanoseconds. Valid data, read as such.
-        "nanos.parquet": ([item(8_000_001, batch)], {"updated_at": pa.timestamp("ns", tz="UTC"), "ingested_at": pa.timestamp("ns", tz="UTC")}, {}),
+        "nanos.parquet": (
+            [item(8_000_001, batch)],
+            {"updated_at": pa.timestamp("ns", tz="UTC"), "ingested_at": pa.timestamp("ns", tz="UTC")},
+            {},
+        ),
         "int96.parquet": ([item(8_000_002, batch)], {}, {"use_deprecated_int96_timestamps": True}),
         "micros.parquet": ([item(8_000_003, batch)], {}, {}),
     }
     bad = {
         "missing_channel.parquet": ([item(8_000_004, batch)], {"channel": None}, "missing column channel"),
-        "amount_as_text.parquet": ([{**item(8_000_005, batch), "gross_amount": "20.00"}], {"gross_amount": pa.string()},
-                                   "column gross_amount is string, the contract says decimal(18,2)"),
+        "amount_as_text.parquet": (
+            [{**item(8_000_005, batch), "gross_amount": "20.00"}],
+            {"gross_amount": pa.string()},
+            "column gross_amount is string, the contract says decimal(18,2)",
+        ),
     }
     names = {}
     for name, (records, types, options) in good.items():
         names[name] = write_file(batch, name, records, types, **options)
     for name, (records, types, _) in bad.items():
         names[name] = write_file(batch, name, records, types)
-    extra = write_file(batch, "extra_column.parquet", [{**item(8_000_006, batch), "coupon": "X"}], {"coupon": pa.string()})
+    extra = write_file(
+        batch, "extra_column.parquet", [{**item(8_000_006, batch), "coupon": "X"}], {"coupon": pa.string()}
+    )
     folder = Path(landing_path(landing.ORDER_ITEMS)) / f"ingest_date={batch}"
     (folder / "zero_bytes.parquet").write_bytes(b"")
     (folder / "corrupt.parquet").write_bytes(b"PAR1 this is not parquet at all PAR1")
@@ -95,14 +122,20 @@ def landed(built):
 
 
 def test_nanosecond_int96_and_microsecond_timestamps_are_read_as_the_same_instants(spark, landed):
-    staged = {r.order_id: r for r in read_table(spark, STG_ORDER_ITEMS).where("order_id BETWEEN 8000001 AND 8000003").collect()}
+    staged = {
+        r.order_id: r
+        for r in read_table(spark, STG_ORDER_ITEMS).where("order_id BETWEEN 8000001 AND 8000003").collect()
+    }
     assert sorted(staged) == [8_000_001, 8_000_002, 8_000_003]
-    assert {r.updated_at.replace(tzinfo=timezone.utc) for r in staged.values()} == {UPDATED}
+    assert {r.updated_at.replace(tzinfo=UTC) for r in staged.values()} == {UPDATED}
 
 
 def test_each_refused_file_is_held_in_quarantine_naming_the_file_and_why(spark, landed):
     _, batch, names, extra = landed
-    held = {r.source_file: r.reason for r in read_table(spark, QUARANTINE_ORDER_ITEMS).where("reason LIKE 'refused_file%'").collect()}
+    held = {
+        r.source_file: r.reason
+        for r in read_table(spark, QUARANTINE_ORDER_ITEMS).where("reason LIKE 'refused_file%'").collect()
+    }
     expected = {
         names["missing_channel.parquet"]: "refused_file: missing column channel",
         names["amount_as_text.parquet"]: "refused_file: column gross_amount is string, the contract says decimal(18,2)",
@@ -139,16 +172,20 @@ def test_withdrawing_a_refused_file_moves_it_aside_with_why_and_republishes_its_
     out = capsys.readouterr().out
     assert "withdrew" in out
     assert not (Path(landing_path(landing.ORDER_ITEMS)) / names["missing_channel.parquet"]).exists()
-    quarantined = read_table(spark, QUARANTINE_ORDER_ITEMS).where(F.col("source_file") == names["missing_channel.parquet"])
+    quarantined = read_table(spark, QUARANTINE_ORDER_ITEMS).where(
+        F.col("source_file") == names["missing_channel.parquet"]
+    )
     assert quarantined.count() == 0
 
 
 def test_withdrawing_a_published_file_removes_its_rows_and_restores_the_previous_versions(spark, landed, capsys):
     _, batch, names, _ = landed
     before = rows(spark, STG_ORDER_ITEMS)
-    file = write_file(batch + timedelta(days=2), "correction.parquet",
-                      [{**item(8_000_003, batch + timedelta(days=2)), "quantity": 5,
-                        "updated_at": UPDATED + timedelta(days=1)}])
+    file = write_file(
+        batch + timedelta(days=2),
+        "correction.parquet",
+        [{**item(8_000_003, batch + timedelta(days=2)), "quantity": 5, "updated_at": UPDATED + timedelta(days=1)}],
+    )
     instance = landed[0]
     assert run_restatement(instance).success
     assert read_table(spark, STG_ORDER_ITEMS).where("order_id = 8000003").first().quantity == 5

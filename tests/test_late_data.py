@@ -5,15 +5,31 @@ The tests share one lake and run in file order: each lands a new batch on top of
 
 import json
 import shutil
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 
 import pytest
-from dagster import AssetKey, AssetRecordsFilter, AutomationCondition, DagsterRunStatus, Definitions, RunsFilter, evaluate_automation_conditions
+from dagster import (
+    AssetKey,
+    AssetRecordsFilter,
+    AutomationCondition,
+    DagsterRunStatus,
+    Definitions,
+    RunsFilter,
+    evaluate_automation_conditions,
+)
 from pyspark.sql import functions as F
 
-from assets_pkg.dagster_names import PREVIEW_JOB, RESTATE_JOB, ROLLBACK_JOB
 from assets_pkg import landing, late_data
 from assets_pkg.assets import publish_tables
+from assets_pkg.automation import landing_assets
+from assets_pkg.backfill import observe_landing, run_backfill
+from assets_pkg.checks import LATE_DATA, UP_TO_DATE
+from assets_pkg.cli import main
+from assets_pkg.dagster_names import PREVIEW_JOB, RESTATE_JOB, ROLLBACK_JOB
+from assets_pkg.definitions import defs
+from assets_pkg.generate import generate
+from assets_pkg.partitions import days
+from assets_pkg.rollback import version_before
 from assets_pkg.tables import (
     DAILY_REVENUE,
     DAY_COLUMN,
@@ -24,21 +40,13 @@ from assets_pkg.tables import (
     QUARANTINE_ORDER_ITEMS,
     STG_ORDER_ITEMS,
 )
-from assets_pkg.automation import landing_assets
-from assets_pkg.partitions import days
-from assets_pkg.rollback import version_before
-from assets_pkg.backfill import observe_landing, run_backfill
-from assets_pkg.checks import LATE_DATA, UP_TO_DATE
-from assets_pkg.cli import main
-from assets_pkg.definitions import defs
-from assets_pkg.generate import generate
 from resources import audit, control
-from resources.lake import table_path
 from resources.delta_io import read_days, read_table
+from resources.lake import table_path
 from resources.settings import settings
 from resources.spark import spark_resource
-from tests.conftest import rows, versions
-from tests.late_batches import (
+from tests.support.lake import rows, versions
+from tests.support.late_batches import (
     ORDER_TABLES,
     assert_rewrote_exactly,
     corrections,
@@ -73,7 +81,11 @@ class DagsterStaleness:
         self.instance, self.cursor = instance, None
         condition = AutomationCondition.any_deps_match(AutomationCondition.data_version_changed())
         watched = publish_tables.map_asset_specs(
-            lambda spec: spec.replace_attributes(automation_condition=condition) if spec.key == AssetKey(STG_ORDER_ITEMS) else spec
+            lambda spec: (
+                spec.replace_attributes(automation_condition=condition)
+                if spec.key == AssetKey(STG_ORDER_ITEMS)
+                else spec
+            )
         )
         self.defs = Definitions(assets=[*landing_assets, watched], resources={"pyspark": spark_resource(settings())})
 
@@ -119,7 +131,9 @@ def test_restating_with_no_new_data_rewrites_nothing(spark, lake_state, capsys):
     assert control.read_watermark(spark, late_data.PIPELINE).watermark_ts is not None
 
 
-def test_corrections_on_three_old_days_and_late_rows_on_two_others_restate_exactly_those_five_days(spark, lake, lake_state, capsys):
+def test_corrections_on_three_old_days_and_late_rows_on_two_others_restate_exactly_those_five_days(
+    spark, lake, lake_state, capsys
+):
     _, instance = lake
     dagster_view = DagsterStaleness(instance)
     assert dagster_view.changed_days() == set()
@@ -150,7 +164,9 @@ def test_corrections_on_three_old_days_and_late_rows_on_two_others_restate_exact
     assert dagster_view.changed_days() == expected
     untouched = START + timedelta(days=1)
     for table in ORDER_TABLES:
-        assert {d: latest_check_status(instance, table, UP_TO_DATE, d) for d in expected} == dict.fromkeys(expected, "FAILED")
+        assert {d: latest_check_status(instance, table, UP_TO_DATE, d) for d in expected} == dict.fromkeys(
+            expected, "FAILED"
+        )
         assert latest_check_status(instance, table, UP_TO_DATE, untouched) == "SUCCEEDED"
 
     assert main(["restate"]) == 0
@@ -164,7 +180,9 @@ def test_corrections_on_three_old_days_and_late_rows_on_two_others_restate_exact
     assert {a["asset"]: a["stale_days"] for a in caught_up["assets"]} == stale_days(0)
     assert caught_up["landing_lag_s"] == 0
     for table in ORDER_TABLES:
-        assert {d: latest_check_status(instance, table, UP_TO_DATE, d) for d in expected} == dict.fromkeys(expected, "SUCCEEDED")
+        assert {d: latest_check_status(instance, table, UP_TO_DATE, d) for d in expected} == dict.fromkeys(
+            expected, "SUCCEEDED"
+        )
     # The restatement observed the same versions: nothing is new to Dagster.
     assert dagster_view.changed_days() == set()
     corrected = {(r[0], r[1]): r[6] for r in items}
@@ -184,16 +202,38 @@ def content_of_days(spark, tables, days, version_of=None):
     return found
 
 
-def test_rolling_the_fact_back_before_a_restatement_rolls_back_its_chunk_and_holds_the_days_until_released(spark, lake, lake_state, capsys):
+def test_rolling_the_fact_back_before_a_restatement_rolls_back_its_chunk_and_holds_the_days_until_released(
+    spark, lake, lake_state, capsys
+):
     _, instance = lake
+    # A restatement of its own to roll back: corrections of two consecutive days, restated by `restate`'s run.
+    corrected = [START + timedelta(days=10), START + timedelta(days=11)]
+    lake_state.land(spark, [r for d in corrected for r in corrections(spark, d, 2)])
+    assert main(["restate"]) == 0
+    capsys.readouterr()
     restatement = instance.get_runs(RunsFilter(job_name=RESTATE_JOB, statuses=[DagsterRunStatus.SUCCESS]), limit=1)[0]
     restated = sorted({r.partition for r in audit.read(spark).where(f"run_id = '{restatement.run_id}'").collect()})
+    assert restated == corrected
     a, b = restated[0], restated[-1]
-    chunk = [t for t in [QUARANTINE_ORDER_ITEMS, *PUBLISH_ORDER] if version_before(spark, t, restatement.run_id) is not None]
+    chunk = [
+        t for t in [QUARANTINE_ORDER_ITEMS, *PUBLISH_ORDER] if version_before(spark, t, restatement.run_id) is not None
+    ]
     assert {STG_ORDER_ITEMS, FACT_ORDER_ITEM} <= set(chunk) and DIM_PRODUCT not in chunk  # the batch had no products
-    before_restatement = content_of_days(spark, chunk, restated, {t: version_before(spark, t, restatement.run_id) for t in chunk})
+    before_restatement = content_of_days(
+        spark, chunk, restated, {t: version_before(spark, t, restatement.run_id) for t in chunk}
+    )
     restated_content = content_of_days(spark, chunk, restated)
-    rollback = ["rollback", "--asset", FACT_ORDER_ITEM, "--start", str(a), "--end", str(b), "--before-run", restatement.run_id]
+    rollback = [
+        "rollback",
+        "--asset",
+        FACT_ORDER_ITEM,
+        "--start",
+        str(a),
+        "--end",
+        str(b),
+        "--before-run",
+        restatement.run_id,
+    ]
 
     # The dry run says what each table of the chunk would hold, day by day, and writes nothing.
     before = snapshot(spark)
@@ -204,7 +244,15 @@ def test_rolling_the_fact_back_before_a_restatement_rolls_back_its_chunk_and_hol
 
     # A mart alone, back to before the restatement, would no longer match the fact it is built from: refused, with
     # the days and numbers, and nothing written.
-    mart = [DAILY_REVENUE, "--start", str(a), "--end", str(b), "--version", str(version_before(spark, DAILY_REVENUE, restatement.run_id))]
+    mart = [
+        DAILY_REVENUE,
+        "--start",
+        str(a),
+        "--end",
+        str(b),
+        "--version",
+        str(version_before(spark, DAILY_REVENUE, restatement.run_id)),
+    ]
     assert main(["rollback", "--asset", *mart]) == 1
     out = capsys.readouterr().out
     assert "refused, nothing restored" in out and f"reconciles_with_upstream of {DAILY_REVENUE} on " in out, out
@@ -216,16 +264,20 @@ def test_rolling_the_fact_back_before_a_restatement_rolls_back_its_chunk_and_hol
     assert main(rollback) == 0
     out = capsys.readouterr().out
     assert content_of_days(spark, chunk, restated) == before_restatement
-    assert main(["check", "--start", str(START), "--end", str(lake_state.next_batch - timedelta(days=1))]) == 0, capsys.readouterr().out
+    assert main(["check", "--start", str(START), "--end", str(lake_state.next_batch - timedelta(days=1))]) == 0, (
+        capsys.readouterr().out
+    )
     capsys.readouterr()
     # Dagster shows each day's latest materialization as the rollback's, saying what it restored, and the days held.
     latest = instance.fetch_materializations(
-        AssetRecordsFilter(AssetKey(FACT_ORDER_ITEM), asset_partitions=[a.isoformat()]), limit=1).records[0]
+        AssetRecordsFilter(AssetKey(FACT_ORDER_ITEM), asset_partitions=[a.isoformat()]), limit=1
+    ).records[0]
     assert latest.run_id != restatement.run_id and "restored_to_version" in latest.asset_materialization.metadata
     assert instance.get_run_by_id(latest.run_id).job_name == ROLLBACK_JOB
     assert {h.day for h in control.open_holds(spark)} == set(days(a, b))
 
-    # Held: a restatement does not apply the batch again, `stale` says who holds the days and why, a backfill is refused.
+    # Held: a restatement does not apply the batch again, `stale` says who holds the days and why, a backfill is
+    # refused.
     before = snapshot(spark)
     assert main(["restate"]) == 0
     assert main(["stale"]) == 0
@@ -241,6 +293,7 @@ def test_rolling_the_fact_back_before_a_restatement_rolls_back_its_chunk_and_hol
 
 
 def test_replaying_the_same_batch_changes_nothing(spark, lake_state):
+    late_data.restate(spark)  # every batch landed so far read and published: the replay below reads them again
     before = snapshot(spark)
     watermark_commits = versions(spark, control.WATERMARK_TABLE)
     result = late_data.restate(spark)
@@ -258,7 +311,10 @@ def test_a_restatement_stages_from_staging_and_the_new_batches_without_reading_t
     corrected, broken = corrections(spark, day, 2)
     broken = (*broken[:6], -1, *broken[7:])  # a negative quantity
     batch, _ = lake_state.land(spark, [corrected, broken])
-    staged_before = {(r.order_id, r.order_item_id): r.quantity for r in read_days(spark, STG_ORDER_ITEMS, "order_date", [day]).collect()}
+    staged_before = {
+        (r.order_id, r.order_item_id): r.quantity
+        for r in read_days(spark, STG_ORDER_ITEMS, "order_date", [day]).collect()
+    }
     history = tmp_path / "history"
     history.mkdir()
     older = [p for p in landing.batch_dirs(landing.ORDER_ITEMS) if landing.batch_name(p) != batch.isoformat()]
@@ -270,7 +326,10 @@ def test_a_restatement_stages_from_staging_and_the_new_batches_without_reading_t
         for p in older:
             shutil.move(history / p.name, p)
     assert set(result.detection.order_days) == {day}
-    staged_after = {(r.order_id, r.order_item_id): r.quantity for r in read_days(spark, STG_ORDER_ITEMS, "order_date", [day]).collect()}
+    staged_after = {
+        (r.order_id, r.order_item_id): r.quantity
+        for r in read_days(spark, STG_ORDER_ITEMS, "order_date", [day]).collect()
+    }
     assert staged_after == {**staged_before, corrected[:2]: corrected[6]}
     assert all(o.passed for p in result.publications.values() for o in p.outcomes if o.blocking)
     assert quarantined_from(spark, day, batch) == [(*broken[:2], "negative_or_null_quantity")]
@@ -296,7 +355,9 @@ def test_a_correction_that_moves_an_item_to_another_day_restates_both_days(spark
     assert result.detection.order_days[old_day].moved_out == 1
     assert_rewrote_exactly(spark, before, {old_day, new_day})
     key = moved[0][:2]
-    placed = read_table(spark, "fact_order_item").where(F.col("order_id") == key[0]).where(F.col("order_item_id") == key[1])
+    placed = (
+        read_table(spark, "fact_order_item").where(F.col("order_id") == key[0]).where(F.col("order_item_id") == key[1])
+    )
     assert [r.order_date for r in placed.collect()] == [new_day]
 
 
@@ -345,26 +406,48 @@ def test_a_product_status_change_restates_the_later_days_and_an_old_day_reruns_i
         fact.groupBy("product_id")
         .agg(F.min("order_date").alias("first"), F.max("order_date").alias("last"))
         .join(unchanged_since, "product_id")
-        .where(F.col("first") < change_day).where(F.col("last") >= change_day).where(F.col("latest") < change_day)
-        .orderBy("product_id").first().product_id
+        .where(F.col("first") < change_day)
+        .where(F.col("last") >= change_day)
+        .where(F.col("latest") < change_day)
+        .orderBy("product_id")
+        .first()
+        .product_id
     )
-    current = read_table(spark, "dim_product").where(F.col("product_id") == product_id).orderBy(F.col("valid_from").desc()).first()
+    current = (
+        read_table(spark, "dim_product")
+        .where(F.col("product_id") == product_id)
+        .orderBy(F.col("valid_from").desc())
+        .first()
+    )
     flipped = "PASSIVE" if current.status == "ACTIVE" else "ACTIVE"
-    at = datetime.combine(change_day, datetime.min.time(), tzinfo=timezone.utc) + timedelta(hours=9)
+    at = datetime.combine(change_day, datetime.min.time(), tzinfo=UTC) + timedelta(hours=9)
     lake_state.land(spark, [(product_id, current.category, flipped, current.list_price, at, None)], landing.PRODUCTS)
 
-    later_days = {r.order_date for r in fact.where(F.col("product_id") == product_id).where(F.col("order_date") >= change_day).select("order_date").distinct().collect()}
+    later_days = {
+        r.order_date
+        for r in fact.where(F.col("product_id") == product_id)
+        .where(F.col("order_date") >= change_day)
+        .select("order_date")
+        .distinct()
+        .collect()
+    }
     found = late_data.detect(spark)
     assert set(found.product_days) == {change_day}
     assert set(found.order_days) == later_days
 
-    old_day = max(r.order_date for r in fact.where(F.col("product_id") == product_id).where(F.col("order_date") < change_day).collect())
+    old_day = max(
+        r.order_date
+        for r in fact.where(F.col("product_id") == product_id).where(F.col("order_date") < change_day).collect()
+    )
     old_rows = rows_of_day(spark, old_day)
     before = snapshot(spark)
     late_data.restate(spark)
     expected = {t: later_days for t in ORDER_TABLES} | {"dim_product": {change_day}}
     assert_rewrote_exactly(spark, before, expected, tables=PUBLISH_ORDER)
-    statuses = {r.order_date: r.product_status for r in read_table(spark, "fact_order_item").where(F.col("product_id") == product_id).collect()}
+    statuses = {
+        r.order_date: r.product_status
+        for r in read_table(spark, "fact_order_item").where(F.col("product_id") == product_id).collect()
+    }
     assert all(status == flipped for day, status in statuses.items() if day >= change_day)
     assert all(status == current.status for day, status in statuses.items() if day < change_day)
 
@@ -376,7 +459,9 @@ def rows_of_day(spark, day):
     return sorted((r.asDict() for r in read_days(spark, "fact_order_item", "order_date", [day]).collect()), key=repr)
 
 
-def test_rows_older_than_the_window_are_exceptions_until_a_manual_backfill(spark, lake_state, lake, monkeypatch, capsys):
+def test_rows_older_than_the_window_are_exceptions_until_a_manual_backfill(
+    spark, lake_state, lake, monkeypatch, capsys
+):
     _, instance = lake
     monkeypatch.setenv("RESTATEMENT_WINDOW_DAYS", "30")
     old_day = START + timedelta(days=2)
@@ -399,7 +484,9 @@ def test_rows_older_than_the_window_are_exceptions_until_a_manual_backfill(spark
     assert latest_check_status(instance, STG_ORDER_ITEMS, LATE_DATA, old_day) == "SUCCEEDED"
 
 
-def test_after_every_restatement_above_every_table_equals_a_from_scratch_build(spark, lake_state, tmp_path, monkeypatch):
+def test_after_every_restatement_above_every_table_equals_a_from_scratch_build(
+    spark, lake_state, tmp_path, monkeypatch
+):
     from resources.lake import lake_root
 
     restated = {t: rows(spark, t) for t in COMPARED}
@@ -409,7 +496,9 @@ def test_after_every_restatement_above_every_table_equals_a_from_scratch_build(s
     from dagster import DagsterInstance
 
     with DagsterInstance.ephemeral() as instance:
-        assert run_backfill(START, lake_state.next_batch - timedelta(days=1), chunk_size=90, instance=instance, echo=lambda _: None)
+        assert run_backfill(
+            START, lake_state.next_batch - timedelta(days=1), chunk_size=90, instance=instance, echo=lambda _: None
+        )
     for table in COMPARED:
         assert rows(spark, table) == restated[table], f"{table} differs from a from-scratch build"
 

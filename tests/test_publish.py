@@ -7,19 +7,26 @@ from datetime import date
 import pytest
 from dagster import AssetKey, RunRequest, build_sensor_context
 
-from assets_pkg.dagster_names import ALL_ASSETS_JOB, PUBLISHED_TAG, REPAIR_OF_TAG
 from assets_pkg import publish as publishing
-
 from assets_pkg.automation import landing_state, late_data_sensor
 from assets_pkg.backfill import run_backfill, run_checks
 from assets_pkg.checks import UP_TO_DATE
+from assets_pkg.dagster_names import ALL_ASSETS_JOB, PUBLISHED_TAG, REPAIR_OF_TAG
 from assets_pkg.definitions import defs
 from assets_pkg.generate import generate
 from assets_pkg.partitions import days
 from assets_pkg.publish import Change, Operation, Refused, RunInfo, publish
-from assets_pkg.tables import BY_NAME, DAILY_REVENUE, FACT_ORDER_ITEM, PUBLISH_ORDER, QUARANTINE_ORDER_ITEMS, STG_ORDER_ITEMS, downstream
-from tests.conftest import rows, versions
-from tests.late_batches import latest_check_status
+from assets_pkg.tables import (
+    BY_NAME,
+    DAILY_REVENUE,
+    FACT_ORDER_ITEM,
+    PUBLISH_ORDER,
+    QUARANTINE_ORDER_ITEMS,
+    STG_ORDER_ITEMS,
+    downstream,
+)
+from tests.support.lake import rows, versions
+from tests.support.late_batches import latest_check_status
 
 pytestmark = pytest.mark.slow  # builds a lake and runs backfills: minutes, not seconds
 
@@ -49,7 +56,9 @@ def test_a_blocking_failure_in_a_mart_writes_nothing_in_any_table_of_the_run(spa
         built_revenue.table = built_revenue.table.unionByName(built_revenue.table.limit(1))
         return built_revenue
 
-    monkeypatch.setitem(BY_NAME, DAILY_REVENUE, dataclasses.replace(BY_NAME[DAILY_REVENUE], build=revenue_with_a_duplicate))
+    monkeypatch.setitem(
+        BY_NAME, DAILY_REVENUE, dataclasses.replace(BY_NAME[DAILY_REVENUE], build=revenue_with_a_duplicate)
+    )
     change = Change(Operation.BACKFILL, {t: days(START, END) for t in PUBLISH_ORDER})
     with pytest.raises(Refused) as failed:
         publish(spark, change, RunInfo("test-run"))
@@ -88,8 +97,13 @@ def test_a_failure_between_commits_names_what_was_committed_and_the_days_are_run
     request = late_data_sensor(build_sensor_context(instance=instance, definitions=defs, cursor=landing_state()))
     assert isinstance(request, RunRequest) and request.job_name == ALL_ASSETS_JOB
     assert request.tags[REPAIR_OF_TAG] == failed.run_id
-    assert (request.tags["dagster/asset_partition_range_start"], request.tags["dagster/asset_partition_range_end"]) == (str(a), str(b))
-    repaired = defs.resolve_job_def(ALL_ASSETS_JOB).execute_in_process(instance=instance, tags=request.tags, raise_on_error=False)
+    assert (request.tags["dagster/asset_partition_range_start"], request.tags["dagster/asset_partition_range_end"]) == (
+        str(a),
+        str(b),
+    )
+    repaired = defs.resolve_job_def(ALL_ASSETS_JOB).execute_in_process(
+        instance=instance, tags=request.tags, raise_on_error=False
+    )
     assert repaired.success
     assert content(spark) == expected  # the days hold what they held: staging's rows were already the same
     assert {latest_check_status(instance, FACT_ORDER_ITEM, UP_TO_DATE, d) for d in days(a, b)} == {"SUCCEEDED"}

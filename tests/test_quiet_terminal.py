@@ -61,8 +61,14 @@ def test_every_step_takes_its_session_through_session_of():
 def test_starting_spark_prints_nothing_on_the_terminal(tmp_path):
     lake = tmp_path / "lake"
     code = "from resources.spark import get_spark; get_spark().range(1).count()"
-    done = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, env=_local_environment(lake),
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO_ROOT,
+        env=_local_environment(lake),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     assert INCUBATOR_NOTICE.decode() not in done.stderr, done.stderr
     assert INCUBATOR_NOTICE.decode() in (lake / "logs" / "spark.log").read_text()

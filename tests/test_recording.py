@@ -14,7 +14,7 @@ from assets_pkg.generate import generate
 from assets_pkg.partitions import days
 from resources.delta_io import read_days, read_table
 from resources.lake import table_path
-from tests.late_batches import check_partition_statuses
+from tests.support.late_batches import check_partition_statuses
 
 pytestmark = pytest.mark.slow  # builds a lake and runs backfills: minutes, not seconds
 
@@ -31,7 +31,10 @@ def built(spark, lake):
 
 
 def test_each_days_materialization_carries_that_days_rows_and_files_not_the_runs(spark, built):
-    rows_per_day = {r.order_date.isoformat(): r["count"] for r in read_table(spark, "fact_order_item").groupBy("order_date").count().collect()}
+    rows_per_day = {
+        r.order_date.isoformat(): r["count"]
+        for r in read_table(spark, "fact_order_item").groupBy("order_date").count().collect()
+    }
     records = built.fetch_materializations(AssetRecordsFilter(asset_key=AssetKey("fact_order_item")), limit=100).records
     by_day = {r.partition_key: r.asset_materialization.metadata for r in records}
     assert set(by_day) == {d.isoformat() for d in days(START, END)}
@@ -65,8 +68,13 @@ def test_a_duplicate_written_behind_the_pipelines_back_shows_its_day_failed_with
     assert statuses == {d.isoformat(): "FAILED" if d == DAY else "SUCCEEDED" for d in days(START, END)}
     # Changed behind the pipeline's back: the day's content no longer matches what the pipeline wrote.
     assert check_partition_statuses(built, "fact_order_item", FINGERPRINT)[DAY.isoformat()] == "FAILED"
-    failed = [r for r in built.event_log_storage.get_asset_check_execution_history(
-        AssetCheckKey(AssetKey("fact_order_item"), UNIQUE_KEY), limit=100) if r.partition == DAY.isoformat()]
+    failed = [
+        r
+        for r in built.event_log_storage.get_asset_check_execution_history(
+            AssetCheckKey(AssetKey("fact_order_item"), UNIQUE_KEY), limit=100
+        )
+        if r.partition == DAY.isoformat()
+    ]
     assert failed and failed[0].event.dagster_event.event_specific_data.metadata["duplicate_rows"].value == 1
 
     # Rebuilding the day publishes it afresh: every check passes on it again.

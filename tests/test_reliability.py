@@ -13,18 +13,22 @@ from datetime import date
 import pytest
 from dagster import DagsterEventType, DagsterRun, DagsterRunStatus, RunsFilter, SkipReason, build_sensor_context
 
-from assets_pkg.dagster_names import ALL_ASSETS_JOB, CLI_BACKFILL_TAG, LAKE_WRITES_POOL, PROCESS_TAG, PUBLISH_STEP, REPAIR_OF_TAG
-from assets_pkg import liveness
-
-
 from assets_pkg.automation import late_data_sensor
 from assets_pkg.backfill import run_backfill
 from assets_pkg.cli import main
+from assets_pkg.dagster_names import (
+    ALL_ASSETS_JOB,
+    CLI_BACKFILL_TAG,
+    LAKE_WRITES_POOL,
+    PROCESS_TAG,
+    PUBLISH_STEP,
+    REPAIR_OF_TAG,
+)
 from assets_pkg.definitions import defs
 from assets_pkg.generate import generate
 from resources.lake import REPO_ROOT
-from tests.conftest import TABLE_KEYS, from_scratch, rows
-from tests.dagster_ui import DagsterDev
+from tests.support.dagster_ui import DagsterDev
+from tests.support.lake import TABLE_KEYS, from_scratch, rows
 
 pytestmark = pytest.mark.slow  # builds a lake and runs backfills: minutes, not seconds
 
@@ -54,7 +58,11 @@ def _backfill(*args: str) -> subprocess.Popen:
     """`python -m assets_pkg backfill` over START..END in a process of its own, as a user starts it."""
     return subprocess.Popen(
         [sys.executable, "-m", "assets_pkg", "backfill", "--start", str(START), "--end", str(END), *args],
-        cwd=REPO_ROOT, env=dict(os.environ), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        cwd=REPO_ROOT,
+        env=dict(os.environ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
         start_new_session=True,
     )
 
@@ -66,7 +74,9 @@ def test_a_live_run_holds_late_data_back_by_name_and_once_killed_is_closed_and_h
         run = _started_run(instance)
         # While it runs, the sensor waits for it, and says for which run and for how long.
         tick = late_data_sensor(build_sensor_context(instance=instance))
-        assert isinstance(tick, SkipReason) and f"waiting for run {run.run_id} (all_assets, STARTED, " in tick.skip_message
+        assert (
+            isinstance(tick, SkipReason) and f"waiting for run {run.run_id} (all_assets, STARTED, " in tick.skip_message
+        )
         assert "alive" in tick.skip_message
     finally:
         # What an OOM kill or a lost machine does to a backfill: the process vanishes mid-run.
@@ -111,7 +121,10 @@ def test_two_backfills_over_the_same_days_at_once_write_one_step_at_a_time_and_b
 
     # Each process's whole output (stderr too) when one fails: pytest would shorten a list of them.
     assert [p.returncode for p in (first, second)] == [0, 0], "\n----\n".join(outputs)
-    ids = [next(line for line in out.splitlines() if line.startswith("backfill ")).split()[1].rstrip(":") for out in outputs]
+    ids = [
+        next(line for line in out.splitlines() if line.startswith("backfill ")).split()[1].rstrip(":")
+        for out in outputs
+    ]
     mine, theirs = (_write_intervals(instance, backfill_id) for backfill_id in ids)
     assert mine and theirs
     for a_start, a_end, a_step in mine:
@@ -127,9 +140,14 @@ def test_a_backfill_started_while_a_dead_run_holds_the_lake_writes_closes_that_r
     instance = built
     finished = subprocess.Popen(["true"])  # a process that has ended: its pid names no live process
     finished.wait()
-    dead = instance.add_run(DagsterRun(
-        job_name=ALL_ASSETS_JOB, run_id=str(uuid.uuid4()), status=DagsterRunStatus.STARTED,
-        tags={PROCESS_TAG: f"{socket.gethostname()}:{finished.pid}:1"}))
+    dead = instance.add_run(
+        DagsterRun(
+            job_name=ALL_ASSETS_JOB,
+            run_id=str(uuid.uuid4()),
+            status=DagsterRunStatus.STARTED,
+            tags={PROCESS_TAG: f"{socket.gethostname()}:{finished.pid}:1"},
+        )
+    )
     storage = instance.event_log_storage
     storage.initialize_concurrency_limit_to_default(LAKE_WRITES_POOL)
     assert storage.claim_concurrency_slot(LAKE_WRITES_POOL, dead.run_id, PUBLISH_STEP).is_claimed
@@ -150,7 +168,9 @@ def test_a_backfill_started_while_a_dead_run_holds_the_lake_writes_closes_that_r
         assert rows(spark, table) == before[table], f"{table}: re-running built days changed its content"
 
 
-def test_a_killed_daemon_run_is_closed_with_its_cause_its_backfill_ends_and_the_sensor_repairs_its_days(spark, built, lake, tmp_path):
+def test_a_killed_daemon_run_is_closed_with_its_cause_its_backfill_ends_and_the_sensor_repairs_its_days(
+    spark, built, lake, tmp_path
+):
     """The code server that launched the run sees its process die and closes it (Dagster's own mechanism); the
     sensor's liveness check is the net for when nothing else is left to notice. The sensor then runs its days again."""
     root, instance = lake
@@ -168,14 +188,16 @@ def test_a_killed_daemon_run_is_closed_with_its_cause_its_backfill_ends_and_the_
             assert time.monotonic() < deadline, "the dead run was not closed"
             time.sleep(1)
         said = [r.event_log_entry.message for r in instance.get_records_for_run(run.run_id).records]
-        assert any(f"Run execution process for {run.run_id}" in m or "the process that executed this run" in m
-                   for m in said), said[-5:]
+        assert any(
+            f"Run execution process for {run.run_id}" in m or "the process that executed this run" in m for m in said
+        ), said[-5:]
         assert dev.wait_for_backfill(backfill_id, timeout=300)["status"] != "REQUESTED"
 
         # The sensor runs the dead run's days again, and the tables end as a from-scratch build makes them.
         deadline = time.monotonic() + 300
-        while not (repairs := instance.get_runs(RunsFilter(tags={REPAIR_OF_TAG: run.run_id}))) or \
-                repairs[0].status not in (DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE):
+        while not (repairs := instance.get_runs(RunsFilter(tags={REPAIR_OF_TAG: run.run_id}))) or repairs[
+            0
+        ].status not in (DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE):
             assert time.monotonic() < deadline, "the dead run's days were not run again"
             time.sleep(2)
         assert repairs[0].status == DagsterRunStatus.SUCCESS

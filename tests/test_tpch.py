@@ -42,12 +42,20 @@ def test_full_history_daily_net_revenue_equals_the_tpch_sums_to_the_cent_on_ever
         r.day: r.net
         for r in lineitem.join(orders, lineitem.l_orderkey == orders.o_orderkey)
         .groupBy(F.col("o_orderdate").alias("day"))
-        .agg(F.sum(F.col("l_extendedprice").cast("decimal(18,2)") - F.round(F.col("l_extendedprice") * F.col("l_discount"), 2).cast("decimal(18,2)")).alias("net"))
+        .agg(
+            F.sum(
+                F.col("l_extendedprice").cast("decimal(18,2)")
+                - F.round(F.col("l_extendedprice") * F.col("l_discount"), 2).cast("decimal(18,2)")
+            ).alias("net")
+        )
         .collect()
     }
     actual = {
         r.order_date: r.net
-        for r in read_table(spark, "daily_revenue").groupBy("order_date").agg(F.sum("net_amount").alias("net")).collect()
+        for r in read_table(spark, "daily_revenue")
+        .groupBy("order_date")
+        .agg(F.sum("net_amount").alias("net"))
+        .collect()
     }
     assert len(expected) == 2406
     assert actual == expected

@@ -4,13 +4,18 @@ from datetime import date, datetime
 from decimal import Decimal
 
 import pytest
+from pyspark.sql import types as T
 
 from assets_pkg import quarantine, transforms
 from assets_pkg.landing import ORDER_ITEM_SCHEMA, PRODUCT_SCHEMA
 from assets_pkg.partitions import days
-from pyspark.sql import types as T
 
 D = date.fromisoformat
+
+
+PRODUCT_CHANGES = (
+    "product_id long, valid_from date, category string, status string, list_price decimal(18,2), updated_at timestamp"
+)
 
 
 def ts(s):
@@ -19,13 +24,33 @@ def ts(s):
 
 def item(order_id, item_id, day, quantity, updated, ingested, source="b1/f.parquet", product_id=1):
     gross = Decimal(quantity * 10).quantize(Decimal("0.01"))
-    return (order_id, item_id, D(day), 7, product_id, "web", quantity, gross, Decimal("1.00"), Decimal("6.00"),
-            ts(updated), ts(ingested), D(ingested[:10]), source)
+    return (
+        order_id,
+        item_id,
+        D(day),
+        7,
+        product_id,
+        "web",
+        quantity,
+        gross,
+        Decimal("1.00"),
+        Decimal("6.00"),
+        ts(updated),
+        ts(ingested),
+        D(ingested[:10]),
+        source,
+    )
 
 
 @pytest.fixture(scope="module")
 def versions_schema():
-    return T.StructType([*ORDER_ITEM_SCHEMA.fields, T.StructField("ingest_date", T.DateType()), T.StructField("source_file", T.StringType())])
+    return T.StructType(
+        [
+            *ORDER_ITEM_SCHEMA.fields,
+            T.StructField("ingest_date", T.DateType()),
+            T.StructField("source_file", T.StringType()),
+        ]
+    )
 
 
 def stg(spark, schema, rows, start, end):
@@ -93,7 +118,10 @@ def test_narrowed_to_a_days_items_a_moved_item_keeps_all_its_versions_and_leaves
     versions = spark.createDataFrame(rows, versions_schema)
     marked = transforms.mark_items_dated_on(versions, [D("2025-01-05")])
     narrowed = marked.where(transforms.ITEM_ON_DAYS).drop(transforms.ITEM_ON_DAYS)
-    assert sorted((r.order_id, r.order_date) for r in narrowed.collect()) == [(1, D("2025-01-05")), (1, D("2025-01-20"))]
+    assert sorted((r.order_id, r.order_date) for r in narrowed.collect()) == [
+        (1, D("2025-01-05")),
+        (1, D("2025-01-20")),
+    ]
     assert transforms.stg_order_items(narrowed, [D("2025-01-05")]).count() == 0
 
 
@@ -101,15 +129,41 @@ def test_an_old_day_rerun_sees_the_product_as_it_was_that_day(spark, versions_sc
     """Seed 001: the product turned PASSIVE on Jan 10; re-running Jan 5 still says ACTIVE."""
     products = spark.createDataFrame(
         [
-            (1, "toys", "ACTIVE", Decimal("10.00"), ts("2025-01-01 00:00:00"), ts("2025-01-01 00:01:00"), D("2025-01-01"), "p1"),
-            (1, "toys", "PASSIVE", Decimal("10.00"), ts("2025-01-10 09:00:00"), ts("2025-01-10 23:00:00"), D("2025-01-10"), "p2"),
+            (
+                1,
+                "toys",
+                "ACTIVE",
+                Decimal("10.00"),
+                ts("2025-01-01 00:00:00"),
+                ts("2025-01-01 00:01:00"),
+                D("2025-01-01"),
+                "p1",
+            ),
+            (
+                1,
+                "toys",
+                "PASSIVE",
+                Decimal("10.00"),
+                ts("2025-01-10 09:00:00"),
+                ts("2025-01-10 23:00:00"),
+                D("2025-01-10"),
+                "p2",
+            ),
         ],
-        T.StructType([*PRODUCT_SCHEMA.fields, T.StructField("ingest_date", T.DateType()), T.StructField("source_file", T.StringType())]),
+        T.StructType(
+            [
+                *PRODUCT_SCHEMA.fields,
+                T.StructField("ingest_date", T.DateType()),
+                T.StructField("source_file", T.StringType()),
+            ]
+        ),
     )
     changes = transforms.dim_product_changes(products, D("2025-01-01"), days(D("2025-01-01"), D("2025-01-31")))
     items = spark.createDataFrame(
-        [item(1, 1, "2025-01-05", 2, "2025-01-05 10:00:00", "2025-01-06 01:00:00"),
-         item(2, 1, "2025-01-12", 2, "2025-01-12 10:00:00", "2025-01-13 01:00:00")],
+        [
+            item(1, 1, "2025-01-05", 2, "2025-01-05 10:00:00", "2025-01-06 01:00:00"),
+            item(2, 1, "2025-01-12", 2, "2025-01-12 10:00:00", "2025-01-13 01:00:00"),
+        ],
         versions_schema,
     ).drop("ingest_date", "source_file")
     fact = {r.order_id: r for r in transforms.fact_order_item(items, changes).collect()}
@@ -120,33 +174,49 @@ def test_an_old_day_rerun_sees_the_product_as_it_was_that_day(spark, versions_sc
 
 def test_revenue_and_customer_features_count_distinct_orders_and_products_per_group(spark, versions_schema):
     items = spark.createDataFrame(
-        [item(1, 1, "2025-01-05", 2, "2025-01-05 10:00:00", "2025-01-06 01:00:00", product_id=1),
-         item(1, 2, "2025-01-05", 1, "2025-01-05 10:00:00", "2025-01-06 01:00:00", product_id=1),
-         item(2, 1, "2025-01-05", 3, "2025-01-05 11:00:00", "2025-01-06 01:00:00", product_id=2),
-         item(3, 1, "2025-01-06", 1, "2025-01-06 11:00:00", "2025-01-07 01:00:00", product_id=2)],
+        [
+            item(1, 1, "2025-01-05", 2, "2025-01-05 10:00:00", "2025-01-06 01:00:00", product_id=1),
+            item(1, 2, "2025-01-05", 1, "2025-01-05 10:00:00", "2025-01-06 01:00:00", product_id=1),
+            item(2, 1, "2025-01-05", 3, "2025-01-05 11:00:00", "2025-01-06 01:00:00", product_id=2),
+            item(3, 1, "2025-01-06", 1, "2025-01-06 11:00:00", "2025-01-07 01:00:00", product_id=2),
+        ],
         versions_schema,
     ).drop("ingest_date", "source_file")
-    changes = spark.createDataFrame([], "product_id long, valid_from date, category string, status string, list_price decimal(18,2), updated_at timestamp")
+    changes = spark.createDataFrame(
+        [],
+        PRODUCT_CHANGES,
+    )
     fact = transforms.fact_order_item(items, changes)
     revenue = {r.order_date: r for r in transforms.daily_revenue(fact).collect()}
     assert [(r.item_count, r.order_count) for _, r in sorted(revenue.items())] == [(3, 2), (1, 1)]
     features = {r.order_date: r for r in transforms.customer_daily_features(fact).collect()}  # one customer (7)
-    assert [(r.item_count, r.order_count, r.distinct_products) for _, r in sorted(features.items())] == [(3, 2, 2), (1, 1, 1)]
+    assert [(r.item_count, r.order_count, r.distinct_products) for _, r in sorted(features.items())] == [
+        (3, 2, 2),
+        (1, 1, 1),
+    ]
     assert dict(transforms.customer_daily_features(fact).dtypes)["order_count"] == "bigint"
 
 
 def test_category_revenue_groups_by_the_products_category_as_of_the_order_day(spark, versions_schema):
     items = spark.createDataFrame(
-        [item(1, 1, "2025-01-05", 2, "2025-01-05 10:00:00", "2025-01-06 01:00:00", product_id=1),
-         item(2, 1, "2025-01-05", 1, "2025-01-05 11:00:00", "2025-01-06 01:00:00", product_id=2),
-         item(3, 1, "2025-01-09", 1, "2025-01-09 11:00:00", "2025-01-10 01:00:00", product_id=1)],
+        [
+            item(1, 1, "2025-01-05", 2, "2025-01-05 10:00:00", "2025-01-06 01:00:00", product_id=1),
+            item(2, 1, "2025-01-05", 1, "2025-01-05 11:00:00", "2025-01-06 01:00:00", product_id=2),
+            item(3, 1, "2025-01-09", 1, "2025-01-09 11:00:00", "2025-01-10 01:00:00", product_id=1),
+        ],
         versions_schema,
     ).drop("ingest_date", "source_file")
     changes = spark.createDataFrame(
-        [(1, date(2025, 1, 1), "books", "ACTIVE", None, None), (2, date(2025, 1, 1), "books", "ACTIVE", None, None),
-         (1, date(2025, 1, 8), "toys", "ACTIVE", None, None)],  # product 1 moves to toys from Jan 8
-        "product_id long, valid_from date, category string, status string, list_price decimal(18,2), updated_at timestamp")
+        [
+            (1, date(2025, 1, 1), "books", "ACTIVE", None, None),
+            (2, date(2025, 1, 1), "books", "ACTIVE", None, None),
+            (1, date(2025, 1, 8), "toys", "ACTIVE", None, None),
+        ],  # product 1 moves to toys from Jan 8
+        PRODUCT_CHANGES,
+    )
     fact = transforms.fact_order_item(items, changes)
-    by_day = sorted((r.order_date.isoformat(), r.product_category, r.item_count, r.order_count)
-                    for r in transforms.daily_category_revenue(fact).collect())
+    by_day = sorted(
+        (r.order_date.isoformat(), r.product_category, r.item_count, r.order_count)
+        for r in transforms.daily_category_revenue(fact).collect()
+    )
     assert by_day == [("2025-01-05", "books", 2, 2), ("2025-01-09", "toys", 1, 1)]

@@ -9,19 +9,18 @@ from pyspark.sql import functions as F
 
 from assets_pkg import landing
 from assets_pkg.automation import landing_state, late_data_sensor
-from assets_pkg.definitions import defs
-from assets_pkg.tables import BY_NAME, PUBLISH_ORDER, downstream
 from assets_pkg.backfill import run_backfill
-from assets_pkg.checks import LATE_DATA
-from assets_pkg.cli import main
-from assets_pkg.generate import generate
 from assets_pkg.checks import day_contents
+from assets_pkg.cli import main
+from assets_pkg.definitions import defs
+from assets_pkg.generate import generate
 from assets_pkg.partitions import days
+from assets_pkg.tables import BY_NAME, PUBLISH_ORDER, downstream
 from resources import audit
 from resources.delta_io import read_days, read_table
 from resources.lake import table_path
-from tests.conftest import files_by_day, versions
-from tests.late_batches import check_partition_statuses
+from tests.support.lake import files_by_day, versions
+from tests.support.late_batches import check_partition_statuses
 
 pytestmark = pytest.mark.slow  # builds a lake and runs backfills: minutes, not seconds
 
@@ -56,7 +55,11 @@ def test_every_landed_key_is_in_the_fact_or_in_quarantine_with_a_reason(spark, b
     accounted = read_table(spark, "fact_order_item").select(*keys).union(quarantined.select(*keys))
     assert landed.join(accounted, keys, "left_anti").count() == 0
     # Rows without a key cannot be matched by key: each of them is in quarantine, with its file.
-    assert versions_.where("order_id IS NULL OR order_item_id IS NULL").count() == quarantined.where("reason = 'null_key'").count() > 0
+    assert (
+        versions_.where("order_id IS NULL OR order_item_id IS NULL").count()
+        == quarantined.where("reason = 'null_key'").count()
+        > 0
+    )
     assert quarantined.where("reason IS NULL OR source_file IS NULL OR run_id IS NULL").count() == 0
     reasons = {r.reason for r in quarantined.select("reason").distinct().collect()}
     assert {"null_key", "negative_or_null_quantity", "negative_or_null_amount"} <= reasons
@@ -78,7 +81,9 @@ def test_the_audit_trail_has_one_row_per_run_asset_and_day(spark, built):
     assert rows.where("asset = 'stg_order_items' AND source_watermark IS NULL").count() == 0
 
 
-def test_a_duplicate_behind_the_pipelines_back_fails_check_naming_day_and_key_and_rollback_restores_it(spark, built, capsys):
+def test_a_duplicate_behind_the_pipelines_back_fails_check_naming_day_and_key_and_rollback_restores_it(
+    spark, built, capsys
+):
     table = "fact_order_item"
     fingerprint_before = day_contents(read_table(spark, table), "order_date")
     version_before = versions(spark, table)[0]
@@ -92,7 +97,10 @@ def test_a_duplicate_behind_the_pipelines_back_fails_check_naming_day_and_key_an
     request = late_data_sensor(build_sensor_context(instance=built, definitions=defs, cursor=landing_state()))
     assert not isinstance(request, RunRequest), request.tags
 
-    assert main(["report", "--asset", table, "--start", str(START), "--end", str(END), "--version", str(version_before)]) == 1
+    assert (
+        main(["report", "--asset", table, "--start", str(START), "--end", str(END), "--version", str(version_before)])
+        == 1
+    )
     out = capsys.readouterr().out
     assert out.count("MISMATCH") == 1 and f"{DAY} rows=" in out.split("MISMATCH")[0].splitlines()[-1]
 
@@ -100,7 +108,10 @@ def test_a_duplicate_behind_the_pipelines_back_fails_check_naming_day_and_key_an
     assert main(["rollback", "--asset", table, "--start", str(DAY), "--end", str(DAY), "--version", "999"]) == 2
     assert f"version 999 is not in {table}'s history: its versions are 0.." in capsys.readouterr().err
     files_before = files_by_day(spark, table, "order_date")
-    assert main(["rollback", "--asset", table, "--start", str(DAY), "--end", str(DAY), "--version", str(version_before)]) == 0
+    assert (
+        main(["rollback", "--asset", table, "--start", str(DAY), "--end", str(DAY), "--version", str(version_before)])
+        == 0
+    )
     assert day_contents(read_table(spark, table), "order_date") == fingerprint_before
     files_after = files_by_day(spark, table, "order_date")
     assert all(files_after[d] == files_before[d] for d in files_before if d != DAY.isoformat())
@@ -131,7 +142,22 @@ def test_a_blocking_failure_publishes_nothing_and_stops_the_downstream_partition
     assert materialized.isdisjoint(downstream({"fact_order_item"}))
 
     stg_version = versions(spark, "stg_order_items")[0]
-    assert main(["rollback", "--asset", "stg_order_items", "--start", str(DAY), "--end", str(DAY), "--version", str(stg_version - 1)]) == 0
+    assert (
+        main(
+            [
+                "rollback",
+                "--asset",
+                "stg_order_items",
+                "--start",
+                str(DAY),
+                "--end",
+                str(DAY),
+                "--version",
+                str(stg_version - 1),
+            ]
+        )
+        == 0
+    )
 
 
 def test_metrics_report_p95_runtime_duplicates_mismatches_and_how_far_each_table_is_behind_its_landing(built, capsys):

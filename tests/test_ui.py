@@ -9,21 +9,21 @@ from datetime import date, timedelta
 import pytest
 from dagster import AssetKey
 
-from assets_pkg.dagster_names import LANDING_STATE_TAG, RESTATE_JOB
 from assets_pkg import cli, late_data
 from assets_pkg.automation import landing_state
 from assets_pkg.backfill import observe_landing, run_backfill, run_restatement
-from assets_pkg.tables import FACT_ORDER_ITEM, PUBLISH_ORDER, QUARANTINE_ORDER_ITEMS, TABLES
 from assets_pkg.checks import FINGERPRINT, KEYS_NOT_NULL, RECONCILES, ROW_COUNT_CHANGE, UNIQUE_KEY, UP_TO_DATE
+from assets_pkg.dagster_names import LANDING_STATE_TAG, RESTATE_JOB
 from assets_pkg.definitions import defs
 from assets_pkg.generate import generate
+from assets_pkg.tables import FACT_ORDER_ITEM, PUBLISH_ORDER, QUARANTINE_ORDER_ITEMS, TABLES
 from resources import audit, control
 from resources.delta_io import read_days, read_table
 from resources.lake import table_path
-from tests.browser import dagster_ui
-from tests.conftest import TABLE_KEYS, duplicate_keys, rows
-from tests.dagster_ui import DagsterDev, instance_at
-from tests.late_batches import (
+from tests.support.browser import dagster_ui
+from tests.support.dagster_ui import DagsterDev, instance_at
+from tests.support.lake import TABLE_KEYS, duplicate_keys, rows
+from tests.support.late_batches import (
     ORDER_TABLES,
     assert_rewrote_exactly,
     land_batch,
@@ -60,7 +60,10 @@ def dagster_dev(spark, lake):
         assert observe_landing(instance).success
         assert run_backfill(START, end, chunk_size=DAYS, instance=instance, echo=lambda _: None)
         assert run_restatement(instance).success
-    dev = DagsterDev(home, env={"LAKE_ROOT": str(root), "BACKFILL_MAX_PARTITIONS_PER_RUN": str(CHUNK), "LATE_DATA_SENSOR_INTERVAL_S": "5"})
+    dev = DagsterDev(
+        home,
+        env={"LAKE_ROOT": str(root), "BACKFILL_MAX_PARTITIONS_PER_RUN": str(CHUNK), "LATE_DATA_SENSOR_INTERVAL_S": "5"},
+    )
     try:
         dev.wait_until_up()
         dev.graphql("mutation { setNuxSeen }")  # the community sign-up dialog, shown once per instance
@@ -91,7 +94,9 @@ def test_the_landing_shows_as_observed_with_a_data_version_for_every_landed_day(
     assert len(versions) == DAYS and all(versions.values())
 
 
-def test_a_30_day_backfill_from_the_materialize_dialog_runs_in_chunks_and_changes_nothing_it_reruns(spark, dagster_dev, ui):
+def test_a_30_day_backfill_from_the_materialize_dialog_runs_in_chunks_and_changes_nothing_it_reruns(
+    spark, dagster_dev, ui
+):
     before = {table: rows(spark, table) for table in TABLE_KEYS}
     last = START + timedelta(days=UI_DAYS - 1)
 
@@ -128,7 +133,11 @@ def test_a_30_day_backfill_from_the_materialize_dialog_runs_in_chunks_and_change
 def test_every_table_shows_every_day_materialized_and_every_check_every_day_passed(ui):
     for table, checks in _checks().items():
         assert ui.asset_partitions(table, {"Materialized": DAYS, "Missing": 0}) == {
-            "Failed": 0, "Materialized": DAYS, "Materializing": 0, "Missing": 0}, table
+            "Failed": 0,
+            "Materialized": DAYS,
+            "Materializing": 0,
+            "Missing": 0,
+        }, table
         for check in checks:
             seen = ui.check_partitions(table, check, ALL_DAYS)
             assert {k: seen.get(k) for k in ALL_DAYS} == ALL_DAYS, (table, check, seen)
@@ -162,7 +171,8 @@ def test_a_duplicate_written_behind_the_pipelines_back_shows_its_day_failed_with
     root, _ = lake
     day = START + timedelta(days=40)
     read_days(spark, "fact_order_item", "order_date", [day]).limit(1).write.format("delta").mode("append").save(
-        table_path("fact_order_item"))
+        table_path("fact_order_item")
+    )
 
     with instance_at(root / "dagster_dev_home"):
         exit_code = cli.main(["check", "--asset", "fact_order_item", "--start", str(day), "--end", str(day)])
@@ -184,7 +194,9 @@ def test_a_duplicate_written_behind_the_pipelines_back_shows_its_day_failed_with
     assert (seen["Failed"], seen["Passed"]) == (0, DAYS), seen
 
 
-def test_a_late_batch_shows_exactly_its_days_stale_then_passed_after_the_sensors_restatement(spark, dagster_dev, lake, ui):
+def test_a_late_batch_shows_exactly_its_days_stale_then_passed_after_the_sensors_restatement(
+    spark, dagster_dev, lake, ui
+):
     root, _ = lake
     ui.set_sensor("late_data_sensor", running=False)
     items, expected = three_corrected_and_two_late_days(spark, START + timedelta(days=40))
@@ -221,7 +233,9 @@ def test_a_late_batch_shows_exactly_its_days_stale_then_passed_after_the_sensors
     ui.screenshot("late-batch-restated")
 
 
-def test_a_rolled_back_restatement_shows_each_day_restored_and_held_until_released(spark, dagster_dev, lake, ui, capsys):
+def test_a_rolled_back_restatement_shows_each_day_restored_and_held_until_released(
+    spark, dagster_dev, lake, ui, capsys
+):
     root, _ = lake
     restatement = dagster_dev.runs(RESTATE_JOB)[0]  # the sensor's, of the late batch above
     restated = sorted({r.partition for r in audit.read(spark).where(f"run_id = '{restatement['runId']}'").collect()})
@@ -248,11 +262,15 @@ def test_a_rolled_back_restatement_shows_each_day_restored_and_held_until_releas
 def test_the_resources_page_shows_the_settings_the_runs_use(ui, lake):
     root, _ = lake
     lines = ui.resource("settings").splitlines()
-    for field, value in [("backfill_max_partitions_per_run", str(CHUNK)), ("lake_root", str(root)),
-                         ("partition_start_date", "2025-01-01"), ("late_data_sensor_interval_s", "5")]:
+    for field, value in [
+        ("backfill_max_partitions_per_run", str(CHUNK)),
+        ("lake_root", str(root)),
+        ("partition_start_date", "2025-01-01"),
+        ("late_data_sensor_interval_s", "5"),
+    ]:
         at = lines.index(field)
-        shown = [line.strip('"') for line in lines[at + 1:at + 4]]  # its description, type and value (text quoted)
-        assert value in shown, (field, value, lines[at:at + 4])
+        shown = [line.strip('"') for line in lines[at + 1 : at + 4]]  # its description, type and value (text quoted)
+        assert value in shown, (field, value, lines[at : at + 4])
     assert "BACKFILL_MAX_PARTITIONS_PER_RUN: days per backfill run" in lines  # with the variable each is read from
     ui.screenshot("settings-resource")
 

@@ -1,40 +1,24 @@
-"""The pure logic, without Spark: days as ranges, chunks, the publish order, which batches a restatement reads, and
-the landing contract's verdict on a file."""
+"""The pure logic, without Spark: the publish order, the landing contract's verdict on a file, what a failure between
+commits says, the settings (the day decisions: tests/test_day_decisions.py)."""
 
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from assets_pkg.dagster_names import PREVIEW_JOB
 from assets_pkg import landing
-from assets_pkg.late_data import batches_to_read
-from assets_pkg.partitions import chunks
-from assets_pkg.publish import Change, Operation, PartlyPublished, day_ranges
+from assets_pkg.dagster_names import PREVIEW_JOB
+from assets_pkg.publish import Change, Operation, PartlyPublished
 from assets_pkg.tables import BY_NAME, PUBLISH_ORDER, TABLES, downstream
-from resources.control import Watermark
-from resources.delta_io import Commit, day_predicate, day_runs
+from resources.delta_io import Commit
 
 D = date(2025, 1, 1)
 
 
 def day(n: int) -> date:
     return D + timedelta(days=n)
-
-
-def test_scattered_days_are_written_as_runs_of_consecutive_days():
-    assert day_runs([day(5), day(0), day(1), day(2), day(5), day(9)]) == [(day(0), day(2)), (day(5), day(5)), (day(9), day(9))]
-    assert day_predicate("d", [day(0), day(1)]) == "(d >= '2025-01-01' AND d <= '2025-01-02')"
-    assert day_ranges([day(0), day(1), day(3)]) == "2025-01-01..2025-01-02, 2025-01-04"
-    with pytest.raises(ValueError, match="no days"):
-        day_predicate("d", [])
-
-
-def test_chunks_cover_a_range_exactly_once_in_order():
-    ranges = chunks(day(0), day(69), 31)
-    assert ranges == [(day(0), day(30)), (day(31), day(61)), (day(62), day(69))]
 
 
 def test_every_table_is_published_after_every_table_it_reads():
@@ -49,31 +33,44 @@ def test_every_table_is_published_after_every_table_it_reads():
     assert set(derived[1:]) == {t.name for t in TABLES if "fact_order_item" in t.upstream} | {"daily_revenue"}
 
 
-def test_a_restatement_reads_new_batches_and_those_in_the_reprocess_window():
-    watermark = Watermark(datetime.combine(day(4), datetime.min.time(), tzinfo=timezone.utc),
-                          batches_read=[str(day(n)) for n in range(5) if n != 1])
-    landed = [str(day(n)) for n in range(6)]
-    # Never read (day 1), read but within 48 hours of the watermark (days 2..4), and new (day 5).
-    assert batches_to_read(landed, watermark, timedelta(hours=48)) == [str(day(n)) for n in (1, 2, 3, 4, 5)]
-
-
 def _write(path, types: dict, values: dict, **options):
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.table({c: pa.array([values[c]], t) for c, t in types.items()}), path, **options)
 
 
 CONTRACT = {
-    "order_id": pa.int64(), "order_item_id": pa.int32(), "order_date": pa.date32(), "customer_id": pa.int64(),
-    "product_id": pa.int64(), "channel": pa.string(), "quantity": pa.int32(), "gross_amount": pa.decimal128(18, 2),
-    "discount_amount": pa.decimal128(18, 2), "cost_amount": pa.decimal128(18, 2),
-    "updated_at": pa.timestamp("us", tz="UTC"), "ingested_at": pa.timestamp("us", tz="UTC"),
+    "order_id": pa.int64(),
+    "order_item_id": pa.int32(),
+    "order_date": pa.date32(),
+    "customer_id": pa.int64(),
+    "product_id": pa.int64(),
+    "channel": pa.string(),
+    "quantity": pa.int32(),
+    "gross_amount": pa.decimal128(18, 2),
+    "discount_amount": pa.decimal128(18, 2),
+    "cost_amount": pa.decimal128(18, 2),
+    "updated_at": pa.timestamp("us", tz="UTC"),
+    "ingested_at": pa.timestamp("us", tz="UTC"),
 }
-ROW = {"order_id": 1, "order_item_id": 1, "order_date": D, "customer_id": 1, "product_id": 1, "channel": "web",
-       "quantity": 1, "gross_amount": Decimal("1.00"), "discount_amount": Decimal("0.00"), "cost_amount": Decimal("0.50"),
-       "updated_at": datetime(2025, 1, 1, tzinfo=timezone.utc), "ingested_at": datetime(2025, 1, 2, tzinfo=timezone.utc)}
+ROW = {
+    "order_id": 1,
+    "order_item_id": 1,
+    "order_date": D,
+    "customer_id": 1,
+    "product_id": 1,
+    "channel": "web",
+    "quantity": 1,
+    "gross_amount": Decimal("1.00"),
+    "discount_amount": Decimal("0.00"),
+    "cost_amount": Decimal("0.50"),
+    "updated_at": datetime(2025, 1, 1, tzinfo=UTC),
+    "ingested_at": datetime(2025, 1, 2, tzinfo=UTC),
+}
 
 
-def test_the_landing_contract_reads_every_timestamp_encoding_and_refuses_what_it_cannot_read_by_name(tmp_path, monkeypatch):
+def test_the_landing_contract_reads_every_timestamp_encoding_and_refuses_what_it_cannot_read_by_name(
+    tmp_path, monkeypatch
+):
     monkeypatch.setenv("LAKE_ROOT", str(tmp_path))
     batch = tmp_path / "landing" / "order_items" / "ingest_date=2025-01-02"
     nanos = {**CONTRACT, "updated_at": pa.timestamp("ns", tz="UTC")}
@@ -101,21 +98,27 @@ def test_the_landing_contract_reads_every_timestamp_encoding_and_refuses_what_it
 
 def test_a_failure_between_commits_names_the_operation_and_what_was_committed_with_its_version_and_days():
     change = Change(Operation.BACKFILL, {"stg_order_items": [day(0), day(1)], "fact_order_item": [day(0), day(1)]})
-    commits = {"quarantine_order_items": Commit("quarantine_order_items", None, 0, 0, 0),
-               "stg_order_items": Commit("stg_order_items", 7, 10, 2, 2)}
+    commits = {
+        "quarantine_order_items": Commit("quarantine_order_items", None, 0, 0, 0),
+        "stg_order_items": Commit("stg_order_items", 7, 10, 2, 2),
+    }
     error = PartlyPublished(change, commits, RuntimeError("ConcurrentAppendException: files were added"))
     assert str(error).startswith(
         "backfill failed after committing quarantine_order_items (no change, 2025-01-01..2025-01-02), stg_order_items "
-        "(version 7, 2025-01-01..2025-01-02); not committed: fact_order_item (RuntimeError: ConcurrentAppendException")
+        "(version 7, 2025-01-01..2025-01-02); not committed: fact_order_item (RuntimeError: ConcurrentAppendException"
+    )
 
 
-@pytest.mark.parametrize("variable, value, said", [
-    ("PARTITION_START_DATE", "2025-13-01", "PARTITION_START_DATE='2025-13-01' is not a YYYY-MM-DD date"),
-    ("PARTITION_END_DATE", "2024-12-31", "PARTITION_END_DATE=2024-12-31 is before PARTITION_START_DATE=2025-01-01"),
-    ("BACKFILL_MAX_PARTITIONS_PER_RUN", "0", "BACKFILL_MAX_PARTITIONS_PER_RUN='0' must be above 0"),
-    ("BACKFILL_MAX_PARTITIONS_PER_RUN", "a week", "BACKFILL_MAX_PARTITIONS_PER_RUN='a week' is not an integer"),
-    ("SPARK_CONF", "[1]", "SPARK_CONF='[1]' is not a JSON object"),
-])
+@pytest.mark.parametrize(
+    "variable, value, said",
+    [
+        ("PARTITION_START_DATE", "2025-13-01", "PARTITION_START_DATE='2025-13-01' is not a YYYY-MM-DD date"),
+        ("PARTITION_END_DATE", "2024-12-31", "PARTITION_END_DATE=2024-12-31 is before PARTITION_START_DATE=2025-01-01"),
+        ("BACKFILL_MAX_PARTITIONS_PER_RUN", "0", "BACKFILL_MAX_PARTITIONS_PER_RUN='0' must be above 0"),
+        ("BACKFILL_MAX_PARTITIONS_PER_RUN", "a week", "BACKFILL_MAX_PARTITIONS_PER_RUN='a week' is not an integer"),
+        ("SPARK_CONF", "[1]", "SPARK_CONF='[1]' is not a JSON object"),
+    ],
+)
 def test_a_bad_setting_is_refused_naming_the_variable_and_what_it_must_be(monkeypatch, variable, value, said):
     from resources.settings import SettingsError, settings
 
@@ -158,8 +161,10 @@ def test_the_landing_contract_check_fails_in_dagster_naming_each_refused_file(tm
         result = job.execute_in_process(instance=instance, raise_on_error=False)
     evaluations = {e.asset_key.to_user_string(): e for e in result.get_asset_check_evaluations()}
     assert not evaluations["landing_order_items"].passed
-    assert "order_items/ingest_date=2025-01-02/narrow.parquet: missing column channel" in \
-        evaluations["landing_order_items"].metadata["refused"].value
+    assert (
+        "order_items/ingest_date=2025-01-02/narrow.parquet: missing column channel"
+        in evaluations["landing_order_items"].metadata["refused"].value
+    )
     assert evaluations["landing_products"].passed
 
 
@@ -171,7 +176,9 @@ def _closed_port() -> int:
         return s.getsockname()[1]  # closed again when the block ends: nothing listens there
 
 
-def test_the_instance_is_on_postgresql_exactly_when_its_url_is_set_and_a_users_own_config_is_left_alone(tmp_path, monkeypatch):
+def test_the_instance_is_on_postgresql_exactly_when_its_url_is_set_and_a_users_own_config_is_left_alone(
+    tmp_path, monkeypatch
+):
     from assets_pkg.instance import POSTGRES_URL, WRITTEN_BY, write_config
 
     monkeypatch.delenv(POSTGRES_URL, raising=False)

@@ -1,50 +1,48 @@
-"""Landing late and corrected rows on top of a built lake, and asserting which days a restatement rewrote."""
+"""Landing late and corrected rows on top of a built lake, and asserting which days a restatement rewrote. Landing
+a batch, and the corrections of staged items, are the bench's own (bench/harness.py)."""
 
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 
-from pyspark.sql import types as T
-
-from assets_pkg import landing
 from assets_pkg.tables import DAY_COLUMN, PUBLISH_ORDER, TABLES, Role
-from resources.delta_io import read_days
+from bench.harness import corrections, land_batch, next_batch_day
+from tests.support.lake import files_by_day, versions
+
+__all__ = [
+    "ORDER_TABLES",
+    "assert_rewrote_exactly",
+    "check_partition_statuses",
+    "corrections",
+    "land_batch",
+    "latest_check_status",
+    "new_items",
+    "next_batch_day",
+    "snapshot",
+    "three_corrected_and_two_late_days",
+]
 
 # The tables by order day: every table but the dimensions.
 ORDER_TABLES = [t.name for t in TABLES if t.role is not Role.DIMENSION]
 
 
-def next_batch_day() -> date:
-    """The day after the newest landed order item batch."""
-    newest = max(landing.batch_name(p) for p in landing.batch_dirs(landing.ORDER_ITEMS))
-    return date.fromisoformat(newest) + timedelta(days=1)
-
-
-def land_batch(spark, items, batch: date, dataset=landing.ORDER_ITEMS) -> datetime:
-    """Land `items` (rows of the landing contract, ingested_at left None) as the batch of `batch`; returns its
-    ingested_at."""
-    ingested = datetime.combine(batch, datetime.min.time(), tzinfo=timezone.utc) + timedelta(hours=2)
-    df = spark.createDataFrame(
-        [(*r[:-1], ingested, batch) for r in items],
-        T.StructType([*landing.SCHEMAS[dataset].fields, T.StructField("ingest_date", T.DateType())]),
-    )
-    landing.land({dataset: df})
-    return ingested
-
-
-def corrections(spark, day, n):
-    """`n` staged items of `day`, re-sent with one more unit and a later updated_at: a correction."""
-    out = []
-    for r in read_days(spark, "stg_order_items", "order_date", [day]).orderBy("order_id", "order_item_id").limit(n).collect():
-        quantity = r.quantity + 1
-        gross = (r.gross_amount / r.quantity * quantity).quantize(Decimal("0.01"))
-        out.append((r.order_id, r.order_item_id, r.order_date, r.customer_id, r.product_id, r.channel, quantity, gross,
-                    r.discount_amount, r.cost_amount, r.updated_at + timedelta(days=30), None))
-    return out
-
-
 def new_items(day, first_order_id, n):
-    return [(first_order_id + i, 1, day, 7, 1, "web", 2, Decimal("20.00"), Decimal("1.00"), Decimal("12.00"),
-             datetime.combine(day, datetime.min.time(), tzinfo=timezone.utc) + timedelta(hours=9), None) for i in range(n)]
+    return [
+        (
+            first_order_id + i,
+            1,
+            day,
+            7,
+            1,
+            "web",
+            2,
+            Decimal("20.00"),
+            Decimal("1.00"),
+            Decimal("12.00"),
+            datetime.combine(day, datetime.min.time(), tzinfo=UTC) + timedelta(hours=9),
+            None,
+        )
+        for i in range(n)
+    ]
 
 
 def three_corrected_and_two_late_days(spark, start: date) -> tuple[list, set[date]]:
@@ -57,8 +55,6 @@ def three_corrected_and_two_late_days(spark, start: date) -> tuple[list, set[dat
 
 
 def snapshot(spark):
-    from tests.conftest import files_by_day, versions  # not at import: conftest pins the tests' partitions
-
     return {t: (len(versions(spark, t)), files_by_day(spark, t, DAY_COLUMN[t])) for t in PUBLISH_ORDER}
 
 
@@ -93,7 +89,11 @@ def check_partition_statuses(instance, table: str, check: str) -> dict[str, str]
 
     key = AssetCheckKey(AssetKey(table), check)
     state = bulk_update_asset_check_state(instance, [(key, daily_partitions)], {key: AssetCheckState.empty()})[key]
-    return {day: status.value for status, subset in state.subsets.items() for day in subset.subset_value.get_partition_keys()}
+    return {
+        day: status.value
+        for status, subset in state.subsets.items()
+        for day in subset.subset_value.get_partition_keys()
+    }
 
 
 def latest_check_status(instance, table: str, check: str, day: date) -> str | None:

@@ -17,13 +17,17 @@ from resources.lake import REPO_ROOT
 
 SCREENSHOTS = Path(os.environ.get("UI_SCREENSHOTS", REPO_ROOT / ".artifacts" / "ui"))
 # The labels beside a Partitions bar, longest first so that "Execution Failed" is not read as "Failed".
-_COUNT = re.compile(r"(Execution Failed|Materializing|Materialized|In Progress|Failed|Missing|Skipped|Passed)\s*\((\d+)\)")
+_COUNT = re.compile(
+    r"(Execution Failed|Materializing|Materialized|In Progress|Failed|Missing|Skipped|Passed)\s*\((\d+)\)"
+)
 
 
 def chromium_path() -> str:
     path = shutil.which("chromium") or shutil.which("chromium-browser")
     if not path:
-        raise RuntimeError("the browser tests need Debian's chromium: apt-get install chromium (scripts/setup.sh does as root)")
+        raise RuntimeError(
+            "the browser tests need Debian's chromium: apt-get install chromium (scripts/setup.sh does as root)"
+        )
     return path
 
 
@@ -123,7 +127,9 @@ class DagsterUI:
             selection.fill(day)
             selection.press("Enter")
         self.page.get_by_text(day, exact=True).filter(visible=True).last.click()
-        self.page.evaluate("() => { for (const e of document.querySelectorAll('*')) if (e.scrollTop) e.scrollTop = 0; }")
+        self.page.evaluate(
+            "() => { for (const e of document.querySelectorAll('*')) if (e.scrollTop) e.scrollTop = 0; }"
+        )
 
     def check_overview(self, asset: str, check: str) -> str:
         """The check's own Overview: what it is (blocking or not), its description and latest result."""
@@ -137,7 +143,7 @@ class DagsterUI:
         self._select_day(day)
         self.page.get_by_text("rows_written").first.wait_for()
         text = self._text()
-        return text[text.rindex(day):]
+        return text[text.rindex(day) :]
 
     def day_result(self, day: str) -> tuple[str, str]:
         """On a check's Partitions view: the status shown for `day` (Passed, Failed...) and the result's panel
@@ -148,7 +154,7 @@ class DagsterUI:
         while True:  # the panel loads its execution after the list: a result still loading shows as Running
             self.page.wait_for_timeout(500)
             text = self._text()
-            panel = text[text.rindex("Latest execution"):]
+            panel = text[text.rindex("Latest execution") :]
             status = text[: text.rindex("Latest execution")].rstrip().splitlines()[-1]
             if status != "Running" or time.monotonic() > deadline:
                 return status, panel

@@ -1,4 +1,8 @@
-"""A real `dagster dev` (webserver + daemon) for tests, driven through the same GraphQL calls the UI makes."""
+"""What the bench drives, as a user would: a real `dagster dev` (webserver + daemon) through the same GraphQL calls the
+UI makes, the Dagster instance it records in, and a late batch landed on top of a built lake.
+
+Imported by bench/run.py once the lake, the instance and the partitions are set in the environment (assets_pkg reads
+its settings when imported)."""
 
 import json
 import os
@@ -9,12 +13,20 @@ import sys
 import time
 import urllib.request
 from contextlib import contextmanager
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
 from pathlib import Path
 
 from dagster import DagsterInstance
+from pyspark.sql import types as T
 
+from assets_pkg import landing
 from assets_pkg.instance import write_config
+from assets_pkg.tables import built_from_landing
+from resources.delta_io import read_days
 from resources.lake import REPO_ROOT
+
+# A real `dagster dev`, driven through GraphQL.
 
 LAUNCH_BACKFILL = """
 mutation($params: LaunchBackfillParams!) {
@@ -140,7 +152,9 @@ class DagsterDev:
         run_filter = {"pipelineName": job} if job else {}
         return self.graphql(RUNS, {"filter": run_filter})["runsOrError"]["results"]
 
-    def wait_for_run(self, job: str | None, tag: tuple[str, str] | None = None, run_id: str = "", timeout: float = 600) -> dict:
+    def wait_for_run(
+        self, job: str | None, tag: tuple[str, str] | None = None, run_id: str = "", timeout: float = 600
+    ) -> dict:
         """The first run of `job` carrying `tag` (and whose id starts with `run_id`), once it has finished (a sensor
         or the UI launched it: we only wait)."""
         deadline = time.monotonic() + timeout
@@ -160,3 +174,53 @@ class DagsterDev:
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
         self.log.close()
+
+
+# A late batch, landed on top of a built lake.
+
+# Where landed order items first reach the lake: a correction re-sends some of its rows.
+STAGING = built_from_landing(landing.ORDER_ITEMS)
+
+
+def next_batch_day() -> date:
+    """The day after the newest landed order item batch."""
+    newest = max(landing.batch_name(p) for p in landing.batch_dirs(landing.ORDER_ITEMS))
+    return date.fromisoformat(newest) + timedelta(days=1)
+
+
+def land_batch(spark, items, batch: date, dataset=landing.ORDER_ITEMS) -> datetime:
+    """Land `items` (rows of the landing contract, ingested_at left None) as the batch of `batch`; returns its
+    ingested_at."""
+    ingested = datetime.combine(batch, datetime.min.time(), tzinfo=UTC) + timedelta(hours=2)
+    df = spark.createDataFrame(
+        [(*r[:-1], ingested, batch) for r in items],
+        T.StructType([*landing.SCHEMAS[dataset].fields, T.StructField("ingest_date", T.DateType())]),
+    )
+    landing.land({dataset: df})
+    return ingested
+
+
+def corrections(spark, day, n):
+    """`n` staged items of `day`, re-sent with one more unit and a later updated_at: a correction."""
+    out = []
+    staged = read_days(spark, STAGING.name, STAGING.day_column, [day]).orderBy("order_id", "order_item_id").limit(n)
+    for r in staged.collect():
+        quantity = r.quantity + 1
+        gross = (r.gross_amount / r.quantity * quantity).quantize(Decimal("0.01"))
+        out.append(
+            (
+                r.order_id,
+                r.order_item_id,
+                r.order_date,
+                r.customer_id,
+                r.product_id,
+                r.channel,
+                quantity,
+                gross,
+                r.discount_amount,
+                r.cost_amount,
+                r.updated_at + timedelta(days=30),
+                None,
+            )
+        )
+    return out

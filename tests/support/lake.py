@@ -1,0 +1,71 @@
+"""A lake's content, by column name, for exact comparisons: rows, data files by day, Delta versions, duplicate keys,
+and what a from-scratch build of the same landing makes."""
+
+import os
+from collections import defaultdict
+from contextlib import contextmanager
+from pathlib import Path
+
+from assets_pkg.tables import TABLES
+from resources.delta_io import history, read_table
+from resources.lake import table_path
+
+TABLE_KEYS = {t.name: t.key for t in TABLES}
+
+
+@contextmanager
+def environment(**values: str):
+    """The process's environment with `values` set, restored afterwards (settings are read on every call)."""
+    previous = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in previous.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def rows(spark, table):
+    """Every row of a table, by column name, sorted: the table's whole content, for exact comparisons (without the
+    run that wrote a row, which quarantine records)."""
+    found = [r.asDict() for r in read_table(spark, table).drop("run_id").collect()]
+    return sorted(found, key=lambda row: repr(sorted(row.items())))
+
+
+def files_by_day(spark, table, day_column):
+    """The table's live data files, grouped by the day partition folder they sit in."""
+    by_day = defaultdict(set)
+    for f in read_table(spark, table).inputFiles():
+        part = next(p for p in Path(f).parts if p.startswith(f"{day_column}="))
+        by_day[part.split("=", 1)[1]].add(f)
+    return dict(by_day)
+
+
+def versions(spark, table):
+    return [r.version for r in history(spark, table_path(table))]
+
+
+def duplicate_keys(spark, table):
+    keys = TABLE_KEYS[table]
+    return read_table(spark, table).groupBy(*keys).count().where("count > 1").count()
+
+
+def from_scratch(spark, tmp_path, start, end, view=None):
+    """Every table's rows as a from-scratch backfill of start..end over a copy of this lake's landing builds them, in
+    a lake and a Dagster instance of its own (or `view(spark)` of that lake)."""
+    import shutil
+
+    from dagster import DagsterInstance
+
+    from assets_pkg.backfill import run_backfill
+    from assets_pkg.tables import DAY_COLUMN
+    from resources.lake import lake_root
+
+    scratch = tmp_path / "scratch"
+    shutil.copytree(lake_root() / "landing", scratch / "landing")
+    with environment(LAKE_ROOT=str(scratch)), DagsterInstance.ephemeral() as instance:
+        assert run_backfill(start, end, chunk_size=366, instance=instance, echo=lambda _: None)
+        return view(spark) if view else {t: rows(spark, t) for t in DAY_COLUMN}

@@ -1,0 +1,495 @@
+"""The day decisions, pure and fast (no Spark session): which batches a restatement reads, where its window starts,
+which changed days it rewrites, which become exceptions and which are held; what a rollback restores and rebuilds;
+how a range is chunked and scattered days are written; what a refused change says."""
+
+import sqlite3
+from datetime import UTC, date, datetime, timedelta
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from assets_pkg import landing
+from assets_pkg.checks import KEYS_NOT_NULL, RECONCILES, UNIQUE_KEY, Outcome
+from assets_pkg.late_data import (
+    DayChange,
+    Detection,
+    LateException,
+    batches_to_read,
+    classify_days,
+    plan_restatement,
+    window_start,
+)
+from assets_pkg.partitions import chunks, days
+from assets_pkg.publish import Change, Hold, Operation, Rebuilt, Refused, Restated, Restored, day_ranges
+from assets_pkg.rollback import RollbackPlan, rollback_plan
+from assets_pkg.tables import (
+    CUSTOMER_DAILY_FEATURES,
+    DAILY_CATEGORY_REVENUE,
+    DAILY_REVENUE,
+    DIM_PRODUCT,
+    FACT_ORDER_ITEM,
+    QUARANTINE_ORDER_ITEMS,
+    STG_ORDER_ITEMS,
+    LandedBatches,
+)
+from resources.control import HeldDay, Watermark
+from resources.delta_io import day_predicate, day_runs
+from tests.support.lake import environment
+
+D = date(2025, 1, 1)
+MARTS = [DAILY_REVENUE, CUSTOMER_DAILY_FEATURES, DAILY_CATEGORY_REVENUE]
+ORDER_TABLES = [STG_ORDER_ITEMS, FACT_ORDER_ITEM, *MARTS]
+# Many examples: each is microseconds (the suite's `ci` profile keeps the Spark-backed property tests to a few).
+MANY = settings(max_examples=80)
+
+
+def day(n: int) -> date:
+    return D + timedelta(days=n)
+
+
+def at(n: int, hour: int = 0) -> datetime:
+    return datetime.combine(day(n), datetime.min.time(), tzinfo=UTC) + timedelta(hours=hour)
+
+
+def batches(*offsets: int) -> list[str]:
+    return [day(n).isoformat() for n in offsets]
+
+
+# Which batches a restatement reads.
+
+
+def test_a_restatement_reads_new_batches_and_those_in_the_reprocess_window():
+    watermark = Watermark(at(4), batches_read=batches(0, 2, 3, 4))
+    # Never read (day 1), read but within 48 hours of the watermark (days 2..4), and new (day 5).
+    assert batches_to_read(batches(0, 1, 2, 3, 4, 5), watermark, timedelta(hours=48)) == batches(1, 2, 3, 4, 5)
+
+
+def test_the_first_restatement_reads_every_landed_batch():
+    assert batches_to_read(batches(0, 1, 2), Watermark(), timedelta(hours=72)) == batches(0, 1, 2)
+
+
+def test_without_a_reprocess_window_the_batch_of_the_watermarks_own_day_is_still_read_again():
+    # The window is compared by day: the watermark's batch (day 4, read) is read again, older read batches are not.
+    watermark = Watermark(at(4, hour=2), batches_read=batches(0, 1, 2, 3, 4))
+    assert batches_to_read(batches(0, 1, 2, 3, 4, 5), watermark, timedelta(0)) == batches(4, 5)
+
+
+def test_with_nothing_landed_since_the_watermark_and_nothing_unread_no_batch_is_read():
+    watermark = Watermark(at(9), batches_read=batches(0, 1, 2))
+    assert batches_to_read(batches(0, 1, 2), watermark, timedelta(hours=72)) == []
+
+
+# Where the restatement window starts.
+
+
+def test_the_window_counts_back_from_the_newest_landed_batch_not_from_the_clock():
+    assert window_start(batches(40, 3, 20), 30) == day(10)
+    assert window_start(batches(0), 90) == day(-90)
+
+
+def test_with_nothing_landed_there_is_no_window():
+    assert window_start([], 30) is None
+
+
+# Which changed days a restatement rewrites, which become exceptions, which are left held.
+
+
+def test_a_changed_day_in_the_window_is_restated_and_one_older_than_the_window_becomes_an_exception():
+    start = day(10)
+    inside, first = DayChange(changed=2, batches={"b1"}), DayChange(changed=1)
+    older = DayChange(changed=3, batches={"b1"})
+    found = classify_days(
+        {day(20): inside, day(10): first, day(9): older},
+        {day(12): DayChange(product_versions=1)},
+        pending=[],
+        start=start,
+        held_days=set(),
+    )
+    assert found.order_days == {day(20): inside, day(10): first}  # the window's first day is in it
+    assert found.product_days == {day(12): DayChange(product_versions=1)}
+    assert found.outside == {day(9): older}
+    assert found.held == {}
+
+
+def test_a_day_left_pending_by_an_interrupted_restatement_is_rewritten_whatever_its_age():
+    start = day(30)
+    found = classify_days(
+        {day(2): DayChange(changed=1, batches={"b2"})},
+        {},
+        pending=[day(2), day(5), day(40)],
+        start=start,
+        held_days=set(),
+    )
+    assert found.order_days == {
+        day(2): DayChange(changed=1, batches={"b2"}, pending=True),  # its own changes too, and not an exception
+        day(5): DayChange(pending=True),  # nothing new on it: rewritten all the same
+        day(40): DayChange(pending=True),
+    }
+    assert found.outside == {} and found.held == {}
+
+
+def test_a_day_changed_in_both_order_items_and_products_is_restated_in_both_and_merged_as_one_exception():
+    order = {day(1): DayChange(changed=2, batches={"b1"}), day(20): DayChange(changed=1, batches={"b1"})}
+    product = {
+        day(1): DayChange(product_versions=1, batches={"b2"}),
+        day(20): DayChange(product_versions=2, batches={"b2"}),
+    }
+    found = classify_days(order, product, pending=[], start=day(10), held_days=set())
+    # In the window: the order tables' day and the dimension's day, each rewritten.
+    assert found.order_days == {day(20): order[day(20)]} and found.product_days == {day(20): product[day(20)]}
+    # Too old: one exception for the day, counting both.
+    assert found.outside == {day(1): DayChange(changed=2, product_versions=1, batches={"b1", "b2"})}
+
+
+def test_a_day_held_since_a_rollback_is_neither_restated_nor_an_exception_but_reported_held():
+    order = {
+        day(1): DayChange(changed=1, batches={"b1"}),
+        day(15): DayChange(changed=2, batches={"b1"}),
+        day(16): DayChange(changed=1),
+    }
+    product = {day(15): DayChange(product_versions=1, batches={"b2"})}
+    held_days = {day(1), day(15), day(17), day(50)}
+    found = classify_days(order, product, pending=[day(17)], start=day(10), held_days=held_days)
+    assert found.order_days == {day(16): DayChange(changed=1)}
+    assert found.product_days == {} and found.outside == {}
+    assert found.held == {
+        day(1): DayChange(changed=1, batches={"b1"}),  # too old, yet held: held is what it is
+        day(15): DayChange(changed=2, product_versions=1, batches={"b1", "b2"}),  # both changes of the day
+        day(17): DayChange(pending=True),  # pending, yet held
+    }  # a held day nothing changed (day 50) is not reported
+
+
+def test_without_a_window_no_day_is_an_exception_and_the_inputs_are_left_as_they_were():
+    order, product = {day(-400): DayChange(changed=1)}, {day(-300): DayChange(product_versions=1)}
+    found = classify_days(order, product, pending=[day(-200)], start=None, held_days=set())
+    assert set(found.order_days) == {day(-400), day(-200)} and set(found.product_days) == {day(-300)}
+    assert found.outside == {}
+    assert order == {day(-400): DayChange(changed=1)} and product == {day(-300): DayChange(product_versions=1)}
+
+
+def _changes(offsets: list[int], counter: str) -> dict[date, DayChange]:
+    return {day(n): DayChange(**{counter: 1}, batches={f"b{n}"}) for n in offsets}
+
+
+offsets = st.lists(st.integers(0, 60), unique=True, max_size=12)
+
+
+@MANY
+@given(order=offsets, product=offsets, pending=offsets, held=offsets, start=st.none() | st.integers(0, 60))
+def test_every_changed_day_lands_in_exactly_one_place_and_no_change_is_lost_or_counted_twice(
+    order, product, pending, held, start
+):
+    order_days, product_days = _changes(order, "changed"), _changes(product, "product_versions")
+    first = day(start) if start is not None else None
+    found = classify_days(order_days, product_days, [day(n) for n in pending], first, {day(n) for n in held})
+    places = [found.order_days, found.product_days, found.outside, found.held]
+    every = {day(n) for n in [*order, *product, *pending]}
+    assert set().union(*places) == every
+    assert set(found.held) == every & {day(n) for n in held}
+    assert not set(found.held) & (set(found.order_days) | set(found.product_days) | set(found.outside))
+    # Restated days are in the window, or pending; exceptions are before it; pending days are never exceptions.
+    assert all(first is None or d >= first or found.order_days[d].pending for d in found.order_days)
+    assert all(first is None or d >= first for d in found.product_days)
+    assert all(first is not None and d < first for d in found.outside)
+    assert all(found.order_days[day(n)].pending for n in pending if day(n) not in found.held)
+    # An old order day is an exception or pending, never both (its product versions may be an exception: the
+    # dimension's day is another table's).
+    assert all(found.outside[d].changed == 0 for d in set(found.outside) & set(found.order_days))
+    for counter, inputs in (("changed", order_days), ("product_versions", product_days)):
+        assert sum(getattr(c, counter) for place in places for c in place.values()) == len(inputs), counter
+    batches = set().union(*(c.batches for place in places for c in place.values()))
+    assert batches == {f"b{n}" for n in {*order, *product}}
+
+
+# The change a restatement plans.
+
+
+def _detection(landed: LandedBatches | None) -> Detection:
+    return Detection(
+        watermark=Watermark(at(20, 2), batches_read=batches(0, 20), pending_days=[day(12)]),
+        new_watermark_ts=at(21, 2),
+        batches_read={landing.ORDER_ITEMS: batches(21), landing.PRODUCTS: batches(21)},
+        window_start=day(-69),
+        order_days={day(12): DayChange(pending=True), day(14): DayChange(changed=2, batches=set(batches(21)))},
+        product_days={day(13): DayChange(product_versions=1, batches=set(batches(21)))},
+        outside={day(-80): DayChange(changed=1, quarantined=2, moved_out=1, batches=set(batches(21)))},
+        landed=landed,
+    )
+
+
+def test_a_restatement_writes_the_order_days_in_the_order_tables_and_the_product_days_in_the_dimension():
+    plan = plan_restatement(_detection(landed=None))
+    assert plan.change.operation is Operation.RESTATEMENT
+    assert plan.change.days == {**{t: [day(12), day(14)] for t in ORDER_TABLES}, DIM_PRODUCT: [day(13)]}
+    # No order item batch kept: staging is built from the landing, as a backfill builds it.
+    assert all(plan.change.source(t) == Rebuilt() for t in plan.change.tables())
+    assert plan.exceptions == [LateException(day(-80), 4, day(21).isoformat(), day(-69))]
+    # The intent: every day it writes is pending before the first write; once written, none is, and every batch is
+    # read.
+    assert plan.pending == [day(12), day(13), day(14)]
+    assert plan.watermark == Watermark(at(21, 2), batches(0, 20, 21), [])
+
+
+def test_staging_is_restated_from_the_batches_just_read_and_every_other_table_is_rebuilt():
+    landed = LandedBatches(batches(21), rows=None, staged=None)  # what detection read (never read here)
+    plan = plan_restatement(_detection(landed))
+    assert plan.change.source(STG_ORDER_ITEMS) == Restated(landed)
+    assert {t: plan.change.source(t) for t in plan.change.tables() if t != STG_ORDER_ITEMS} == dict.fromkeys(
+        [DIM_PRODUCT, FACT_ORDER_ITEM, *MARTS], Rebuilt()
+    )
+
+
+def test_a_restatement_with_nothing_changed_writes_nothing_and_only_advances_the_watermark():
+    wm = Watermark(at(20, 2), batches(0, 20), [])
+    found = Detection(wm, at(21, 2), {landing.ORDER_ITEMS: batches(21), landing.PRODUCTS: []}, day(-69), {}, {}, {})
+    plan = plan_restatement(found)
+    assert plan.change.days == {} and plan.change.tables() == [] and plan.exceptions == [] and plan.pending == []
+    assert plan.watermark == Watermark(at(21, 2), batches(0, 20, 21), [])
+
+
+# What a rollback restores and rebuilds.
+
+EVERY_TABLE_WRITTEN = {
+    QUARANTINE_ORDER_ITEMS: 4,
+    STG_ORDER_ITEMS: 6,
+    DIM_PRODUCT: 2,
+    FACT_ORDER_ITEM: 3,
+    DAILY_REVENUE: 3,
+    CUSTOMER_DAILY_FEATURES: 5,
+    DAILY_CATEGORY_REVENUE: 1,
+}
+
+
+def test_rolling_back_a_run_restores_every_table_it_wrote_and_rebuilds_the_tables_derived_from_them():
+    written = {FACT_ORDER_ITEM: 3, STG_ORDER_ITEMS: 6, QUARANTINE_ORDER_ITEMS: 4}  # a run of staging and the fact
+    plan = rollback_plan(day(0), day(2), written, "run r1")
+    assert (plan.start, plan.end, plan.days) == (day(0), day(2), [day(0), day(1), day(2)])
+    # In the order they are committed: a side table just before its table.
+    assert list(plan.restore.items()) == [(QUARANTINE_ORDER_ITEMS, 4), (STG_ORDER_ITEMS, 6), (FACT_ORDER_ITEM, 3)]
+    assert plan.rebuild == MARTS
+    assert plan.why == "rolled back to before run r1"
+
+
+def test_rolling_back_the_dimension_rebuilds_the_fact_and_the_marts_but_not_staging():
+    plan = rollback_plan(day(0), day(0), {DIM_PRODUCT: 2}, "run r2")
+    assert plan.restore == {DIM_PRODUCT: 2} and plan.rebuild == [FACT_ORDER_ITEM, *MARTS]
+
+
+def test_rolling_back_a_run_that_wrote_every_table_restores_them_all_and_rebuilds_none():
+    plan = rollback_plan(day(0), day(0), EVERY_TABLE_WRITTEN, "backfill bf1")
+    assert plan.restore == EVERY_TABLE_WRITTEN and plan.rebuild == []
+
+
+@pytest.mark.parametrize(
+    "table, restored, rebuilt",
+    [
+        # A mart: it, the fact, staging (with quarantine) and the dimension; the fact's other marts are rebuilt from
+        # them.
+        (
+            DAILY_REVENUE,
+            [QUARANTINE_ORDER_ITEMS, STG_ORDER_ITEMS, DIM_PRODUCT, FACT_ORDER_ITEM, DAILY_REVENUE],
+            [CUSTOMER_DAILY_FEATURES, DAILY_CATEGORY_REVENUE],
+        ),
+        # The dimension: it and every table built from it; staging and quarantine left as they are.
+        (DIM_PRODUCT, [DIM_PRODUCT, FACT_ORDER_ITEM, *MARTS], []),
+        # Staging: with its quarantine, and every table built from it; the dimension left as it is.
+        (STG_ORDER_ITEMS, [QUARANTINE_ORDER_ITEMS, STG_ORDER_ITEMS, FACT_ORDER_ITEM, *MARTS], []),
+    ],
+)
+def test_narrowed_to_a_table_a_rollback_restores_that_table_what_it_is_built_from_and_what_it_builds(
+    table, restored, rebuilt
+):
+    plan = rollback_plan(day(0), day(1), EVERY_TABLE_WRITTEN, "run r3", table)
+    assert plan.restore == {t: EVERY_TABLE_WRITTEN[t] for t in restored}
+    assert list(plan.restore) == restored and plan.rebuild == rebuilt
+
+
+def test_narrowed_to_a_table_only_what_the_run_wrote_is_restored_and_the_rest_derived_from_it_is_rebuilt():
+    written = {QUARANTINE_ORDER_ITEMS: 4, STG_ORDER_ITEMS: 6, FACT_ORDER_ITEM: 3, CUSTOMER_DAILY_FEATURES: 5}
+    plan = rollback_plan(day(0), day(1), written, "run r4", STG_ORDER_ITEMS)
+    assert plan.restore == written and plan.rebuild == [DAILY_REVENUE, DAILY_CATEGORY_REVENUE]
+
+
+def test_a_rollback_of_a_run_that_wrote_nothing_is_refused_naming_the_run():
+    with pytest.raises(ValueError, match="^run r5 committed nothing in any table$"):
+        rollback_plan(day(0), day(1), {}, "run r5")
+    with pytest.raises(ValueError, match="^backfill bf2 committed nothing in any table$"):
+        rollback_plan(day(0), day(1), {}, "backfill bf2")
+
+
+def test_a_rollback_narrowed_to_a_table_the_run_did_not_write_is_refused_naming_the_run_and_the_table():
+    with pytest.raises(ValueError, match=f"^run r6 committed nothing in {DIM_PRODUCT}$"):
+        rollback_plan(day(0), day(1), {STG_ORDER_ITEMS: 6, QUARANTINE_ORDER_ITEMS: 4}, "run r6", DIM_PRODUCT)
+
+
+def test_a_side_table_is_restored_with_its_table_never_alone():
+    with pytest.raises(ValueError, match="quarantine_order_items is written with stg_order_items"):
+        rollback_plan(day(0), day(1), EVERY_TABLE_WRITTEN, "run r7", QUARANTINE_ORDER_ITEMS)
+    with pytest.raises(ValueError, match="restored with stg_order_items, never alone"):
+        rollback_plan(day(0), day(1), {QUARANTINE_ORDER_ITEMS: 4}, "run r8")
+    with pytest.raises(ValueError, match="unknown table 'nope'"):
+        rollback_plan(day(0), day(1), EVERY_TABLE_WRITTEN, "run r9", "nope")
+
+
+def test_a_rollback_is_published_as_restored_tables_with_their_side_tables_rebuilt_tables_and_a_hold():
+    plan = rollback_plan(day(0), day(2), {QUARANTINE_ORDER_ITEMS: 4, STG_ORDER_ITEMS: 6, FACT_ORDER_ITEM: -1}, "run r1")
+    change = plan.change("2025-01-02, 2025-01-03")
+    assert change.operation is Operation.ROLLBACK
+    assert change.tables() == [STG_ORDER_ITEMS, FACT_ORDER_ITEM, *MARTS]
+    assert change.days == {t: [day(0), day(1), day(2)] for t in change.tables()}
+    # Staging as of its version with its quarantine as of quarantine's; the fact as before it existed (-1).
+    assert change.sources == {STG_ORDER_ITEMS: Restored(6, {QUARANTINE_ORDER_ITEMS: 4}), FACT_ORDER_ITEM: Restored(-1)}
+    assert [change.source(t) for t in MARTS] == [Rebuilt()] * 3
+    assert change.hold == Hold("rolled back to before run r1", "2025-01-02, 2025-01-03")
+
+
+def test_a_rollback_plan_says_what_it_restores_to_which_version_and_what_it_rebuilds():
+    plan = RollbackPlan(day(0), day(1), {DIM_PRODUCT: 2}, [FACT_ORDER_ITEM], "rolled back to before run r7")
+    assert plan.describe() == (
+        f"2025-01-01..2025-01-02: restore {DIM_PRODUCT} to version 2; rebuild {FACT_ORDER_ITEM} "
+        "from them (rolled back to before run r7)"
+    )
+
+
+# Chunks: the ranges a backfill runs.
+
+
+def test_chunks_cover_a_range_exactly_once_in_order():
+    assert chunks(day(0), day(69), 31) == [(day(0), day(30)), (day(31), day(61)), (day(62), day(69))]
+    assert chunks(day(0), day(0), 31) == [(day(0), day(0))]
+    assert chunks(day(0), day(9), 366) == [(day(0), day(9))]
+    assert chunks(day(1), day(0), 31) == []
+
+
+def test_the_default_chunk_is_the_configured_days_per_run_read_on_every_call():
+    with environment(BACKFILL_MAX_PARTITIONS_PER_RUN="7"):
+        assert chunks(day(0), day(15)) == [(day(0), day(6)), (day(7), day(13)), (day(14), day(15))]
+    with environment(BACKFILL_MAX_PARTITIONS_PER_RUN="20"):
+        assert chunks(day(0), day(15)) == [(day(0), day(15))]
+
+
+@MANY
+@given(first=st.integers(-400, 400), length=st.integers(1, 800), size=st.integers(1, 400))
+def test_chunks_are_consecutive_ranges_of_the_size_each_but_the_last(first, length, size):
+    start, end = day(first), day(first + length - 1)
+    found = chunks(start, end, size)
+    covered = [d for a, b in found for d in days(a, b)]
+    assert covered == days(start, end)  # every day once, in order
+    assert all(len(days(a, b)) == size for a, b in found[:-1]) and 1 <= len(days(*found[-1])) <= size
+
+
+# Scattered days, written as runs of consecutive days.
+
+
+def test_scattered_days_are_written_as_runs_of_consecutive_days():
+    scattered = [day(5), day(0), day(1), day(2), day(5), day(9)]
+    assert day_runs(scattered) == [(day(0), day(2)), (day(5), day(5)), (day(9), day(9))]
+    assert day_runs([]) == []
+    assert day_predicate("d", [day(0), day(1)]) == "(d >= '2025-01-01' AND d <= '2025-01-02')"
+    assert day_predicate("d", [date(2025, 1, 31), date(2025, 2, 1), date(2025, 2, 3)]) == (
+        "(d >= '2025-01-31' AND d <= '2025-02-01') OR (d >= '2025-02-03' AND d <= '2025-02-03')"
+    )
+    assert day_ranges([day(0), day(1), day(3)]) == "2025-01-01..2025-01-02, 2025-01-04"
+    with pytest.raises(ValueError, match="no days"):
+        day_predicate("d", [])
+
+
+@MANY
+@given(offsets=st.lists(st.integers(0, 365), min_size=1, max_size=60))
+def test_a_day_predicate_selects_exactly_its_days_with_one_range_per_run(offsets):
+    chosen = {day(n) for n in offsets}
+    runs = day_runs([day(n) for n in offsets])
+    assert [d for a, b in runs for d in days(a, b)] == sorted(chosen)
+    # Runs apart, never adjacent.
+    assert all((b2 - a1).days > 1 for (_, a1), (b2, _) in zip(runs, runs[1:], strict=False))
+    predicate = day_predicate("d", [day(n) for n in offsets])
+    assert predicate.count(" OR ") == len(runs) - 1
+    # The same SQL over every day of the year (SQLite compares the ISO dates as Spark compares dates).
+    with sqlite3.connect(":memory:") as db:
+        db.execute("CREATE TABLE t (d TEXT)")
+        db.executemany("INSERT INTO t VALUES (?)", [(d.isoformat(),) for d in days(day(-3), day(368))])
+        assert {date.fromisoformat(r[0]) for r in db.execute(f"SELECT d FROM t WHERE {predicate}")} == chosen
+
+
+# What a refused change says: the operation, that nothing was written (restored), the failing check, table and
+# day with its numbers, and what to do.
+
+
+def _duplicate(on: date) -> Outcome:
+    return Outcome(
+        UNIQUE_KEY,
+        on,
+        False,
+        {
+            "rows": 10,
+            "duplicate_rows": 1,
+            "duplicate_per_1k": 100.0,
+            "sample_duplicate_keys": "order_id=7, order_item_id=1",
+        },
+    )
+
+
+def test_a_refused_backfill_says_nothing_was_written_in_any_table_names_the_check_table_and_day_and_what_to_do():
+    change = Change(Operation.BACKFILL, {STG_ORDER_ITEMS: [day(0), day(1)], FACT_ORDER_ITEM: [day(0), day(1)]})
+    refused = Refused(change, {FACT_ORDER_ITEM: [_duplicate(day(1))]})
+    said = str(refused)
+    assert said.startswith(
+        f"backfill of 2025-01-01..2025-01-02 refused, nothing written in any of {STG_ORDER_ITEMS}, "
+        f"{FACT_ORDER_ITEM}: blocking checks failed in {FACT_ORDER_ITEM}: "
+    )
+    assert (
+        f"unique_key of {FACT_ORDER_ITEM} on 2025-01-02: duplicate_rows=1, sample_duplicate_keys=order_id=7, "
+        "order_item_id=1, rows=10. "
+    ) in said
+    assert said.endswith("then run the same days again; `check` shows what is published now.")
+    assert said.endswith(Operation.BACKFILL.refusal_hint())
+    assert refused.failing_days == ["2025-01-02"]
+
+
+def test_a_refused_rollback_says_nothing_was_restored_and_to_roll_back_the_tables_it_is_built_from_too():
+    change = Change(
+        Operation.ROLLBACK,
+        {DAILY_REVENUE: [day(0), day(2), day(3)]},
+        {DAILY_REVENUE: Restored(5)},
+        Hold("rolled back to version 5", ""),
+    )
+    mismatch = Outcome(
+        RECONCILES,
+        day(2),
+        False,
+        {"upstream": FACT_ORDER_ITEM, "mismatch_count": 1, "mismatches": "items: 3 vs 4", "mismatching_days_in_run": 1},
+    )
+    said = str(Refused(change, {DAILY_REVENUE: [mismatch]}))
+    assert said == (
+        "rollback of 2025-01-01, 2025-01-03..2025-01-04 refused, nothing restored in any of "
+        "daily_revenue: blocking checks failed in daily_revenue: reconciles_with_upstream of daily_revenue "
+        "on 2025-01-03: mismatches=items: 3 vs 4. Roll back the tables it is built from too (--before-run "
+        "RUN restores everything a run wrote)."
+    )
+
+
+def test_a_refusal_names_the_first_ten_failures_then_how_many_more_and_every_failing_day():
+    change = Change(Operation.RESTATEMENT, {FACT_ORDER_ITEM: days(day(0), day(5))})
+    failing = [_duplicate(day(n)) for n in range(6)] + [
+        Outcome(KEYS_NOT_NULL, day(n), False, {"null_key_rows": 2, "key": "order_id, order_item_id"}) for n in range(6)
+    ]
+    said = str(Refused(change, {FACT_ORDER_ITEM: failing}))
+    assert said.startswith("restatement of 2025-01-01..2025-01-06 refused, nothing written in any of ")
+    assert said.count(f" of {FACT_ORDER_ITEM} on ") == 10 and "; and 2 more. " in said
+    assert f"keys_not_null of {FACT_ORDER_ITEM} on 2025-01-01: null_key_rows=2" in said
+    assert Refused(change, {FACT_ORDER_ITEM: failing}).failing_days == [d.isoformat() for d in days(day(0), day(5))]
+
+
+def test_a_change_refused_for_held_days_names_who_held_each_day_and_how_to_release_it():
+    change = Change(Operation.RESTATEMENT, {STG_ORDER_ITEMS: [day(0), day(1)]})
+    held = HeldDay(day(1), "rolled back to before run r1", "2025-01-02", datetime(2025, 1, 5, 10, 30), "r9")
+    said = str(Refused(change, holds=[held]))
+    assert said.startswith(
+        "restatement of 2025-01-01..2025-01-02 refused, nothing written: 1 day(s) held since a "
+        "rollback: 2025-01-02 held since 2025-01-05 10:30 UTC by run r9 (rolled back to before "
+        "run r1"
+    )
+    assert said.endswith(
+        "Publish them again with `python -m assets_pkg release --start D1 --end D2`, or leave them out."
+    )
