@@ -19,7 +19,11 @@ from assets_pkg.dagster_names import (
     CLI_BACKFILL_TAG,
     LAKE_WRITES_POOL,
     LANDING_STATE_TAG,
+    PLAN_JOB,
+    PLAN_OP,
     PREVIEW_JOB,
+    PROMOTE_JOB,
+    PROMOTE_OP,
     PUBLISHED_PARTLY,
     PUBLISHED_TAG,
     RESTATE_JOB,
@@ -227,4 +231,29 @@ def observe_landing(instance: DagsterInstance | None = None) -> ExecuteInProcess
         instance=instance or dagster_instance(),
         raise_on_error=False,
         run_config=QUIET,
+    )
+
+
+def run_plan(
+    start: date, end: date, select: list[str] | None, instance: DagsterInstance | None = None
+) -> ExecuteInProcessResult:
+    """The plan job (what the UI's launchpad runs with the same config), run in this process."""
+    config = {"start": start.isoformat(), "end": end.isoformat(), "select": select or []}
+    return defs.resolve_job_def(PLAN_JOB).execute_in_process(
+        instance=instance or dagster_instance(),
+        raise_on_error=False,
+        run_config={**QUIET, "ops": {PLAN_OP: {"config": config}}},
+    )
+
+
+def run_promotion(
+    plan_id: str, instance: DagsterInstance | None = None, echo: Callable[[str], None] = print
+) -> ExecuteInProcessResult:
+    """The promotion job, run in this process."""
+    instance = instance or dagster_instance()
+    before_writing(instance, echo)
+    return defs.resolve_job_def(PROMOTE_JOB).execute_in_process(
+        instance=instance,
+        raise_on_error=False,
+        run_config={**QUIET, "ops": {PROMOTE_OP: {"config": {"plan_id": plan_id}}}},
     )

@@ -186,6 +186,12 @@ def _cmd_report(args: argparse.Namespace) -> int:
     from assets_pkg.operations import report
     from resources.spark import get_spark
 
+    if args.plan:
+        from assets_pkg.plans import load_plan, version_note
+
+        plan, status = load_plan(get_spark(), args.plan)
+        print(version_note(plan) + f"\n(status: {status})")
+        return 0
     start, end = args.start or first_day(), args.end or last_day()
     against = Path(args.against).resolve() if args.against else None
     mismatches = 0
@@ -350,6 +356,54 @@ def _cmd_stale(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_plan(args: argparse.Namespace) -> int:
+    from assets_pkg.backfill import run_plan, step_failures
+    from assets_pkg.dagster_names import PLAN_OP
+    from assets_pkg.plans import Plan, drop, version_note
+    from resources.spark import get_spark
+
+    if args.drop:
+        drop(get_spark(), args.drop, "plan --drop")
+        print(f"plan {args.drop} dropped: its shadow tables are deleted")
+        return 0
+    select = args.select.split(",") if args.select else None
+    result = run_plan(args.start or first_day(), args.end or last_day(), select)
+    if not result.success:
+        for _, message in step_failures(result):
+            print(f"plan failed (run {result.run_id}): {message}", file=sys.stderr)
+        return 1
+    document = result.output_for_node(PLAN_OP)
+    plan = Plan.from_json(document)
+    if args.json:
+        print(json.dumps(document, indent=2))
+    else:
+        print(version_note(plan))
+        for failure in plan.blocking_failures:
+            print(f"  BLOCKING {failure.check} of {failure.table} on {failure.day}: {failure.summary}")
+        if plan.promotable:
+            print(
+                f"nothing published changed; promote it with `python -m assets_pkg promote {plan.plan_id}` "
+                f"(run {result.run_id})"
+            )
+        else:
+            print(f"plan {plan.plan_id} cannot be promoted: blocking checks failed in its shadow tables")
+    return 0 if plan.promotable else 1
+
+
+def _cmd_promote(args: argparse.Namespace) -> int:
+    from assets_pkg.backfill import run_promotion, step_failures
+    from assets_pkg.dagster_names import PROMOTE_OP
+
+    result = run_promotion(args.plan_id)
+    if not result.success:
+        for _, message in step_failures(result):
+            print(f"promote refused (run {result.run_id}): {message}", file=sys.stderr)
+        return 1
+    print(result.output_for_node(PROMOTE_OP)["note"])
+    print(f"promoted in run {result.run_id}; `rollback --before-run {result.run_id} --start D1 --end D2` undoes it")
+    return 0
+
+
 def _cmd_restate(args: argparse.Namespace) -> int:
     from assets_pkg.backfill import run_restatement, step_failures
     from assets_pkg.dagster_names import RESTATE_OP
@@ -437,6 +491,7 @@ def build_parser() -> argparse.ArgumentParser:
     other = p.add_mutually_exclusive_group()
     other.add_argument("--against", help="another LAKE_ROOT holding the same tables (dual-run comparison)")
     other.add_argument("--version", type=_version, help="the same table at this Delta version")
+    other.add_argument("--plan", metavar="PLAN_ID", help="the version note of a plan: what its promotion changes")
     p.set_defaults(func=_cmd_report)
 
     p = sub.add_parser(
@@ -478,6 +533,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--json", action="store_true", help="print {table: {day: [why, ...]}} as JSON")
     p.set_defaults(func=_cmd_stale)
+
+    p = sub.add_parser(
+        "plan",
+        help="plan a code change: rebuild the days older code built beside the lake, compare them day by day with "
+        "what is published, publish nothing; exit 1 when a blocking check fails in the plan",
+    )
+    _range_args(p)
+    p.add_argument("--select", help="comma-separated tables to start from (every table built from them follows)")
+    p.add_argument("--json", action="store_true", help="print the plan as JSON")
+    p.add_argument("--drop", metavar="PLAN_ID", help="remove a plan: its shadow tables deleted")
+    p.set_defaults(func=_cmd_plan)
+
+    p = sub.add_parser("promote", help="promote a plan: exactly its changed days, one commit per table")
+    p.add_argument("plan_id")
+    p.set_defaults(func=_cmd_promote)
 
     p = sub.add_parser(
         "restate", help="restate the days late or corrected rows change, in every table (what the sensor does)"

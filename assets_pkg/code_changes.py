@@ -1,15 +1,21 @@
 """Code changes in Dagster: each table's code version is on its asset (code_versions.py), and the days older code
 built fail `built_by_current_code`, in every table they reach. A job evaluates the check on every published day, and
 a sensor launches it when the code loaded is not the code it last checked (a transform fixed, the location reloaded),
-so the check's Partitions view shows exactly the stale days before anything is rebuilt."""
+so the check's Partitions view shows exactly the stale days before anything is rebuilt. Two more jobs, launchable
+from the UI with typed config, build a plan for the change (plans.py: nothing published changes; its metadata is a
+table per table of the days that change) and promote it (exactly the changed days)."""
 
 import json
 from collections.abc import Iterator
+from datetime import date
 from typing import Any
 
 from dagster import (
     AssetKey,
+    Config,
     DefaultSensorStatus,
+    Failure,
+    MetadataValue,
     OpExecutionContext,
     Out,
     Output,
@@ -22,10 +28,20 @@ from dagster import (
     sensor,
 )
 from dagster_pyspark import LazyPySparkResource
+from pydantic import Field
 
-from assets_pkg import code_versions, liveness, recording
-from assets_pkg.dagster_names import CODE_CHECK_JOB, CODE_CHECK_OP
-from assets_pkg.publish import CODE_VERSION
+from assets_pkg import checks, code_versions, liveness, plans, recording
+from assets_pkg.dagster_names import (
+    CODE_CHECK_JOB,
+    CODE_CHECK_OP,
+    LAKE_WRITES_POOL,
+    PLAN_JOB,
+    PLAN_OP,
+    PROMOTE_JOB,
+    PROMOTE_OP,
+)
+from assets_pkg.partitions import first_day, last_day
+from assets_pkg.publish import CODE_VERSION, RunInfo
 from assets_pkg.tables import PUBLISH_ORDER
 from assets_pkg.verification import code_outcomes, stale_code_days
 from resources import audit
@@ -89,3 +105,76 @@ def code_version_sensor(context: SensorEvaluationContext) -> RunRequest | SkipRe
             return SkipReason("every table was last written by the code loaded now")
     context.update_cursor(state)
     return RunRequest(run_key=f"code:{state}", job_name=CODE_CHECK_JOB)
+
+
+class PlanConfig(Config):
+    """The days a plan looks at and the tables it starts from (every table built from them follows)."""
+
+    start: str = Field(default="", description="first day, YYYY-MM-DD (default: the first partition)")
+    end: str = Field(default="", description="last day, YYYY-MM-DD, inclusive (default: the last partition)")
+    select: list[str] = Field(default_factory=list, description="tables to start from (default: every table)")
+
+
+@op(name=PLAN_OP, out=Out(dict))
+def build_plan_op(context: OpExecutionContext, config: PlanConfig, pyspark: LazyPySparkResource) -> Iterator[Any]:
+    """Rebuild the days older code built, beside the lake, and compare them day by day with what is published."""
+    liveness.record(context)
+    start = date.fromisoformat(config.start) if config.start else first_day()
+    end = date.fromisoformat(config.end) if config.end else last_day()
+    plan = plans.make_plan(session_of(pyspark), start, end, config.select or None)
+    metadata = {table: MetadataValue.md(plan.markdown(table)) for table in plan.tables}
+    note = MetadataValue.md(plans.version_note(plan).replace("\n", "  \n"))
+    yield Output(
+        plan.to_json(), metadata={"plan_id": plan.plan_id, "promotable": plan.promotable, "note": note, **metadata}
+    )
+
+
+@job(
+    name=PLAN_JOB,
+    executor_def=in_process_executor,
+    resource_defs={"pyspark": spark_resource(settings(), short_runs=True)},
+    description="Plan a code change: rebuild the days older code built beside the lake, compare day by day; publish "
+    "nothing (see `plan`).",
+)
+def plan_code_change_job() -> None:
+    build_plan_op()
+
+
+class PromoteConfig(Config):
+    plan_id: str = Field(description="the plan to promote, as `plan` printed it")
+
+
+@op(name=PROMOTE_OP, out=Out(dict), pool=LAKE_WRITES_POOL)
+def promote_op(context: OpExecutionContext, config: PromoteConfig, pyspark: LazyPySparkResource) -> Iterator[Any]:
+    """Write exactly the plan's changed days from its shadow tables; record its unchanged days as current."""
+    liveness.record(context)
+    spark = session_of(pyspark)
+    try:
+        promotion = plans.promote(spark, config.plan_id, RunInfo.of(context.run))
+    except plans.PlanRefused as refused:
+        raise Failure(description=str(refused)) from None
+    for table, publication in promotion.publications.items():
+        yield from recording.publication_events(context, table, publication)
+    current = code_versions.current()
+    for table, days in promotion.unchanged.items():
+        unchanged = [
+            checks.Outcome(
+                checks.BUILT_BY_CURRENT_CODE,
+                day,
+                True,
+                {"current_code_version": current[table], "why": f"unchanged by plan {config.plan_id}: not rewritten"},
+            )
+            for day in days
+        ]
+        yield from recording.check_evaluations(context.instance, table, unchanged)
+    yield Output({"plan_id": config.plan_id, "note": plans.version_note(promotion.plan)})
+
+
+@job(
+    name=PROMOTE_JOB,
+    executor_def=in_process_executor,
+    resource_defs={"pyspark": spark_resource(settings(), short_runs=True)},
+    description="Promote a plan: exactly its changed days, one commit per table (see `promote`).",
+)
+def promote_plan_job() -> None:
+    promote_op()

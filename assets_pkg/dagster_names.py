@@ -11,6 +11,10 @@ ROLLBACK_JOB = "rollback_days"
 ROLLBACK_OP = "roll_back_days"
 CODE_CHECK_JOB = "check_code_versions"
 CODE_CHECK_OP = "check_built_by_current_code"
+PLAN_JOB = "plan_code_change"
+PLAN_OP = "build_plan"
+PROMOTE_JOB = "promote_plan"
+PROMOTE_OP = "promote_changed_days"
 
 # Every step that writes the lake claims this concurrency pool, whose limit dagster.yaml sets to 1: steps of any runs
 # (the UI's, the sensor's, the command line's) write one at a time, so two runs over the same days wait for each

@@ -10,7 +10,12 @@ from assets_pkg.automation import (
     preview_late_data_job,
     restate_late_data_job,
 )
-from assets_pkg.code_changes import check_code_versions_job, code_version_sensor
+from assets_pkg.code_changes import (
+    check_code_versions_job,
+    code_version_sensor,
+    plan_code_change_job,
+    promote_plan_job,
+)
 from assets_pkg.rollback import rollback_job
 from resources.settings import settings
 from resources.spark import spark_resource
@@ -22,7 +27,15 @@ configured = settings()  # validated once: a SettingsError names the variable
 defs = Definitions(
     assets=[*landing_assets, *pipeline_assets],
     asset_checks=landing_checks,
-    jobs=[all_assets_job, restate_late_data_job, preview_late_data_job, rollback_job, check_code_versions_job],
+    jobs=[
+        all_assets_job,
+        restate_late_data_job,
+        preview_late_data_job,
+        rollback_job,
+        check_code_versions_job,
+        plan_code_change_job,
+        promote_plan_job,
+    ],
     sensors=[late_data_sensor, code_version_sensor],
     # The Spark resource is configured from the settings, which are a resource too: the UI's resources page shows the
     # values runs use (resources/settings.py).

@@ -20,7 +20,7 @@ days; the days are then repaired by running the same change again (see automatio
 import os
 import signal
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime
 from enum import Enum
 from typing import Any
@@ -41,11 +41,12 @@ from resources.delta_io import (
     day_runs,
     overwrite_days,
     read_days,
+    read_path,
     scalar,
     scan_of_table,
     table_exists,
 )
-from resources.lake import table_path
+from resources.lake import shadow_path, table_path
 
 
 class Operation(Enum):
@@ -55,6 +56,7 @@ class Operation(Enum):
     RESTATEMENT = "restatement"  # the days batches landed since the watermark change
     ROLLBACK = "rollback"  # read as of earlier Delta versions, then held
     RELEASE = "release"  # days held since a rollback, built from the landing again, then released
+    PROMOTION = "promotion"  # the days a plan for a code change found changed, from its shadow tables
 
     @property
     def verb(self) -> str:
@@ -90,7 +92,14 @@ class Restored:
     built_by: str | None = None  # the code version that wrote that version (None: not recorded)
 
 
-RowSource = Rebuilt | Restated | Restored
+@dataclass(frozen=True)
+class FromPlan:
+    """Rows a plan built beside the lake (its shadow tables), with the code loaded now."""
+
+    plan_id: str
+
+
+RowSource = Rebuilt | Restated | Restored | FromPlan
 
 
 # In each day's materialization metadata: the code version that built the day.
@@ -118,6 +127,7 @@ class Change:
     days: dict[str, list[date]]
     sources: dict[str, RowSource] = field(default_factory=dict)
     hold: Hold | None = None  # a rollback's: its days are held once committed
+    note: dict[str, Any] = field(default_factory=dict)  # more for every commit's userMetadata (a promotion's plan)
 
     def source(self, table: str) -> RowSource:
         return self.sources.get(table, Rebuilt())
@@ -248,11 +258,9 @@ def publish(spark: SparkSession, change: Change, run: RunInfo) -> dict[str, Publ
     PartlyPublished when a failure comes after the first commit."""
     started = datetime.now(UTC)
     t0 = time.monotonic()
-    change = Change(
-        change.operation, {t: sorted(set(change.days[t])) for t in change.tables()}, change.sources, change.hold
-    )
+    change = replace(change, days={t: sorted(set(change.days[t])) for t in change.tables()})
     holds = control.open_holds(spark, change.every_day()) if change.every_day() else []
-    if holds and change.operation in (Operation.BACKFILL, Operation.RESTATEMENT):
+    if holds and change.operation in (Operation.BACKFILL, Operation.RESTATEMENT, Operation.PROMOTION):
         raise Refused(change, holds=holds)
     staged: dict[str, Staged] = {}
     try:
@@ -299,6 +307,8 @@ def _stage(spark: SparkSession, table: Table, change: Change, staged: dict[str, 
     source = change.source(table.name)
     if isinstance(source, Restored):
         result = _restored(spark, table, source, days, read)
+    elif isinstance(source, FromPlan):
+        result = _from_plan(table, source, days, read, spark)
     elif isinstance(source, Restated) and table.restate:
         result = table.restate(source.landed)(spark, days, read)
     else:
@@ -314,6 +324,18 @@ def rows_as_of(spark: SparkSession, table: str, version: int, days: list[date]) 
         return read_days(spark, table, DAY_COLUMN[table], days).where(F.lit(False))
     old = spark.read.format("delta").option("versionAsOf", version).load(table_path(table))
     return old.where(day_filter(DAY_COLUMN[table], days))
+
+
+def _from_plan(table: Table, source: FromPlan, days: list[date], read: Read, spark: SparkSession) -> Staged:
+    """A table's days as a plan built them (its side tables' too), with its upstream to reconcile with as this change
+    leaves it. Nothing lost was checked when the plan built them."""
+    rec = table.checks.reconciliation
+    shadow = {name: shadow_path(source.plan_id, name) for name in [table.name, *(s.name for s in table.side_tables)]}
+    return Staged(
+        table=read_path(spark, shadow[table.name], table.day_column, days),
+        upstream=read(rec.upstream, days) if rec else None,
+        side_tables={s.name: read_path(spark, shadow[s.name], s.day_column, days).persist() for s in table.side_tables},
+    )
 
 
 def _restored(spark: SparkSession, table: Table, source: Restored, days: list[date], read: Read) -> Staged:
@@ -349,6 +371,7 @@ def _commit(staged: dict[str, Staged], change: Change, run: RunInfo) -> dict[str
                 "days": len(days),
                 "first": days[0],
                 "last": days[-1],
+                **change.note,
             }
             for side, side_df in staged[table].side_tables.items():
                 if isinstance(source, Restored):

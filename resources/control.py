@@ -187,3 +187,42 @@ def open_holds(spark: SparkSession, days: list[date] | None = None) -> list[Held
 
 def release_holds(spark: SparkSession, days: list[date], run_id: str, now: datetime) -> None:
     _resolve(spark, HOLDS_TABLE, days, run_id, now)
+
+
+# One row per plan for a code change (assets_pkg/plans.py): its document, open until promoted or dropped.
+PLANS_TABLE = "code_change_plans"
+PLANS_SCHEMA = T.StructType(
+    [
+        T.StructField("plan_id", T.StringType(), False),
+        T.StructField("created_at", T.TimestampType()),
+        T.StructField("document", T.StringType()),  # the plan, as JSON
+        T.StructField("status", T.StringType()),  # open, promoted, dropped
+        T.StructField("resolved_at", T.TimestampType()),
+        T.StructField("resolved_by_run", T.StringType()),
+    ]
+)
+
+
+def record_plan(spark: SparkSession, plan_id: str, document: str, now: datetime) -> None:
+    row = (plan_id, now, document, "open", None, None)
+    spark.createDataFrame([row], PLANS_SCHEMA).write.format("delta").mode("append").save(table_path(PLANS_TABLE))
+
+
+def read_plan(spark: SparkSession, plan_id: str) -> tuple[str, str] | None:
+    """(document, status) of a plan, None when there is no such plan."""
+    if not table_exists(spark, PLANS_TABLE):
+        return None
+    rows = spark.read.format("delta").load(table_path(PLANS_TABLE)).where(F.col("plan_id") == plan_id).collect()
+    return (rows[0].document, rows[0].status) if rows else None
+
+
+def resolve_plan(spark: SparkSession, plan_id: str, status: str, run_id: str, now: datetime) -> None:
+    at = now.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
+    spark.sql(
+        f"UPDATE {delta_path(table_path(PLANS_TABLE))} SET status = '{status}', resolved_at = TIMESTAMP '{at}', "
+        f"resolved_by_run = '{_quoted(run_id)}' WHERE plan_id = '{_quoted(plan_id)}' AND status = 'open'"
+    )
+
+
+def _quoted(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("'", "\\'")

@@ -131,6 +131,29 @@ def read_days(spark: SparkSession, table: str, column: str, days: Sequence[date]
     return read_table(spark, table).where(day_filter(column, days))
 
 
+def read_path(
+    spark: SparkSession, path: str, column: str, days: Sequence[date], version: int | None = None
+) -> DataFrame:
+    """`days` of the Delta table at `path` (as of `version` when given)."""
+    reader = spark.read.format("delta")
+    if version is not None:
+        reader = reader.option("versionAsOf", version)
+    return reader.load(path).where(day_filter(column, days))
+
+
+def current_version(spark: SparkSession, table: str) -> int | None:
+    """The table's latest Delta version (None: not materialized)."""
+    if not table_exists(spark, table):
+        return None
+    return int(history(spark, table_path(table), 1)[0].version)
+
+
+def write_new_table(df: DataFrame, path: str, column: str) -> None:
+    """Write `df` as the whole of a new Delta table at `path`, partitioned by day like the lake's (a plan's shadow
+    table: nothing reads it while it is written)."""
+    df.repartition(column).write.format("delta").mode("overwrite").partitionBy(column).save(path)
+
+
 def overwrite_days(df: DataFrame, table: str, column: str, days: Sequence[date], commit_info: dict) -> Commit:
     """Atomically replace exactly `days` of `table` with `df`, in one Delta commit: a backfill's range, or the
     scattered days a restatement touches.

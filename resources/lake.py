@@ -4,7 +4,7 @@ from pathlib import Path
 
 from resources.settings import REPO_ROOT, settings
 
-__all__ = ["REPO_ROOT", "lake_root", "landing_path", "table_path"]
+__all__ = ["REPO_ROOT", "lake_root", "landing_path", "plans_root", "shadow_path", "table_path"]
 
 
 def lake_root() -> Path:
@@ -17,3 +17,12 @@ def table_path(table: str, root: Path | None = None) -> str:
 
 def landing_path(dataset: str, root: Path | None = None) -> str:
     return str((root or lake_root()) / "landing" / dataset)
+
+
+def plans_root(root: Path | None = None) -> Path:
+    """Where plans build their shadow tables: beside the published tables, read by no one but the plan's promotion."""
+    return (root or lake_root()) / "warehouse" / "_plans"
+
+
+def shadow_path(plan_id: str, table: str) -> str:
+    return str(plans_root() / plan_id / table)

@@ -1,45 +1,58 @@
-"""A fixed transform makes exactly the days older code built stale, in its table and in every table built from them:
-`stale` says so (and why), and Dagster's built_by_current_code check fails on exactly those days. `plan` rebuilds them
-beside the lake and lists as changed exactly the days the fix changes, publishing nothing; `promote` writes exactly
-those days, after which every table equals a from-scratch build with the new code. The change is made for real: a
-copy of the project whose transform differs, run against the same lake and instance."""
+"""A fixed transform, as its users meet it. It makes exactly the days older code built stale, in its table and in
+every table built from them: `stale` says so (and why), and Dagster's built_by_current_code check fails on exactly
+those days. `plan` rebuilds them beside the lake and lists as changed exactly the days where a from-scratch build with
+the new code differs from what is published, publishing nothing; `promote` writes exactly those days (other days'
+files untouched), after which every table equals that from-scratch build and nothing is stale. A restatement since
+the plan, or a blocking failure in the plan, makes `promote` refuse. The change is made for real: a copy of the
+project whose code differs, run against the same lake and instance."""
 
 import json
+import shutil
 from datetime import date
+from pathlib import Path
 
 import pytest
 from dagster import RunRequest, SkipReason, build_sensor_context
 
 from assets_pkg import code_versions
-from assets_pkg.backfill import run_backfill
+from assets_pkg.backfill import run_backfill, run_restatement
 from assets_pkg.checks import BUILT_BY_CURRENT_CODE
 from assets_pkg.code_changes import code_version_sensor
 from assets_pkg.dagster_names import CODE_CHECK_JOB
 from assets_pkg.definitions import defs
 from assets_pkg.generate import generate
 from assets_pkg.partitions import days
-from assets_pkg.tables import PUBLISH_ORDER
+from assets_pkg.tables import DAY_COLUMN, PUBLISH_ORDER
+from bench.harness import corrections, land_batch, next_batch_day
+from resources.delta_io import history
+from resources.lake import lake_root, table_path
+from tests.support.lake import environment, files_by_day, rows, versions
 from tests.support.late_batches import check_partition_statuses
-from tests.support.projects import project_with, run_in
+from tests.support.projects import project_with, run_commands, run_in
 
-pytestmark = pytest.mark.slow  # builds a lake and runs the project's commands in another process
+pytestmark = pytest.mark.slow  # builds a lake and runs the project's commands in other processes
 
-START, END = date(2025, 1, 1), date(2025, 1, 6)
+START, END = date(2025, 1, 1), date(2025, 1, 10)
 EVERY_DAY = [d.isoformat() for d in days(START, END)]
+TRANSFORMS = "assets_pkg/transforms.py"
+TABLES = [*PUBLISH_ORDER, "quarantine_order_items"]
+# A fix to the rounding of a feature: a new code version of customer_daily_features.
+ROUNDING = ('F.round(F.sum("discount_amount") / gross, 4)', 'F.round(F.sum("discount_amount") / gross, 2)')
+# A fix that caps a customer's units per line at the largest order size (5): it changes only the days a correction
+# raised a line above it.
+UNITS = 'F.sum("quantity").cast("long")'
+CAPPED_UNITS = 'F.sum(F.least("quantity", F.lit(5))).cast("long")'
 
 
 @pytest.fixture(scope="module")
 def built(spark, lake):
     _, instance = lake
-    generate(spark, START, END, seed=11, rows_per_day=20)
+    generate(spark, START, END, seed=3, rows_per_day=40)
     assert run_backfill(START, END, instance=instance, echo=lambda _: None)
     return instance
 
 
-TRANSFORMS = "assets_pkg/transforms.py"
-
-
-FIX = ('F.round(F.sum("discount_amount") / gross, 4)', 'F.round(F.sum("discount_amount") / gross, 2)')
+# Which days a code change makes stale, shown before anything is rebuilt (these tests write nothing).
 
 
 def test_with_the_code_that_built_the_lake_nothing_is_stale_by_code_and_every_day_passes(built, capsys):
@@ -55,23 +68,24 @@ def test_with_the_code_that_built_the_lake_nothing_is_stale_by_code_and_every_da
 
 
 def test_a_fixed_mart_transform_makes_every_day_of_that_mart_stale_and_no_other(built, tmp_path):
-    fixed = project_with(tmp_path / "fixed", TRANSFORMS, *FIX)
-    check = "from assets_pkg.code_versions import current; import json; print(json.dumps(current()))"
-    versions = json.loads(run_in(fixed, "-c", check).stdout)
-    assert {t for t in versions if versions[t] != code_versions.current()[t]} == {"customer_daily_features"}
-
-    stale = json.loads(run_in(fixed, "-m", "assets_pkg", "stale", "--json").stdout)
-    assert stale == {"customer_daily_features": {day: ["code"] for day in EVERY_DAY}}
-    said = run_in(fixed, "-m", "assets_pkg", "stale").stdout
-    before, after = code_versions.current()["customer_daily_features"], versions["customer_daily_features"]
-    assert f"customer_daily_features: code changed ({before} → {after}) on {len(EVERY_DAY)} day(s)" in said
-
-    # The fixed code's check job, as its sensor launches it, fails exactly those days in Dagster, saying why.
+    fixed = project_with(tmp_path / "fixed", TRANSFORMS, *ROUNDING)
+    versions = "from assets_pkg.code_versions import current; import json; print(json.dumps(current()))"
+    # The fixed code's check job, as its sensor launches it.
     launch = (
         "from dagster import DagsterInstance; from assets_pkg.definitions import defs; "
         f"assert defs.resolve_job_def({CODE_CHECK_JOB!r}).execute_in_process(instance=DagsterInstance.get()).success"
     )
-    run_in(fixed, "-c", launch)
+
+    loaded, as_json, said, _ = run_commands(
+        fixed, {"python": versions}, ["stale", "--json"], ["stale"], {"python": launch}
+    )
+
+    now = json.loads(loaded.out)
+    assert {t for t in now if now[t] != code_versions.current()[t]} == {"customer_daily_features"}
+    assert json.loads(as_json.out) == {"customer_daily_features": {day: ["code"] for day in EVERY_DAY}}
+    before, after = code_versions.current()["customer_daily_features"], now["customer_daily_features"]
+    assert f"customer_daily_features: code changed ({before} → {after}) on {len(EVERY_DAY)} day(s)" in said.out
+    # Dagster shows exactly those days failing built_by_current_code, every other table's days passing.
     for table in PUBLISH_ORDER:
         expected = "FAILED" if table == "customer_daily_features" else "SUCCEEDED"
         assert check_partition_statuses(built, table, BUILT_BY_CURRENT_CODE) == dict.fromkeys(EVERY_DAY, expected)
@@ -92,3 +106,179 @@ def test_the_sensor_launches_the_check_when_the_code_loaded_is_not_the_code_last
     earlier = json.dumps({**code_versions.current(), "customer_daily_features": "0" * 12}, sort_keys=True)
     changed = code_version_sensor(build_sensor_context(instance=built, definitions=defs, cursor=earlier))
     assert isinstance(changed, RunRequest) and changed.job_name == CODE_CHECK_JOB
+
+
+# Plans and their promotion (the last of these rewrite days).
+
+
+@pytest.fixture(scope="module")
+def fixed(built, tmp_path_factory) -> Path:
+    return project_with(tmp_path_factory.mktemp("fixed"), TRANSFORMS, UNITS, CAPPED_UNITS)
+
+
+@pytest.fixture(scope="module")
+def from_scratch(spark, built, fixed, tmp_path_factory) -> dict[str, dict[str, list[dict]]]:
+    """Every table's rows, by day, as the fixed code builds them from scratch over a copy of this lake's landing."""
+    scratch = tmp_path_factory.mktemp("scratch")
+    shutil.copytree(lake_root() / "landing", scratch / "landing")
+    home = scratch / "dagster_home"
+    run_in(
+        fixed,
+        "-m",
+        "assets_pkg",
+        "backfill",
+        "--start",
+        str(START),
+        "--end",
+        str(END),
+        LAKE_ROOT=str(scratch),
+        DAGSTER_HOME=str(home),
+    )
+    with environment(LAKE_ROOT=str(scratch)):
+        return {t: by_day(spark, t) for t in TABLES}
+
+
+def by_day(spark, table: str) -> dict[str, list[dict]]:
+    found: dict[str, list[dict]] = {}
+    for row in rows(spark, table):
+        found.setdefault(row[DAY_COLUMN[table]].isoformat(), []).append(row)
+    return found
+
+
+def changed_days(spark, scratch: dict[str, dict[str, list[dict]]]) -> dict[str, set[str]]:
+    """Per table, the days whose published rows differ from the from-scratch build's."""
+    differing = {}
+    for table in PUBLISH_ORDER:
+        published = by_day(spark, table)
+        every = set(published) | set(scratch[table])
+        differing[table] = {d for d in every if published.get(d, []) != scratch[table].get(d, [])}
+    return differing
+
+
+PLAN = ["plan", "--start", str(START), "--end", str(END), "--json"]
+
+
+def plan_of(said) -> dict:
+    return json.loads(said.out)
+
+
+def test_plan_lists_as_changed_exactly_the_days_a_from_scratch_build_with_the_fix_changes_and_publishes_nothing(
+    spark, built, fixed, from_scratch
+):
+    expected = changed_days(spark, from_scratch)
+    assert expected["customer_daily_features"] and len(expected["customer_daily_features"]) < len(days(START, END)), (
+        "the fix should change some days, not all"
+    )
+    before = {t: versions(spark, t)[0] for t in TABLES}
+
+    (said,) = run_commands(fixed, PLAN)
+
+    found = plan_of(said)
+    assert said.code == 0 and found["blocking_failures"] == []
+    for table in PUBLISH_ORDER:
+        listed = set(found["tables"].get(table, {}).get("changed_days", []))
+        assert listed == expected[table], table
+    features = found["tables"]["customer_daily_features"]
+    assert set(features["changed_days"]) | set(features["unchanged_days"]) == {d.isoformat() for d in days(START, END)}
+    assert features["rows_changed"] > 0 and features["rows_added"] == features["rows_removed"] == 0
+    assert set(features["changed_columns"]) == {"total_quantity"}
+    assert set(found["tables"]) == {"customer_daily_features"}  # its code alone changed: nothing else is rebuilt
+    assert {t: versions(spark, t)[0] for t in TABLES} == before  # nothing published changed
+
+
+def test_a_blocking_failure_in_the_plan_publishes_nothing_and_promote_refuses(spark, built, tmp_path):
+    # A "fix" that keys daily_revenue by customer too: several rows per (order_date, channel), which unique_key refuses.
+    broken = project_with(
+        tmp_path / "broken",
+        TRANSFORMS,
+        'fact.groupBy("order_date", "channel")',
+        'fact.groupBy("order_date", "channel", "customer_id")',
+    )
+    before = {t: versions(spark, t)[0] for t in TABLES}
+
+    planned, promoted = run_commands(broken, PLAN, ["promote", "{plan_id}"])
+
+    found = plan_of(planned)
+    assert planned.code == 1
+    assert {f["check"] for f in found["blocking_failures"]} == {"unique_key"}
+    assert {f["table"] for f in found["blocking_failures"]} == {"daily_revenue"}
+    assert promoted.code == 1 and "failed 10 blocking check(s)" in promoted.err, promoted.err
+    assert len(promoted.err.strip().splitlines()) == 1, promoted.err
+    assert {t: versions(spark, t)[0] for t in TABLES} == before
+
+
+def test_promote_writes_exactly_the_changed_days_then_every_table_equals_a_from_scratch_build_and_nothing_is_stale(
+    spark, built, fixed, from_scratch
+):
+    expected = changed_days(spark, from_scratch)
+    files_before = {t: files_by_day(spark, t, DAY_COLUMN[t]) for t in PUBLISH_ORDER}
+    versions_before = {t: versions(spark, t)[0] for t in PUBLISH_ORDER}
+
+    planned, promoted, note, stale, checked, again = run_commands(
+        fixed,
+        PLAN,
+        ["promote", "{plan_id}"],
+        ["report", "--plan", "{plan_id}"],
+        ["stale", "--json"],
+        ["check", "--start", str(START), "--end", str(END)],
+        PLAN,
+    )
+
+    found = plan_of(planned)
+    assert planned.code == 0 and promoted.code == 0, promoted.err
+    assert "customer_daily_features: code" in promoted.out and "total_quantity" in promoted.out
+    for table in PUBLISH_ORDER:
+        files_after = files_by_day(spark, table, DAY_COLUMN[table])
+        rewritten = {
+            d for d in set(files_before[table]) | set(files_after) if files_before[table].get(d) != files_after.get(d)
+        }
+        assert rewritten == expected[table], table  # exactly the changed days: other days' files untouched
+        assert versions(spark, table)[0] == versions_before[table] + (1 if expected[table] else 0), table
+    assert all(not changed for changed in changed_days(spark, from_scratch).values())
+    assert by_day(spark, "quarantine_order_items") == from_scratch["quarantine_order_items"]
+    commit = json.loads(history(spark, table_path("customer_daily_features"), 1)[0].userMetadata)
+    assert commit["plan_id"] == found["plan_id"] and commit["operation"] == "promotion"
+
+    assert json.loads(stale.out) == {}
+    assert checked.code == 0, checked.out
+    assert plan_of(again)["tables"] == {}  # a second plan finds nothing to do
+    before = found["tables"]["customer_daily_features"]["code_version"]["before"]
+    assert f"customer_daily_features: code {before}" in note.out and "(status: promoted)" in note.out
+    assert not (lake_root() / "warehouse" / "_plans" / found["plan_id"]).exists()  # its shadow tables are gone
+
+
+def test_a_fact_fix_that_changes_no_row_rebuilds_no_mart_writes_nothing_and_leaves_nothing_stale(
+    spark, built, tmp_path
+):
+    net = '(F.col("gross_amount") - F.col("discount_amount")).cast(MONEY)'
+    same_net = '(-(F.col("discount_amount") - F.col("gross_amount"))).cast(MONEY)'
+    same = project_with(tmp_path / "same", TRANSFORMS, net, same_net)
+    untouched = [t for t in TABLES if t != "customer_daily_features"]  # whose own code may differ from what built it
+    before = {t: versions(spark, t)[0] for t in untouched}
+
+    planned, promoted, stale = run_commands(same, PLAN, ["promote", "{plan_id}"], ["stale", "--json"])
+
+    found = plan_of(planned)
+    assert found["tables"]["fact_order_item"]["changed_days"] == []
+    # Early cutoff: no day of a mart is built from a changed day of the fact, so none is rebuilt.
+    assert {"daily_revenue", "daily_category_revenue"}.isdisjoint(found["tables"])
+    assert promoted.code == 0, promoted.err
+    assert {t: versions(spark, t)[0] for t in untouched} == before
+    assert json.loads(stale.out) == {}
+
+
+def test_a_restatement_between_the_plan_and_its_promotion_makes_promote_refuse_naming_the_table(spark, built, fixed):
+    # Last: the late batch changes the landing the from-scratch build above was made from.
+    (planned,) = run_commands(fixed, PLAN)
+    land_batch(spark, corrections(spark, START, 2), next_batch_day())
+    assert run_restatement(built).success
+    before = {t: versions(spark, t)[0] for t in TABLES}
+
+    (promoted,) = run_commands(fixed, ["promote", plan_of(planned)["plan_id"]])
+
+    assert promoted.code == 1
+    said = promoted.err
+    assert " moved since plan " in said and "a restatement or backfill ran in between" in said, said
+    assert said.split(" moved since plan ")[0].split()[-1] in TABLES, said  # it names the table
+    assert len(promoted.err.strip().splitlines()) == 1, promoted.err
+    assert {t: versions(spark, t)[0] for t in TABLES} == before

@@ -21,6 +21,7 @@ from assets_pkg.tables import QUARANTINE_ORDER_ITEMS, STG_ORDER_ITEMS
 from resources.delta_io import read_table
 from resources.lake import landing_path
 from tests.support.lake import rows
+from tests.support.landing_files import ORDER_ITEM_ARROW_TYPES
 
 pytestmark = pytest.mark.slow  # builds a lake and runs restatements: minutes, not seconds
 
@@ -28,21 +29,7 @@ START, END = date(2025, 1, 1), date(2025, 1, 10)
 DAY = date(2025, 1, 4)
 UPDATED = datetime(2025, 1, 4, 9, 30, 15, 123456, tzinfo=UTC)
 
-MONEY = pa.decimal128(18, 2)
-CONTRACT = {
-    "order_id": pa.int64(),
-    "order_item_id": pa.int32(),
-    "order_date": pa.date32(),
-    "customer_id": pa.int64(),
-    "product_id": pa.int64(),
-    "channel": pa.string(),
-    "quantity": pa.int32(),
-    "gross_amount": MONEY,
-    "discount_amount": MONEY,
-    "cost_amount": MONEY,
-    "updated_at": pa.timestamp("us", tz="UTC"),
-    "ingested_at": pa.timestamp("us", tz="UTC"),
-}
+CONTRACT = ORDER_ITEM_ARROW_TYPES
 
 
 def item(order_id: int, batch: date) -> dict:

@@ -13,6 +13,7 @@ from assets_pkg.dagster_names import PREVIEW_JOB
 from assets_pkg.publish import Change, Operation, PartlyPublished
 from assets_pkg.tables import BY_NAME, PUBLISH_ORDER, TABLES, downstream
 from resources.delta_io import Commit
+from tests.support.landing_files import ORDER_ITEM_ARROW_TYPES
 
 D = date(2025, 1, 1)
 
@@ -38,20 +39,7 @@ def _write(path, types: dict, values: dict, **options):
     pq.write_table(pa.table({c: pa.array([values[c]], t) for c, t in types.items()}), path, **options)
 
 
-CONTRACT = {
-    "order_id": pa.int64(),
-    "order_item_id": pa.int32(),
-    "order_date": pa.date32(),
-    "customer_id": pa.int64(),
-    "product_id": pa.int64(),
-    "channel": pa.string(),
-    "quantity": pa.int32(),
-    "gross_amount": pa.decimal128(18, 2),
-    "discount_amount": pa.decimal128(18, 2),
-    "cost_amount": pa.decimal128(18, 2),
-    "updated_at": pa.timestamp("us", tz="UTC"),
-    "ingested_at": pa.timestamp("us", tz="UTC"),
-}
+CONTRACT = ORDER_ITEM_ARROW_TYPES
 ROW = {
     "order_id": 1,
     "order_item_id": 1,

@@ -1,11 +1,13 @@
 """A copy of the project whose code differs, run against the same lake and instance: how the tests change code for
 real (its modules are imported from the copy, not from the repository)."""
 
+import json
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 from resources.lake import REPO_ROOT
 from resources.settings import settings
@@ -33,3 +35,39 @@ def run_in(project: Path, *args: str, check: bool = True, **env: str) -> subproc
     if check:
         assert done.returncode == 0, done.stdout + done.stderr
     return done
+
+
+class Said(NamedTuple):
+    """What one command of a copy said: its exit code, and what it printed."""
+
+    code: int
+    out: str
+    err: str
+
+
+# Runs each command in one process of the copy (one Spark session for all): a list of argv for the command line, in
+# which "{plan_id}" stands for the id the last `plan --json` printed, or {"python": code} for a statement; prints what
+# each said as JSON on its last line.
+_DRIVER = """
+import contextlib, io, json, sys
+from assets_pkg.cli import main
+said, plan_id = [], ""
+for command in json.loads(sys.argv[1]):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        if isinstance(command, dict):
+            exec(command["python"], {})
+            code = 0
+        else:
+            code = main([arg.replace("{plan_id}", plan_id) for arg in command])
+    if isinstance(command, list) and command[:1] == ["plan"] and "--json" in command:
+        plan_id = json.loads(out.getvalue())["plan_id"]
+    said.append([code, out.getvalue(), err.getvalue()])
+print(json.dumps(said))
+"""
+
+
+def run_commands(project: Path, *commands: list[str] | dict[str, str], **env: str) -> list[Said]:
+    """Each command in turn, in one process of `project`'s code (one JVM): what each said."""
+    done = run_in(project, "-c", _DRIVER, json.dumps(list(commands)), **env)
+    return [Said(*said) for said in json.loads(done.stdout.strip().splitlines()[-1])]

@@ -1,0 +1,419 @@
+"""A code change as a plan: build beside, publish nothing, compare day by day; then promote exactly the changed days.
+
+`make_plan` rebuilds, with the code loaded now, the days each table's older code built (in a range, for the tables
+chosen) into shadow tables under warehouse/_plans/<plan_id>/, which readers never see. Each table reads its upstream
+through an overlay: the plan's own rows for the days it found changed, the published table pinned at the Delta
+version the plan started from for the rest. Every blocking check runs on the shadow rows. Then, per table and day, the
+shadow is compared with what is published: rows added, removed and changed by natural key, the columns that changed,
+each measure's total before and after, fingerprints before and after. A day whose content is unchanged is marked so,
+and the days downstream of unchanged days only are not rebuilt at all (early cutoff).
+
+`promote` writes the changed days from the shadow through the one write path (publish.py: one commit per table, in
+the graph's order, whole graph or nothing) and records the unchanged days as current under the new code without
+rewriting them. It is refused, naming what, when a published table moved since the plan pinned it, a blocking check
+failed in the shadow, or the code loaded is not the code the plan was built with."""
+
+import json
+import shutil
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from assets_pkg import checks, code_versions
+from assets_pkg.partitions import days as day_range
+from assets_pkg.publish import Change, FromPlan, Operation, Publication, RunInfo, day_ranges, publish
+from assets_pkg.tables import BY_NAME, DAY_COLUMN, PUBLISH_ORDER, Read, Role, Table, downstream, with_side_tables
+from assets_pkg.verification import stale_code_days
+from resources import audit, control
+from resources.audit import DayContent
+from resources.delta_io import current_version, read_path, write_new_table
+from resources.lake import plans_root, shadow_path, table_path
+
+_NUMERIC = (T.DecimalType, T.LongType, T.IntegerType, T.DoubleType, T.ShortType)
+
+
+@dataclass(frozen=True)
+class DayFigures:
+    """A changed day of a table: its rows and fingerprint published now and in the plan."""
+
+    day: date
+    before: DayContent
+    after: DayContent
+
+
+@dataclass
+class TablePlan:
+    """What the plan found in one table."""
+
+    code_before: str  # the version(s) that built the days it rebuilt
+    code_after: str
+    changed_days: list[date]
+    unchanged_days: list[date]
+    rows_added: int = 0
+    rows_removed: int = 0
+    rows_changed: int = 0
+    changed_columns: dict[str, int] = field(default_factory=dict)  # column -> rows whose value changed
+    measures: dict[str, tuple[str, str]] = field(default_factory=dict)  # column -> its total (before, after)
+    days: list[DayFigures] = field(default_factory=list)  # the changed days' figures
+
+
+@dataclass(frozen=True)
+class BlockingFailure:
+    table: str
+    check: str
+    day: date
+    summary: str
+
+
+@dataclass
+class Plan:
+    plan_id: str
+    created_at: datetime
+    start: date
+    end: date
+    code_versions: dict[str, str]  # every table's, when the plan was built
+    pinned: dict[str, int | None]  # every table's published Delta version the plan read
+    tables: dict[str, TablePlan]  # the tables it rebuilt days of, in publish order
+    blocking_failures: list[BlockingFailure]
+
+    @property
+    def promotable(self) -> bool:
+        return not self.blocking_failures
+
+    def to_json(self) -> dict[str, Any]:
+        """The plan as the interface gives it (`plan --json`)."""
+        return {
+            "plan_id": self.plan_id,
+            "created_at": self.created_at.isoformat(),
+            "range": [self.start.isoformat(), self.end.isoformat()],
+            "promotable": self.promotable,
+            "tables": {
+                t: {
+                    "code_version": {"before": p.code_before, "after": p.code_after},
+                    "changed_days": [d.isoformat() for d in p.changed_days],
+                    "unchanged_days": [d.isoformat() for d in p.unchanged_days],
+                    "rows_added": p.rows_added,
+                    "rows_removed": p.rows_removed,
+                    "rows_changed": p.rows_changed,
+                    "changed_columns": p.changed_columns,
+                    "measures": {m: {"before": b, "after": a} for m, (b, a) in p.measures.items()},
+                    "days": {
+                        f.day.isoformat(): {
+                            "rows_before": f.before.rows,
+                            "rows_after": f.after.rows,
+                            "fingerprint_before": f.before.fingerprint,
+                            "fingerprint_after": f.after.fingerprint,
+                        }
+                        for f in p.days
+                    },
+                }
+                for t, p in self.tables.items()
+            },
+            "blocking_failures": [
+                {"table": f.table, "check": f.check, "day": f.day.isoformat(), "summary": f.summary}
+                for f in self.blocking_failures
+            ],
+            "code_versions": self.code_versions,
+            "pinned": self.pinned,
+        }
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> "Plan":
+        def figures(day: str, f: dict[str, Any]) -> DayFigures:
+            return DayFigures(
+                date.fromisoformat(day),
+                DayContent(f["rows_before"], f["fingerprint_before"]),
+                DayContent(f["rows_after"], f["fingerprint_after"]),
+            )
+
+        tables = {
+            t: TablePlan(
+                p["code_version"]["before"],
+                p["code_version"]["after"],
+                [date.fromisoformat(d) for d in p["changed_days"]],
+                [date.fromisoformat(d) for d in p["unchanged_days"]],
+                p["rows_added"],
+                p["rows_removed"],
+                p["rows_changed"],
+                p["changed_columns"],
+                {m: (v["before"], v["after"]) for m, v in p["measures"].items()},
+                [figures(day, f) for day, f in p["days"].items()],
+            )
+            for t, p in doc["tables"].items()
+        }
+        failures = [
+            BlockingFailure(f["table"], f["check"], date.fromisoformat(f["day"]), f["summary"])
+            for f in doc["blocking_failures"]
+        ]
+        start, end = (date.fromisoformat(d) for d in doc["range"])
+        return cls(
+            doc["plan_id"],
+            datetime.fromisoformat(doc["created_at"]),
+            start,
+            end,
+            doc["code_versions"],
+            doc["pinned"],
+            tables,
+            failures,
+        )
+
+    def markdown(self, table: str) -> str:
+        """The days that change in one table, as a Markdown table (the plan job's metadata)."""
+        p = self.tables[table]
+        lines = [
+            f"{table}: code {p.code_before} → {p.code_after}; {len(p.changed_days)} day(s) change, "
+            f"{len(p.unchanged_days)} unchanged; rows added {p.rows_added}, removed {p.rows_removed}, "
+            f"changed {p.rows_changed}",
+            "",
+            "| day | rows before | rows after | fingerprint before | fingerprint after |",
+            "|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {f.day} | {f.before.rows} | {f.after.rows} | {(f.before.fingerprint or '-')[:12]} | "
+            f"{(f.after.fingerprint or '-')[:12]} |"
+            for f in p.days
+        ]
+        return "\n".join(lines)
+
+
+class PlanRefused(RuntimeError):
+    """A plan that cannot be promoted: nothing was written."""
+
+
+def _days_to_rebuild(table: Table, own: set[date], changed: dict[str, list[date]], published: set[date]) -> list[date]:
+    """A table's days a plan rebuilds: those its own older code built, and those built from days the plan found
+    changed upstream (the same days, or every later day of a dimension read as of the day)."""
+    carried: set[date] = set()
+    for upstream in table.upstream:
+        days = changed.get(upstream)
+        if not days:
+            continue
+        if BY_NAME[upstream].role is Role.DIMENSION:
+            carried |= {d for d in published if d >= min(days)}
+        else:
+            carried |= set(days) & published
+    return sorted(own | carried)
+
+
+def _overlay(spark: SparkSession, plan_id: str, changed: dict[str, list[date]], pinned: dict[str, int | None]) -> Read:
+    """What a table of the plan reads of an upstream table: the plan's rows on the days it changed them, the
+    published rows as of the pinned version elsewhere."""
+
+    def read(upstream: str, days: list[date]) -> DataFrame:
+        column = DAY_COLUMN[upstream]
+        mine = sorted(set(days) & set(changed.get(upstream, [])))
+        rest = sorted(set(days) - set(mine))
+        parts = [read_path(spark, shadow_path(plan_id, upstream), column, mine)] if mine else []
+        if rest or not parts:
+            parts.append(read_path(spark, table_path(upstream), column, rest or days, pinned[upstream]))
+        return parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1], allowMissingColumns=True)
+
+    return read
+
+
+def _diff(table: Table, before: DataFrame, after: DataFrame, days: list[date], plan: TablePlan) -> None:
+    """Fill `plan` with how `after` (the shadow) differs from `before` (published) on `days`, day by day."""
+    column = table.day_column
+    was, now = checks.day_contents(before, column), checks.day_contents(after, column)
+    none = DayContent(0, None)
+    plan.changed_days = [d for d in days if was.get(d, none) != now.get(d, none)]
+    plan.unchanged_days = [d for d in days if d not in plan.changed_days]
+    plan.days = [DayFigures(d, was.get(d, none), now.get(d, none)) for d in plan.changed_days]
+    if not plan.changed_days:
+        return
+    key = list(dict.fromkeys([*table.key, column]))
+    shared = [c for c in after.columns if c in before.columns and c not in key and c != "run_id"]
+    old = before.where(F.col(column).isin(plan.changed_days))
+    new = after.where(F.col(column).isin(plan.changed_days))
+    joined = new.select(*key, *[F.col(c).alias(f"a_{c}") for c in shared], F.lit(True).alias("_a")).join(
+        old.select(*key, *[F.col(c).alias(f"b_{c}") for c in shared], F.lit(True).alias("_b")), key, "full_outer"
+    )
+    both = F.col("_a").isNotNull() & F.col("_b").isNotNull()
+    differs = {c: both & ~F.col(f"a_{c}").eqNullSafe(F.col(f"b_{c}")) for c in shared}
+    any_differs = F.lit(False)
+    for d in differs.values():
+        any_differs = any_differs | d
+    totals = joined.agg(
+        F.sum(F.col("_b").isNull().cast("long")).alias("added"),
+        F.sum(F.col("_a").isNull().cast("long")).alias("removed"),
+        F.sum(any_differs.cast("long")).alias("changed"),
+        *[F.sum(d.cast("long")).alias(f"c_{c}") for c, d in differs.items()],
+    ).first()
+    assert totals is not None
+    plan.rows_added, plan.rows_removed, plan.rows_changed = totals.added or 0, totals.removed or 0, totals.changed or 0
+    plan.changed_columns = {c: totals[f"c_{c}"] for c in shared if totals[f"c_{c}"]}
+    measures = [f.name for f in after.schema.fields if f.name in shared and isinstance(f.dataType, _NUMERIC)]
+    if measures:
+        b, a = (df.agg(*[F.sum(m).alias(m) for m in measures]).first() for df in (old, new))
+        assert b is not None and a is not None
+        plan.measures = {m: (str(b[m]), str(a[m])) for m in measures if b[m] != a[m]}
+
+
+def make_plan(spark: SparkSession, start: date, end: date, select: list[str] | None = None) -> Plan:
+    """Build a plan for the code loaded now over start..end (for the chosen tables and those built from them), record
+    it, and return it. Nothing published changes."""
+    versions = code_versions.current()
+    stale = stale_code_days(spark)
+    written = audit.built_by(spark)
+    in_range = set(day_range(start, end))
+    chosen = set(downstream(set(select))) if select else set(PUBLISH_ORDER)
+    plan = Plan(
+        uuid.uuid4().hex[:8],
+        datetime.now(UTC),
+        start,
+        end,
+        versions,
+        {t: current_version(spark, t) for t in with_side_tables(PUBLISH_ORDER)},
+        {},
+        [],
+    )
+    changed: dict[str, list[date]] = {}
+    read = _overlay(spark, plan.plan_id, changed, plan.pinned)
+    for name in [t for t in PUBLISH_ORDER if t in chosen]:
+        table = BY_NAME[name]
+        published = set(written.get(name, {})) & in_range
+        own = {d for d, why in stale.get(name, {}).items() if why.table == name and d in in_range}
+        days = _days_to_rebuild(table, own, changed, published)
+        if not days:
+            continue
+        staged = table.build(spark, days, read)
+        try:
+            verified = checks.evaluate_blocking(
+                staged.table, staged.upstream, staged.lost, table.key, table.day_column, table.checks, days
+            )
+            plan.blocking_failures += [
+                BlockingFailure(name, o.check, o.day, checks.summary(o)) for o in verified.failing
+            ]
+            write_new_table(staged.table, shadow_path(plan.plan_id, name), table.day_column)
+            for side in table.side_tables:
+                write_new_table(staged.side_tables[side.name], shadow_path(plan.plan_id, side.name), side.day_column)
+        finally:
+            staged.unpersist()
+        built_by = sorted({str(written.get(name, {}).get(d) or "unrecorded") for d in days})
+        result = TablePlan(", ".join(built_by), versions[name], [], [])
+        after = read_path(spark, shadow_path(plan.plan_id, name), table.day_column, days)
+        _diff(table, read_path(spark, table_path(name), table.day_column, days, plan.pinned[name]), after, days, result)
+        plan.tables[name] = result
+        changed[name] = result.changed_days
+    control.record_plan(spark, plan.plan_id, json.dumps(plan.to_json()), plan.created_at)
+    return plan
+
+
+def load_plan(spark: SparkSession, plan_id: str) -> tuple[Plan, str]:
+    """A recorded plan and its status; PlanRefused when there is no such plan."""
+    found = control.read_plan(spark, plan_id)
+    if found is None:
+        raise PlanRefused(f"no plan {plan_id}: `python -m assets_pkg plan` builds one")
+    document, status = found
+    return Plan.from_json(json.loads(document)), status
+
+
+def refusal(spark: SparkSession, plan: Plan, status: str) -> str | None:
+    """Why the plan cannot be promoted now, in one line (None: it can)."""
+    if status != "open":
+        return f"plan {plan.plan_id} is {status}: plan again"
+    if plan.blocking_failures:
+        f = plan.blocking_failures[0]
+        return (
+            f"plan {plan.plan_id} failed {len(plan.blocking_failures)} blocking check(s) in its shadow tables, e.g. "
+            f"{f.check} of {f.table} on {f.day}: {f.summary}; fix the code and plan again"
+        )
+    now = code_versions.current()
+    moved_code = [t for t in plan.code_versions if now.get(t) != plan.code_versions[t]]
+    if moved_code:
+        t = moved_code[0]
+        return (
+            f"plan {plan.plan_id} was built with code {plan.code_versions[t]} of {t}, the code loaded now is "
+            f"{now.get(t)}: plan again"
+        )
+    for table, pinned in plan.pinned.items():
+        version = current_version(spark, table)
+        if version != pinned:
+            return (
+                f"{table} moved since plan {plan.plan_id} pinned it (version {pinned} → {version}; a restatement or "
+                "backfill ran in between): plan again"
+            )
+    return None
+
+
+@dataclass
+class Promotion:
+    plan: Plan
+    publications: dict[str, Publication]  # the changed days, written
+    unchanged: dict[str, list[date]]  # the days recorded as current under the new code, not rewritten
+
+
+def promote(spark: SparkSession, plan_id: str, run: RunInfo) -> Promotion:
+    """Write exactly the plan's changed days from its shadow tables, through publish, and record its unchanged days
+    as current under the new code. PlanRefused (nothing written) when it cannot be promoted."""
+    plan, status = load_plan(spark, plan_id)
+    why = refusal(spark, plan, status)
+    if why:
+        raise PlanRefused(why)
+    changed = {t: p.changed_days for t, p in plan.tables.items() if p.changed_days}
+    note = {
+        "plan_id": plan.plan_id,
+        "code_versions_before": {t: p.code_before for t, p in plan.tables.items()},
+        "code_versions_after": {t: p.code_after for t, p in plan.tables.items()},
+    }
+    change = Change(Operation.PROMOTION, changed, {t: FromPlan(plan.plan_id) for t in changed}, note=note)
+    publications = publish(spark, change, run) if changed else {}
+    now = datetime.now(UTC)
+    unchanged = {t: p.unchanged_days for t, p in plan.tables.items() if p.unchanged_days}
+    written = audit.latest_before_run(spark, run.run_id)
+    audit.append(
+        spark,
+        [
+            audit.AuditRow(
+                run_id=run.run_id,
+                backfill_id=None,
+                operation=Operation.PROMOTION.value,
+                asset=table,
+                partition=day,
+                rows_written=written[(table, day)].rows if (table, day) in written else 0,
+                fingerprint=written[(table, day)].fingerprint if (table, day) in written else None,
+                delta_version=None,
+                started_at=now,
+                ended_at=now,
+                code_version=plan.code_versions[table],
+            )
+            for table, days in unchanged.items()
+            for day in days
+        ],
+    )
+    control.resolve_plan(spark, plan.plan_id, "promoted", run.run_id, now)
+    shutil.rmtree(plans_root() / plan.plan_id, ignore_errors=True)
+    return Promotion(plan, publications, unchanged)
+
+
+def drop(spark: SparkSession, plan_id: str, run_id: str) -> None:
+    """Remove a plan: its shadow tables deleted, its record closed."""
+    plan, status = load_plan(spark, plan_id)
+    if status == "open":
+        control.resolve_plan(spark, plan.plan_id, "dropped", run_id, datetime.now(UTC))
+    shutil.rmtree(plans_root() / plan.plan_id, ignore_errors=True)
+
+
+def version_note(plan: Plan) -> str:
+    """What an operator sends once a plan is promoted: per table, the code versions, the days that changed, each
+    measure's total before and after, and the rows added, removed and changed."""
+    lines = [f"Plan {plan.plan_id} ({plan.start}..{plan.end}), built {plan.created_at:%Y-%m-%d %H:%M} UTC"]
+    for table, p in plan.tables.items():
+        lines.append(
+            f"- {table}: code {p.code_before} → {p.code_after}; {len(p.changed_days)} day(s) changed"
+            + (f" ({day_ranges(p.changed_days)})" if p.changed_days else "")
+            + f", {len(p.unchanged_days)} unchanged; rows added {p.rows_added}, removed {p.rows_removed}, "
+            f"changed {p.rows_changed}"
+        )
+        if p.changed_columns:
+            lines.append("  columns changed: " + ", ".join(f"{c} ({n} rows)" for c, n in p.changed_columns.items()))
+        for measure, (before, after) in p.measures.items():
+            lines.append(f"  {measure}: {before} → {after}")
+    if not plan.tables:
+        lines.append("- nothing to rebuild: every day in the range was built by the code loaded now")
+    return "\n".join(lines)
