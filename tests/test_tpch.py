@@ -7,7 +7,7 @@ from pyspark.sql import functions as F
 
 from assets_pkg.cli import main
 from assets_pkg.partitions import days
-from assets_pkg.publish import RunInfo, publish
+from assets_pkg.publish import Change, Operation, RunInfo, publish
 from assets_pkg.tables import PUBLISH_ORDER
 from assets_pkg.tpch import tpch_dir
 from resources.delta_io import read_table
@@ -29,7 +29,8 @@ def tpch_lake(lake):
     with pytest.MonkeyPatch.context() as env:
         env.setenv("PARTITION_START_DATE", FIRST.isoformat())
         env.setenv("PARTITION_END_DATE", LAST.isoformat())
-        publish(get_spark(), {t: days(FIRST, LAST) for t in PUBLISH_ORDER}, RunInfo("tpch-full-history"))
+        every_day = Change(Operation.BACKFILL, {t: days(FIRST, LAST) for t in PUBLISH_ORDER})
+        publish(get_spark(), every_day, RunInfo("tpch-full-history"))
     return root
 
 
