@@ -2,8 +2,9 @@
 tests/test_dagster_private.py fails loudly when Dagster moves or changes any of them: that is the signal to look
 for the public API that replaces it.
 
-Most are the string constants Dagster itself reads from run tags and observations; one is a class. And one is a
-change of behaviour: the event log storage classes whose pool slot claim is atomic (below)."""
+Most are the string constants Dagster itself reads from run tags and observations; one is a class. And two are
+changes of behaviour, in the event log storage classes (below): a pool slot claim that is atomic, and, for SQLite, one
+engine per database file."""
 
 # A check result recorded for a day of a range run must name the materialization it checked: that pointer is what
 # the UI compares to colour a day of the check's Partitions view. Dagster fills it in itself only in a
@@ -18,8 +19,9 @@ change of behaviour: the event log storage classes whose pool slot claim is atom
 # row only while it is still free, so exactly one of them gets it and the other waits as Dagster's own loop makes it.
 # tests/test_dagster_private.py shows Dagster's claim still lets two in (when that test fails, Dagster fixed it and
 # these classes go), and that the project's claim lets one.
-from collections.abc import Callable, Mapping
-from contextlib import AbstractContextManager
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 import sqlalchemy
@@ -43,6 +45,9 @@ from dagster._core.errors import DagsterAssetCheckFailedError  # noqa: F401
 from dagster._core.execution.backfill import BulkActionStatus  # noqa: F401
 from dagster._core.storage.event_log import SqliteEventLogStorage
 from dagster._core.storage.event_log.schema import ConcurrencySlotsTable
+from dagster._core.storage.event_log.sqlite.sqlite_event_log import INDEX_SHARD_NAME
+from dagster._core.storage.sql import create_engine
+from dagster._core.storage.sqlite import SQLITE_BUSY_TIMEOUT_SECONDS
 
 # The run tags by which Dagster gives a run its partition or partition range: a run launched from the command line
 # or by a sensor over a range must carry them, and Dagster exports no constant for them.
@@ -57,7 +62,8 @@ from dagster._serdes import ConfigurableClassData
 from dagster._utils.concurrency import ConcurrencySlotStatus
 from dagster_postgres import PostgresEventLogStorage
 from dagster_postgres.utils import get_token_provider_from_config, pg_url_from_config
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.pool import NullPool, QueuePool
 
 
 class _AtomicSlotClaim:
@@ -81,8 +87,82 @@ class _AtomicSlotClaim:
         return ConcurrencySlotStatus.CLAIMED if claimed else ConcurrencySlotStatus.BLOCKED
 
 
-class AtomicClaimSqliteEventLogStorage(_AtomicSlotClaim, SqliteEventLogStorage):
-    """Dagster's SQLite event log storage (the default instance's), with slot claims atomic across processes."""
+# A second change, to the SQLite event log's cost alone: Dagster's SQLite storage creates a new SQLAlchemy engine
+# for every statement it runs (each with its dialect's first-connect queries) and disposes of it after, and asks
+# SQLite whether a table exists with yet another engine each time it writes a check result: several engines per event,
+# which is most of what an event costs. Dagster has no setting for it (dagster.yaml configures only the folder). The
+# class below keeps one engine per database file for the life of the process (each use still opens its own SQLite
+# connection and transaction, as Dagster's does, so nothing is shared between threads or processes), and keeps a
+# table once found (tables are never dropped while an instance runs). bench/event_log.py measures what it buys;
+# tests/test_dagster_private.py fails when Dagster's `_connect` or `has_table` change.
+def _commit_without_fsync(dbapi_connection: Any, _: Any) -> None:
+    # In WAL mode (Dagster's), NORMAL syncs at checkpoints rather than at every commit: a crash of the process loses
+    # nothing, a crash of the machine may lose the last events written, never the files' consistency; the lake, not
+    # the event log, is the record of what is published.
+    dbapi_connection.execute("PRAGMA synchronous=NORMAL")
+
+
+# The database files kept open at once by a process: the index and the runs it writes or reads most recently.
+OPEN_DATABASE_FILES = 16
+
+
+class _EnginePerFile:
+    _db_lock: threading.Lock  # the storage's own
+    _initialized_dbs: set[str]
+    conn_string_for_shard: Callable[[str], str]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._engines: dict[str, Engine] = {}
+        self._tables_found: set[str] = set()
+        super().__init__(*args, **kwargs)
+
+    def _engine(self, shard: str) -> Engine:
+        engine = self._engines.pop(shard, None)
+        if engine is None:
+            connect_args = {"timeout": SQLITE_BUSY_TIMEOUT_SECONDS, "check_same_thread": False}
+            if shard == INDEX_SHARD_NAME:  # one connection kept open: closing it is what costs
+                engine = create_engine(
+                    self.conn_string_for_shard(shard), poolclass=QueuePool, pool_size=1, connect_args=connect_args
+                )
+            else:
+                # A run's file: closed after each use, as Dagster's, for the last close writes the run's events from
+                # SQLite's write-ahead log into the file itself, which is what the webserver watches to show a run's
+                # events as they come.
+                engine = create_engine(self.conn_string_for_shard(shard), poolclass=NullPool, connect_args=connect_args)
+            sqlalchemy.event.listen(engine, "connect", _commit_without_fsync)
+        self._engines[shard] = engine  # the most recently used last
+        while len(self._engines) > OPEN_DATABASE_FILES:
+            self._engines.pop(next(iter(self._engines))).dispose()
+        return engine
+
+    @contextmanager
+    def _connect(self, shard: str) -> Iterator[Connection]:
+        with self._db_lock:
+            engine = self._engine(shard)
+            if shard not in self._initialized_dbs:
+                self._initdb(engine)  # type: ignore[attr-defined]
+                self._initialized_dbs.add(shard)
+            with engine.connect() as conn, conn.begin():
+                yield conn
+
+    def has_table(self, table_name: str) -> bool:
+        if table_name in self._tables_found:
+            return True
+        found = bool(super().has_table(table_name))  # type: ignore[misc]
+        if found:
+            self._tables_found.add(table_name)
+        return found
+
+    def dispose(self) -> None:
+        super().dispose()  # type: ignore[misc]
+        for engine in self._engines.values():
+            engine.dispose()
+        self._engines.clear()
+
+
+class AtomicClaimSqliteEventLogStorage(_AtomicSlotClaim, _EnginePerFile, SqliteEventLogStorage):
+    """Dagster's SQLite event log storage (the default instance's), with slot claims atomic across processes and one
+    engine per database file."""
 
     @classmethod
     def from_config_value(  # Dagster's builds its own class by name

@@ -21,7 +21,7 @@ WRITTEN_BY = "# Written by exact-backfills from the repository's dagster.yaml: e
 # every entry point: setup.sh, demo.sh, the command line, so a moved home is followed).
 SQLITE_EVENT_LOG = (
     "# Events in Dagster's SQLite files, where Dagster keeps them by default; "
-    "slot claims atomic (dagster_private.py).\n"
+    "slot claims atomic, one engine per file (dagster_private.py).\n"
     """event_log_storage:
   module: assets_pkg.dagster_private
   class: AtomicClaimSqliteEventLogStorage

@@ -244,3 +244,68 @@ def test_two_processes_claiming_the_lake_writes_slot_at_the_same_instant_never_b
             if worker.is_alive():
                 worker.terminate()
     assert holders == [1] * trials
+
+
+# The digests of Dagster's SQLite connection and table check as the project's storage replaces them: a Dagster
+# release that changes either makes the test below fail, so the replacement is read again against it.
+DAGSTERS_SQLITE_CONNECT_SHA256 = {"_connect": "b8435f2665689760", "has_table": "577d801c70b2a4a5"}
+
+
+def test_the_sqlite_connection_the_project_replaces_is_still_dagsters_of_1_13():
+    import hashlib
+    import inspect
+
+    from dagster._core.storage.event_log import SqliteEventLogStorage
+
+    from assets_pkg.dagster_private import AtomicClaimSqliteEventLogStorage
+
+    for name, digest in DAGSTERS_SQLITE_CONNECT_SHA256.items():
+        source = inspect.getsource(getattr(SqliteEventLogStorage, name))
+        assert hashlib.sha256(source.encode()).hexdigest()[:16] == digest, (
+            f"Dagster changed SqliteEventLogStorage.{name}: compare it with assets_pkg/dagster_private.py's, then "
+            "update the digest"
+        )
+        owners = [c.__name__ for c in AtomicClaimSqliteEventLogStorage.__mro__ if name in c.__dict__]
+        assert owners[0] == "_EnginePerFile" and "SqliteEventLogStorage" in owners, owners
+    # Every connection of Dagster's storage comes from these two: its run and index connections, its table checks.
+    for method in ("run_connection", "index_connection"):
+        assert "self._connect(" in inspect.getsource(getattr(SqliteEventLogStorage, method)), method
+
+
+def _range_run(instance: DagsterInstance) -> str:
+    """A range run of 5 days of a chain of assets, each with 2 check results per day (bench/event_log.py's): its id."""
+    from bench.event_log import definitions
+
+    defs, days = definitions(5, 2)
+    tags = {ASSET_PARTITION_RANGE_START_TAG: days[0], ASSET_PARTITION_RANGE_END_TAG: days[-1]}
+    result = defs.resolve_job_def("all").execute_in_process(instance=instance, tags=tags)
+    assert result.success
+    return result.run_id
+
+
+def _what_dagster_shows(instance: DagsterInstance, run_id: str) -> tuple[list[str], dict[str, list[str]]]:
+    """The run's events by type, in order, and each check's latest result per day."""
+    from dagster import AssetCheckKey, AssetKey
+
+    types = [r.event_log_entry.dagster_event_type for r in instance.get_records_for_run(run_id, limit=10_000).records]
+    results = {}
+    for table in range(6):
+        for check in range(2):
+            key = AssetCheckKey(AssetKey(f"table_{table}"), f"check_{check}")
+            executions = instance.event_log_storage.get_asset_check_execution_history(key, limit=100)
+            results[key.to_user_string()] = sorted(f"{e.partition}:{e.status.value}" for e in executions)
+    return [t.value if t else "" for t in types], results
+
+
+def test_the_projects_sqlite_storage_records_every_event_and_check_result_as_dagsters_own_does(tmp_path):
+    from assets_pkg.dagster_private import AtomicClaimSqliteEventLogStorage
+
+    ours = _instance(tmp_path / "project", "project")
+    assert isinstance(ours.event_log_storage, AtomicClaimSqliteEventLogStorage)
+    dagsters = _instance(tmp_path / "dagster", "dagster")
+
+    seen_ours, seen_dagsters = (_what_dagster_shows(i, _range_run(i)) for i in (ours, dagsters))
+
+    assert seen_ours == seen_dagsters
+    assert seen_ours[0].count("ASSET_CHECK_EVALUATION") == 6 * 2 * 5
+    assert all(len(results) == 5 for results in seen_ours[1].values())
