@@ -11,7 +11,7 @@ from urllib.parse import urlencode
 
 from dagster import AssetCheckEvaluation, AssetKey, AssetSelection, DagsterInstance, ExecuteInProcessResult
 
-from assets_pkg import liveness
+from assets_pkg import estimates, liveness
 from assets_pkg.automation import landing_state
 from assets_pkg.checks import events_max_days
 from assets_pkg.dagster_names import (
@@ -39,6 +39,7 @@ from assets_pkg.definitions import defs
 from assets_pkg.instance import write_config
 from assets_pkg.partitions import chunks, first_day, last_day
 from assets_pkg.rollback import RollbackPlan
+from resources.spark import get_spark
 
 # Runs started from the command line print nothing of Dagster's own logging: a command prints the one line that matters
 # (see step_failures); each run's full log, stack traces included, is in the Dagster UI.
@@ -115,7 +116,11 @@ def run_backfill(
     instance: DagsterInstance | None = None,
     echo: Callable[[str], None] = print,
     tags: dict[str, str] | None = None,
+    dry_run: bool = False,
 ) -> bool:
+    """Materialize `select` (every table when None) and everything downstream over start..end, in runs of at most
+    `chunk_size` days, in this process; say first what it will write and read and how long it should take (with
+    `dry_run`, only that), and at the end what it took."""
     if start < first_day() or end > last_day() or end < start:
         raise ValueError(f"range {start}..{end} is not within the partitions {first_day()}..{last_day()}")
     instance = instance or dagster_instance()
@@ -129,9 +134,16 @@ def run_backfill(
         job = job.get_subset(asset_selection=set(keys), asset_check_selection=set())
     assets = ", ".join(k.to_user_string() for k in keys)
     echo(f"backfill {backfill_id}: {start}..{end}, {len(ranges)} run(s), assets: {assets}")
+    estimate = estimates.for_backfill(get_spark(), instance, ranges, [k.to_user_string() for k in keys])
+    for line in estimates.describe(f"backfill {backfill_id}", estimate):
+        echo(line)
+    if dry_run:
+        echo("dry run: nothing written")
+        return True
     echo(f"  its runs in the Dagster UI: {runs_url(backfill_id)}")
     before_writing(instance, echo)
     started = time.monotonic()
+    run_ids = []
     for i, (a, b) in enumerate(ranges, 1):
         t0 = time.monotonic()
         result = job.execute_in_process(
@@ -146,6 +158,7 @@ def run_backfill(
             raise_on_error=False,
             run_config=QUIET,
         )
+        run_ids.append(result.run_id)
         status = "ok" if result.success else "FAILED"
         left = len(ranges) - i
         eta = f", about {(time.monotonic() - started) / i * left:.0f}s to go" if left and result.success else ""
@@ -164,6 +177,9 @@ def run_backfill(
                     f"backfill {backfill_id} stopped: nothing of {a}..{b} was published, days from {a} on were not run"
                 )
             return False
+    written = sum(instance.get_run_stats(run_id).materializations for run_id in run_ids)
+    measured = estimates.Measured(len(run_ids), written, time.monotonic() - started)
+    echo(estimates.describe_measured(f"backfill {backfill_id}", estimate, measured))
     echo(f"backfill {backfill_id} done")
     return True
 

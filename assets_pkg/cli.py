@@ -4,6 +4,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from collections.abc import Callable
 from datetime import date
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -101,6 +102,7 @@ def _cmd_backfill(args: argparse.Namespace) -> int:
         args.end or last_day(),
         select=args.select.split(",") if args.select else None,
         chunk_size=args.max_partitions_per_run,
+        dry_run=args.dry_run,
     )
     return 0 if ok else 1
 
@@ -357,9 +359,11 @@ def _cmd_stale(args: argparse.Namespace) -> int:
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
-    from assets_pkg.backfill import run_plan, step_failures
+    from assets_pkg import estimates
+    from assets_pkg.backfill import dagster_instance, run_plan, step_failures
     from assets_pkg.dagster_names import PLAN_OP
     from assets_pkg.plans import Plan, drop, version_note
+    from assets_pkg.tables import PUBLISH_ORDER, downstream
     from resources.spark import get_spark
 
     if args.drop:
@@ -367,15 +371,27 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         print(f"plan {args.drop} dropped: its shadow tables are deleted")
         return 0
     select = args.select.split(",") if args.select else None
-    result = run_plan(args.start or first_day(), args.end or last_day(), select)
+    start, end = args.start or first_day(), args.end or last_day()
+    instance = dagster_instance()
+    tables = downstream(set(select)) if select else list(PUBLISH_ORDER)
+    # The session the plan job's run uses (a short run's): started here, for the estimate, as the run would start it.
+    estimate = estimates.for_plan(get_spark(short_runs=True), instance, start, end, tables)
+    said = sys.stderr if args.json else sys.stdout  # with --json, stdout is the plan alone
+    for line in estimates.describe("plan", estimate, upper_bound=True):
+        print(line, file=said)
+    started = time.monotonic()
+    result = run_plan(start, end, select, instance)
     if not result.success:
         for _, message in step_failures(result):
             print(f"plan failed (run {result.run_id}): {message}", file=sys.stderr)
         return 1
     document = result.output_for_node(PLAN_OP)
     plan = Plan.from_json(document)
+    rebuilt = sum(len(t.changed_days) + len(t.unchanged_days) for t in plan.tables.values())
+    measured = estimates.Measured(1, rebuilt, time.monotonic() - started)
+    print(estimates.describe_measured("plan", estimate, measured), file=said)
     if args.json:
-        print(json.dumps(document, indent=2))
+        print(json.dumps({**document, "estimate": estimate.to_json(), "measured": measured._asdict()}, indent=2))
     else:
         print(version_note(plan))
         for failure in plan.blocking_failures:
@@ -475,6 +491,11 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive_int,
         default=None,
         help="days per run (default: BACKFILL_MAX_PARTITIONS_PER_RUN)",
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the runs, tables and days it would write, what it would read and how long it should take; stop",
     )
     p.set_defaults(func=_cmd_backfill)
 

@@ -74,8 +74,8 @@ def _product_days(spark: SparkSession, new: list[str], known: list[str]) -> Data
 _DAYS_OF_NEW_BATCHES = {landing.ORDER_ITEMS: _order_item_days, landing.PRODUCTS: _product_days}
 
 
-def _read(spark: SparkSession) -> dict[str, dict[str, set[date]]]:
-    """dataset -> batch -> its days, as indexed."""
+def indexed(spark: SparkSession) -> dict[str, dict[str, set[date]]]:
+    """dataset -> batch -> its days, as indexed (batches not indexed yet are not in it)."""
     index: dict[str, dict[str, set[date]]] = defaultdict(lambda: defaultdict(set))
     if table_exists(spark, INDEX_TABLE):
         for r in spark.read.format("delta").load(table_path(INDEX_TABLE)).collect():
@@ -85,7 +85,7 @@ def _read(spark: SparkSession) -> dict[str, dict[str, set[date]]]:
 
 def update(spark: SparkSession) -> dict[str, dict[str, set[date]]]:
     """Index the batches not indexed yet (one commit, none when every batch is), and return the whole index."""
-    index = _read(spark)
+    index = indexed(spark)
     parts = []
     for dataset, days_of in _DAYS_OF_NEW_BATCHES.items():
         known = sorted(landing.batch_name(p) for p in landing.batch_dirs(dataset))

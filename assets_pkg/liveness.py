@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 from dagster import AssetExecutionContext, DagsterInstance, DagsterRun, DagsterRunStatus, OpExecutionContext, RunsFilter
 
-from assets_pkg.dagster_names import PROCESS_TAG
+from assets_pkg.dagster_names import PROCESS_TAG, PROFILE_TAG
+from resources.settings import settings
 
 ACTIVE = [
     DagsterRunStatus.QUEUED,
@@ -43,10 +44,11 @@ _recorded: set[str] = set()  # runs whose process this process recorded
 
 
 def record(context: AssetExecutionContext | OpExecutionContext) -> None:
-    """Record the run's process on the run, once (called where a step starts)."""
+    """Record the run's process on the run, once (called where a step starts), with the profile it runs on (whose
+    recorded runs estimates.py fits costs from)."""
     run_id = context.run.run_id
     if run_id not in _recorded and context.run.tags.get(PROCESS_TAG) != this_process():
-        context.instance.add_run_tags(run_id, {PROCESS_TAG: this_process()})
+        context.instance.add_run_tags(run_id, {PROCESS_TAG: this_process(), PROFILE_TAG: settings().profile})
     _recorded.add(run_id)
 
 

@@ -114,20 +114,20 @@ class Table:
 NARROWED_UP_TO_DAYS = 366
 
 
-def _narrowed(days: list[date]) -> bool:
+def narrowed(days: list[date]) -> bool:
     return len(days) <= NARROWED_UP_TO_DAYS and len(days) < (last_day() - first_day()).days + 1
 
 
 def _landed(spark: SparkSession, dataset: str, days: list[date]) -> DataFrame:
     """The landed rows a build of `days` reads: the batches that can hold them, or, for most of the history, all."""
-    batches = landing_index.batches_holding(spark, dataset, days) if _narrowed(days) else None
+    batches = landing_index.batches_holding(spark, dataset, days) if narrowed(days) else None
     return landing.read_landing(spark, dataset, batches)
 
 
 def build_stg_order_items(spark: SparkSession, days: list[date], read: Read) -> Staged:
     landed = _landed(spark, landing.ORDER_ITEMS, days)
     scans = [landing.scan_of_landing(landed, landing.ORDER_ITEMS)]
-    if _narrowed(days):
+    if narrowed(days):
         # A chunk: only the items with a version on the days can be on them. Their versions are kept for the build
         # and checks, with every row breaking the contract, which quarantine files by a day of its own: one scan
         # for both.

@@ -65,6 +65,11 @@ class Settings(ConfigurableResource):
         return date.fromisoformat(self.partition_end_date)
 
     @property
+    def profile(self) -> str:
+        """Where the Spark work runs: "embedded" (a driver in local mode in each process) or "cluster"."""
+        return "cluster" if self.spark_remote or not self.spark_master.startswith("local") else "embedded"
+
+    @property
     def extra_spark_conf(self) -> dict[str, str]:
         return json.loads(self.spark_conf)
 

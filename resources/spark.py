@@ -191,9 +191,10 @@ def spark_session(conf: dict[str, str]) -> SparkSession:
     return spark_session_from_config(conf)
 
 
-def get_spark() -> SparkSession:
-    """The process's session, configured from the environment."""
-    return spark_session(spark_config())
+def get_spark(short_runs: bool = False) -> SparkSession:
+    """The process's session, configured from the environment (with `short_runs`, for a process that lives for a
+    short run: see SHORT_RUN_JAVA_OPTIONS)."""
+    return spark_session(spark_config(short_runs=short_runs))
 
 
 def session_of(resource: LazyPySparkResource) -> SparkSession:

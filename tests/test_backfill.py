@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from assets_pkg import landing
-from assets_pkg.backfill import run_backfill, runs_url
+from assets_pkg.backfill import run_backfill, runs_url, selected_keys
 from assets_pkg.generate import generate
 from assets_pkg.tables import DAY_COLUMN
 from resources.delta_io import read_table
@@ -116,12 +116,15 @@ def test_a_command_line_backfill_links_to_its_runs_reports_each_chunk_and_is_aud
     from resources import audit
 
     assert main(["backfill", "--start", "2025-01-10", "--end", "2025-01-12", "--max-partitions-per-run", "2"]) == 0
-    out = capsys.readouterr().out.splitlines()
+    out = [line for line in capsys.readouterr().out.splitlines() if not line.startswith("  estimated time")]
     backfill_id = out[0].split()[1].rstrip(":")
-    assert out[1].strip() == f"its runs in the Dagster UI: {runs_url(backfill_id)}"
-    assert "runs?q%5B%5D=tag%3Aexact_backfills%2Fbackfill%3D" + backfill_id in out[1]
-    assert out[2].startswith("  [1/2] 2025-01-10..2025-01-11 ok in ") and out[2].endswith("s to go")
-    assert out[3].startswith("  [2/2] 2025-01-12..2025-01-12 ok in ") and "to go" not in out[3]
+    table_days = 3 * len(selected_keys(None))  # every asset, side tables included
+    assert out[1].startswith(f"backfill {backfill_id}: 2 run(s), {table_days} table-day(s) to write"), out[1]
+    assert out[3].strip() == f"its runs in the Dagster UI: {runs_url(backfill_id)}"
+    assert "runs?q%5B%5D=tag%3Aexact_backfills%2Fbackfill%3D" + backfill_id in out[3]
+    assert out[4].startswith("  [1/2] 2025-01-10..2025-01-11 ok in ") and out[4].endswith("s to go")
+    assert out[5].startswith("  [2/2] 2025-01-12..2025-01-12 ok in ") and "to go" not in out[5]
+    assert out[6].startswith(f"backfill {backfill_id} measured: 2 run(s), {table_days} table-day(s) built in ")
     written = audit.read(spark).where(f"backfill_id = '{backfill_id}'")
     assert written.select("asset", "partition").distinct().count() == 3 * len(TABLES)
 
@@ -170,3 +173,30 @@ def test_a_one_day_run_reads_only_its_day_of_a_table_and_only_the_landed_batches
     assert fact_read["bytes"] < fact_read["bytes_total"]
 
     assert {t: rows(spark, t) for t in TABLES} == before  # and what it built from them is what the whole landing gives
+
+
+def test_a_backfill_says_what_it_will_write_and_read_and_how_long_it_should_take_and_a_dry_run_writes_nothing(
+    spark, built, capsys
+):
+    from assets_pkg.cli import main
+
+    days = ["--start", "2025-01-20", "--end", "2025-01-21", "--select", "daily_revenue"]
+    fact_files = files_by_day(spark, "fact_order_item", "order_date")
+    before = {t: versions(spark, t)[0] for t in TABLES}
+
+    assert main(["backfill", *days, "--dry-run"]) == 0
+    dry_run = capsys.readouterr().out
+
+    assert {t: versions(spark, t)[0] for t in TABLES} == before
+    assert ": 1 run(s), 2 table-day(s) to write (daily_revenue 2)" in dry_run, dry_run
+    # It reads the fact's files of those two days, and no landed batch.
+    files = len(fact_files["2025-01-20"]) + len(fact_files["2025-01-21"])
+    assert f"  reads 0 landed batch(es) (0 B) and {files} published file(s)" in dry_run, dry_run
+    fitted = dry_run.split("estimated time: ")[1]
+    assert "s per table-day, fitted from " in fitted and " embedded run(s))" in fitted, dry_run  # the runs above
+    assert dry_run.rstrip().endswith("dry run: nothing written")
+
+    assert main(["backfill", *days]) == 0
+    ran = capsys.readouterr().out
+    assert ": 1 run(s), 2 table-day(s) to write (daily_revenue 2)" in ran
+    assert " measured: 1 run(s), 2 table-day(s) built in " in ran and "(estimated: 1 run(s), 2 table-day(s), " in ran

@@ -10,12 +10,13 @@ import json
 import shutil
 from datetime import date
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 from dagster import RunRequest, SkipReason, build_sensor_context
 
 from assets_pkg import code_versions
-from assets_pkg.backfill import run_backfill, run_restatement
+from assets_pkg.backfill import run_backfill
 from assets_pkg.checks import BUILT_BY_CURRENT_CODE
 from assets_pkg.code_changes import code_version_sensor
 from assets_pkg.dagster_names import CODE_CHECK_JOB
@@ -28,16 +29,21 @@ from resources.delta_io import history
 from resources.lake import lake_root, table_path
 from tests.support.lake import environment, files_by_day, rows, versions
 from tests.support.late_batches import check_partition_statuses
-from tests.support.projects import project_with, run_commands, run_in
+from tests.support.projects import (
+    CHECK_CODE_VERSIONS,
+    FEATURE_ROUNDING_FIX,
+    TRANSFORMS,
+    Said,
+    project_with,
+    run_commands,
+    run_in,
+)
 
 pytestmark = pytest.mark.slow  # builds a lake and runs the project's commands in other processes
 
 START, END = date(2025, 1, 1), date(2025, 1, 10)
 EVERY_DAY = [d.isoformat() for d in days(START, END)]
-TRANSFORMS = "assets_pkg/transforms.py"
 TABLES = [*PUBLISH_ORDER, "quarantine_order_items"]
-# A fix to the rounding of a feature: a new code version of customer_daily_features.
-ROUNDING = ('F.round(F.sum("discount_amount") / gross, 4)', 'F.round(F.sum("discount_amount") / gross, 2)')
 # A fix that caps a customer's units per line at the largest order size (5): it changes only the days a correction
 # raised a line above it.
 UNITS = 'F.sum("quantity").cast("long")'
@@ -68,16 +74,10 @@ def test_with_the_code_that_built_the_lake_nothing_is_stale_by_code_and_every_da
 
 
 def test_a_fixed_mart_transform_makes_every_day_of_that_mart_stale_and_no_other(built, tmp_path):
-    fixed = project_with(tmp_path / "fixed", TRANSFORMS, *ROUNDING)
+    fixed = project_with(tmp_path / "fixed", *FEATURE_ROUNDING_FIX)
     versions = "from assets_pkg.code_versions import current; import json; print(json.dumps(current()))"
-    # The fixed code's check job, as its sensor launches it.
-    launch = (
-        "from dagster import DagsterInstance; from assets_pkg.definitions import defs; "
-        f"assert defs.resolve_job_def({CODE_CHECK_JOB!r}).execute_in_process(instance=DagsterInstance.get()).success"
-    )
-
     loaded, as_json, said, _ = run_commands(
-        fixed, {"python": versions}, ["stale", "--json"], ["stale"], {"python": launch}
+        fixed, {"python": versions}, ["stale", "--json"], ["stale"], CHECK_CODE_VERSIONS
     )
 
     now = json.loads(loaded.out)
@@ -89,14 +89,6 @@ def test_a_fixed_mart_transform_makes_every_day_of_that_mart_stale_and_no_other(
     for table in PUBLISH_ORDER:
         expected = "FAILED" if table == "customer_daily_features" else "SUCCEEDED"
         assert check_partition_statuses(built, table, BUILT_BY_CURRENT_CODE) == dict.fromkeys(EVERY_DAY, expected)
-
-
-def test_a_fixed_fact_transform_makes_the_facts_days_and_every_mart_day_built_from_them_stale(built, tmp_path):
-    net = '(F.col("gross_amount") - F.col("discount_amount")).cast(MONEY)'
-    fixed = project_with(tmp_path / "fixed", TRANSFORMS, net, net.replace(")).cast", ") - F.lit(0)).cast"))
-    stale = json.loads(run_in(fixed, "-m", "assets_pkg", "stale", "--json").stdout)
-    derived = ["fact_order_item", "daily_revenue", "customer_daily_features", "daily_category_revenue"]
-    assert stale == {t: {day: ["code"] for day in EVERY_DAY} for t in derived}
 
 
 def test_the_sensor_launches_the_check_when_the_code_loaded_is_not_the_code_last_checked(built):
@@ -162,30 +154,6 @@ def plan_of(said) -> dict:
     return json.loads(said.out)
 
 
-def test_plan_lists_as_changed_exactly_the_days_a_from_scratch_build_with_the_fix_changes_and_publishes_nothing(
-    spark, built, fixed, from_scratch
-):
-    expected = changed_days(spark, from_scratch)
-    assert expected["customer_daily_features"] and len(expected["customer_daily_features"]) < len(days(START, END)), (
-        "the fix should change some days, not all"
-    )
-    before = {t: versions(spark, t)[0] for t in TABLES}
-
-    (said,) = run_commands(fixed, PLAN)
-
-    found = plan_of(said)
-    assert said.code == 0 and found["blocking_failures"] == []
-    for table in PUBLISH_ORDER:
-        listed = set(found["tables"].get(table, {}).get("changed_days", []))
-        assert listed == expected[table], table
-    features = found["tables"]["customer_daily_features"]
-    assert set(features["changed_days"]) | set(features["unchanged_days"]) == {d.isoformat() for d in days(START, END)}
-    assert features["rows_changed"] > 0 and features["rows_added"] == features["rows_removed"] == 0
-    assert set(features["changed_columns"]) == {"total_quantity"}
-    assert set(found["tables"]) == {"customer_daily_features"}  # its code alone changed: nothing else is rebuilt
-    assert {t: versions(spark, t)[0] for t in TABLES} == before  # nothing published changed
-
-
 def test_a_blocking_failure_in_the_plan_publishes_nothing_and_promote_refuses(spark, built, tmp_path):
     # A "fix" that keys daily_revenue by customer too: several rows per (order_date, channel), which unique_key refuses.
     broken = project_with(
@@ -207,47 +175,102 @@ def test_a_blocking_failure_in_the_plan_publishes_nothing_and_promote_refuses(sp
     assert {t: versions(spark, t)[0] for t in TABLES} == before
 
 
-def test_promote_writes_exactly_the_changed_days_then_every_table_equals_a_from_scratch_build_and_nothing_is_stale(
-    spark, built, fixed, from_scratch
-):
+# The published version of every table, printed by the copy between its commands.
+PUBLISHED_VERSIONS = {
+    "python": "import json; from resources.delta_io import history; from resources.lake import table_path; "
+    "from resources.spark import get_spark; "
+    f"print(json.dumps({{t: history(get_spark(), table_path(t), 1)[0].version for t in {TABLES!r}}}))"
+}
+
+
+class Promoted(NamedTuple):
+    """The fix planned then promoted in one process of the fixed copy: the lake before, and what each command said."""
+
+    expected: dict[str, set[str]]  # per table, the days a from-scratch build with the fix changes
+    files_before: dict[str, dict[str, set[str]]]
+    versions_before: dict[str, int]
+    planned: Said
+    after_plan: Said
+    promoted: Said
+    note: Said
+    stale: Said
+    checked: Said
+    again: Said
+
+
+@pytest.fixture(scope="module")
+def promoted(spark, built, fixed, from_scratch) -> Promoted:
     expected = changed_days(spark, from_scratch)
     files_before = {t: files_by_day(spark, t, DAY_COLUMN[t]) for t in PUBLISH_ORDER}
-    versions_before = {t: versions(spark, t)[0] for t in PUBLISH_ORDER}
-
-    planned, promoted, note, stale, checked, again = run_commands(
+    versions_before = {t: versions(spark, t)[0] for t in TABLES}
+    said = run_commands(
         fixed,
         PLAN,
+        PUBLISHED_VERSIONS,
         ["promote", "{plan_id}"],
         ["report", "--plan", "{plan_id}"],
         ["stale", "--json"],
         ["check", "--start", str(START), "--end", str(END)],
         PLAN,
     )
+    return Promoted(expected, files_before, versions_before, *said)
 
-    found = plan_of(planned)
-    assert planned.code == 0 and promoted.code == 0, promoted.err
-    assert "customer_daily_features: code" in promoted.out and "total_quantity" in promoted.out
+
+def test_plan_lists_as_changed_exactly_the_days_a_from_scratch_build_with_the_fix_changes_and_publishes_nothing(
+    promoted,
+):
+    expected = promoted.expected
+    assert expected["customer_daily_features"] and len(expected["customer_daily_features"]) < len(days(START, END)), (
+        "the fix should change some days, not all"
+    )
+
+    found = plan_of(promoted.planned)
+
+    assert promoted.planned.code == 0 and found["blocking_failures"] == []
     for table in PUBLISH_ORDER:
-        files_after = files_by_day(spark, table, DAY_COLUMN[table])
-        rewritten = {
-            d for d in set(files_before[table]) | set(files_after) if files_before[table].get(d) != files_after.get(d)
-        }
-        assert rewritten == expected[table], table  # exactly the changed days: other days' files untouched
-        assert versions(spark, table)[0] == versions_before[table] + (1 if expected[table] else 0), table
+        listed = set(found["tables"].get(table, {}).get("changed_days", []))
+        assert listed == expected[table], table
+    features = found["tables"]["customer_daily_features"]
+    assert set(features["changed_days"]) | set(features["unchanged_days"]) == {d.isoformat() for d in days(START, END)}
+    assert features["rows_changed"] > 0 and features["rows_added"] == features["rows_removed"] == 0
+    assert set(features["changed_columns"]) == {"total_quantity"}
+    assert set(found["tables"]) == {"customer_daily_features"}  # its code alone changed: nothing else is rebuilt
+    assert json.loads(promoted.after_plan.out) == promoted.versions_before  # nothing published changed
+    # Before it ran, it said what it would build at most (every day of the table whose code changed), and after, what
+    # it built.
+    every = len(EVERY_DAY)
+    assert f"plan: 1 run(s), at most {every} table-day(s) to write (customer_daily_features {every})" in (
+        promoted.planned.err
+    )
+    assert found["estimate"]["table_days"] == found["measured"]["table_days"] == every
+
+
+def test_promote_writes_exactly_the_changed_days_then_every_table_equals_a_from_scratch_build_and_nothing_is_stale(
+    spark, promoted, from_scratch
+):
+    found = plan_of(promoted.planned)
+    assert promoted.promoted.code == 0, promoted.promoted.err
+    assert "customer_daily_features: code" in promoted.promoted.out and "total_quantity" in promoted.promoted.out
+    for table in PUBLISH_ORDER:
+        before, after = promoted.files_before[table], files_by_day(spark, table, DAY_COLUMN[table])
+        rewritten = {d for d in set(before) | set(after) if before.get(d) != after.get(d)}
+        assert rewritten == promoted.expected[table], table  # exactly the changed days: other days' files untouched
+        moved = 1 if promoted.expected[table] else 0
+        assert versions(spark, table)[0] == promoted.versions_before[table] + moved, table
     assert all(not changed for changed in changed_days(spark, from_scratch).values())
     assert by_day(spark, "quarantine_order_items") == from_scratch["quarantine_order_items"]
     commit = json.loads(history(spark, table_path("customer_daily_features"), 1)[0].userMetadata)
     assert commit["plan_id"] == found["plan_id"] and commit["operation"] == "promotion"
 
-    assert json.loads(stale.out) == {}
-    assert checked.code == 0, checked.out
-    assert plan_of(again)["tables"] == {}  # a second plan finds nothing to do
+    assert json.loads(promoted.stale.out) == {}
+    assert promoted.checked.code == 0, promoted.checked.out
+    assert plan_of(promoted.again)["tables"] == {}  # a second plan finds nothing to do
     before = found["tables"]["customer_daily_features"]["code_version"]["before"]
-    assert f"customer_daily_features: code {before}" in note.out and "(status: promoted)" in note.out
+    assert f"customer_daily_features: code {before}" in promoted.note.out and "(status: promoted)" in promoted.note.out
     assert not (lake_root() / "warehouse" / "_plans" / found["plan_id"]).exists()  # its shadow tables are gone
 
 
-def test_a_fact_fix_that_changes_no_row_rebuilds_no_mart_writes_nothing_and_leaves_nothing_stale(
+def test_a_fact_fix_makes_every_day_built_from_the_fact_stale_and_if_it_changes_no_row_promoting_it_writes_nothing(
     spark, built, tmp_path
 ):
     net = '(F.col("gross_amount") - F.col("discount_amount")).cast(MONEY)'
@@ -256,29 +279,37 @@ def test_a_fact_fix_that_changes_no_row_rebuilds_no_mart_writes_nothing_and_leav
     untouched = [t for t in TABLES if t != "customer_daily_features"]  # whose own code may differ from what built it
     before = {t: versions(spark, t)[0] for t in untouched}
 
-    planned, promoted, stale = run_commands(same, PLAN, ["promote", "{plan_id}"], ["stale", "--json"])
+    stale_before, planned, promoted, stale_after = run_commands(
+        same, ["stale", "--json"], PLAN, ["promote", "{plan_id}"], ["stale", "--json"]
+    )
 
+    # The fact's days, and every mart day built from them, are stale by code.
+    derived = ["fact_order_item", "daily_revenue", "customer_daily_features", "daily_category_revenue"]
+    assert json.loads(stale_before.out) == {t: {day: ["code"] for day in EVERY_DAY} for t in derived}
     found = plan_of(planned)
     assert found["tables"]["fact_order_item"]["changed_days"] == []
     # Early cutoff: no day of a mart is built from a changed day of the fact, so none is rebuilt.
     assert {"daily_revenue", "daily_category_revenue"}.isdisjoint(found["tables"])
     assert promoted.code == 0, promoted.err
     assert {t: versions(spark, t)[0] for t in untouched} == before
-    assert json.loads(stale.out) == {}
+    assert json.loads(stale_after.out) == {}
 
 
 def test_a_restatement_between_the_plan_and_its_promotion_makes_promote_refuse_naming_the_table(spark, built, fixed):
-    # Last: the late batch changes the landing the from-scratch build above was made from.
-    (planned,) = run_commands(fixed, PLAN)
+    # Last: the late batch changes the landing the from-scratch build above was made from. Landed before the plan, it
+    # is restated after it, by the fixed code's restatement, as the sensor would launch it once the fix is deployed.
     land_batch(spark, corrections(spark, START, 2), next_batch_day())
-    assert run_restatement(built).success
-    before = {t: versions(spark, t)[0] for t in TABLES}
+    restate = {"python": "from assets_pkg.backfill import run_restatement; assert run_restatement().success"}
 
-    (promoted,) = run_commands(fixed, ["promote", plan_of(planned)["plan_id"]])
+    planned, after_plan, restated, after_restatement, promoted = run_commands(
+        fixed, PLAN, PUBLISHED_VERSIONS, restate, PUBLISHED_VERSIONS, ["promote", "{plan_id}"]
+    )
 
+    assert planned.code == 0 and restated.code == 0
+    assert json.loads(after_restatement.out) != json.loads(after_plan.out), "the restatement moved no table"
     assert promoted.code == 1
     said = promoted.err
     assert " moved since plan " in said and "a restatement or backfill ran in between" in said, said
     assert said.split(" moved since plan ")[0].split()[-1] in TABLES, said  # it names the table
     assert len(promoted.err.strip().splitlines()) == 1, promoted.err
-    assert {t: versions(spark, t)[0] for t in TABLES} == before
+    assert {t: versions(spark, t)[0] for t in TABLES} == json.loads(after_restatement.out)
