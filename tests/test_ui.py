@@ -2,7 +2,8 @@
 a range backfill launched from the Materialize dialog succeeds in chunked runs, changes nothing it re-runs and shows
 every day materialized, every check passed and every table's freshness policy passing; a duplicate written behind the
 pipeline's back shows its day failed with the numbers; a late batch shows exactly its days stale, then passed after
-the sensor's restatement; the landing shows as observed. The tests share the lake and run in file order."""
+the sensor's restatement; the landing shows as observed; a fixed transform shows exactly the days it makes
+stale. The tests share the lake and run in file order."""
 
 from datetime import date, timedelta
 
@@ -12,7 +13,15 @@ from dagster import AssetKey
 from assets_pkg import cli, late_data
 from assets_pkg.automation import landing_state
 from assets_pkg.backfill import observe_landing, run_backfill, run_restatement
-from assets_pkg.checks import FINGERPRINT, KEYS_NOT_NULL, RECONCILES, ROW_COUNT_CHANGE, UNIQUE_KEY, UP_TO_DATE
+from assets_pkg.checks import (
+    BUILT_BY_CURRENT_CODE,
+    FINGERPRINT,
+    KEYS_NOT_NULL,
+    RECONCILES,
+    ROW_COUNT_CHANGE,
+    UNIQUE_KEY,
+    UP_TO_DATE,
+)
 from assets_pkg.dagster_names import LANDING_STATE_TAG, RESTATE_JOB
 from assets_pkg.definitions import defs
 from assets_pkg.generate import generate
@@ -31,6 +40,7 @@ from tests.support.late_batches import (
     snapshot,
     three_corrected_and_two_late_days,
 )
+from tests.support.projects import CHECK_CODE_VERSIONS, FEATURE_ROUNDING_FIX, project_with, run_commands
 
 pytestmark = [pytest.mark.slow, pytest.mark.daemon]
 
@@ -257,6 +267,21 @@ def test_a_rolled_back_restatement_shows_each_day_restored_and_held_until_releas
         assert cli.main(["release", "--start", day, "--end", day]) == 0
     assert control.open_holds(spark) == []
     assert "restored_to_version" not in ui.asset_day(FACT_ORDER_ITEM, day)
+
+
+def test_a_fixed_transform_shows_exactly_the_days_it_makes_stale_failing_built_by_current_code(lake, ui, tmp_path):
+    root, _ = lake
+    # The fixed code's check, recorded in the instance the UI reads, as the fixed code location's sensor launches it.
+    fixed = project_with(tmp_path / "fixed", *FEATURE_ROUNDING_FIX)
+    run_commands(fixed, CHECK_CODE_VERSIONS, DAGSTER_HOME=str(root / "dagster_dev_home"))
+
+    for table in PUBLISH_ORDER:
+        expected = {"Failed": DAYS, "Passed": 0} if table == "customer_daily_features" else ALL_DAYS
+        seen = ui.check_partitions(table, BUILT_BY_CURRENT_CODE, expected)
+        assert {k: seen.get(k, 0) for k in expected} == expected, (table, seen)
+    status, panel = ui.day_result((START + timedelta(days=DAYS - 1)).isoformat())
+    ui.screenshot("code-stale-days")
+    assert status == "Failed" and "customer_daily_features: code changed (" in panel, panel
 
 
 def test_the_resources_page_shows_the_settings_the_runs_use(ui, lake):
