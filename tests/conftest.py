@@ -25,6 +25,7 @@ _LONGEST_FIRST = [
     "test_ui.py",
     "test_late_data.py",
     "test_code_changes.py",
+    "test_bench.py",
     "test_equivalence.py",
     "test_cluster_profile.py",
     "test_reliability.py",

@@ -1,0 +1,47 @@
+"""The benchmark harness works end to end, as a user runs it: at a tiny scale, every step (the TPC-H import, the bare
+job, the UI's backfill, the sensor's restatement of a late batch, a short run, a 3-day restatement and an idle one)
+runs and reports its figures, and the report renders them. Its times are printed, never checked: a benchmark, not a
+timed test."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from bench.report import ROWS
+from resources.lake import REPO_ROOT
+
+pytestmark = pytest.mark.slow  # a small lake, `dagster dev` and every step of the bench in processes of their own
+
+
+def test_the_bench_runs_every_step_at_a_tiny_scale_and_its_report_shows_every_figure(tmp_path):
+    out = tmp_path / "bench-tiny.json"
+
+    bench = subprocess.run(
+        [sys.executable, "bench/run.py", "--scale", "0.01", "--days", "10", "--out", str(out)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    assert bench.returncode == 0, bench.stdout[-3000:] + bench.stderr[-3000:]
+    report = subprocess.run(
+        [sys.executable, "bench/report.py", "--print", "--json", str(out)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+    assert report.returncode == 0, report.stderr
+    figures = json.loads(out.read_text())
+    missing = [key for key, _, _ in ROWS if figures.get(key) is None]
+    assert missing == [], missing
+    # Nothing new: the sensor's first restatement after the backfill, and an idle one, rewrite no day and commit
+    # nothing; a batch correcting 3 days restates 3 days of the fact.
+    assert figures["sensor_idle_rewritten_partitions"] == figures["idle_rewritten_partitions"] == 0
+    assert figures["idle_commits"] == 0
+    assert figures["restate3_days_by_table"]["fact_order_item"] == 3, figures["restate3_days_by_table"]
+    for _, what, _ in ROWS:
+        assert what in report.stdout, what
