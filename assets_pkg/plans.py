@@ -282,6 +282,7 @@ def make_plan(spark: SparkSession, start: date, end: date, select: list[str] | N
         if not days:
             continue
         staged = table.build(spark, days, read)
+        staged.table = staged.table.persist()  # checked and written from the same computed rows, as publish does
         try:
             verified = checks.evaluate_blocking(
                 staged.table, staged.upstream, staged.lost, table.key, table.day_column, table.checks, days
