@@ -1,11 +1,13 @@
 """What the bench drives, as a user would: a real `dagster dev` (webserver + daemon) through the same GraphQL calls the
-UI makes, the Dagster instance it records in, and a late batch landed on top of a built lake.
+UI makes, the Dagster instance it records in, a late batch landed on top of a built lake, and a copy of the project
+whose code differs (a fixed transform).
 
 Imported by bench/run.py once the lake, the instance and the partitions are set in the environment (assets_pkg reads
 its settings when imported)."""
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -16,6 +18,7 @@ from contextlib import contextmanager
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
+from typing import NamedTuple
 
 from dagster import DagsterInstance
 from pyspark.sql import types as T
@@ -224,3 +227,42 @@ def corrections(spark, day, n):
             )
         )
     return out
+
+
+# A copy of the project whose code differs: how a fixed transform is made for real (its modules are imported from the
+# copy, not from the repository).
+
+TRANSFORMS = "assets_pkg/transforms.py"
+
+
+class Edit(NamedTuple):
+    """A change to one line of the project's code: `old` replaced by `new` in `module`."""
+
+    module: str
+    old: str
+    new: str
+
+
+# A fix to the rounding of a feature: a new code version of customer_daily_features alone.
+FEATURE_ROUNDING_FIX = Edit(
+    TRANSFORMS, 'F.round(F.sum("discount_amount") / gross, 4)', 'F.round(F.sum("discount_amount") / gross, 2)'
+)
+# A rewrite of the fact's net amount that computes the same values: a new code version of the fact, no row changed.
+FACT_NET_REWRITTEN = Edit(
+    TRANSFORMS,
+    '(F.col("gross_amount") - F.col("discount_amount")).cast(MONEY)',
+    '(-(F.col("discount_amount") - F.col("gross_amount"))).cast(MONEY)',
+)
+
+
+def project_with(copy: Path, edit: Edit, base: Path = REPO_ROOT) -> Path:
+    """A copy at `copy` of the project at `base` (the repository's by default) with `edit` made."""
+    for package in ("assets_pkg", "resources"):
+        shutil.copytree(base / package, copy / package, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("dagster.yaml", "dagster-postgres.yaml", "workspace.yaml", "pyproject.toml"):  # the instance's
+        shutil.copy(base / name, copy / name)
+    path = copy / edit.module
+    text = path.read_text()
+    assert text.count(edit.old) == 1, f"{edit.old!r} is not in {edit.module} exactly once"
+    path.write_text(text.replace(edit.old, edit.new))
+    return copy

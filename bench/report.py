@@ -40,10 +40,22 @@ ROWS = [
     ("idle_commits", "Delta commits it made", "0"),
     ("sensor_idle_rewritten_partitions", "days the sensor's first restatement after the backfill rewrote", "0"),
     ("landed_to_published_s", "a late batch landed until the sensor's restatement published it", "≤ 60 s"),
+    ("plan_s", "a fix to one mart's code: `plan` over every day (process start to end)", "same order as the next"),
+    ("mart_backfill_s", "that mart's own `backfill` over every day, with the fixed code", ""),
+    ("plan_vs_mart_backfill", "the plan against the mart's backfill", ""),
+    ("plan_days_changed", "days the plan found changed, per table", ""),
+    ("promote_s", "its `promote`: exactly the changed days", ""),
+    ("promote_commits", "Delta commits of published tables the promotion made", "1 per changed table"),
+    ("plan_unchanged_s", "a change of the fact's code that alters no row: `plan`", ""),
+    ("promote_unchanged_commits", "Delta commits of published tables its `promote` made", "0"),
     ("peak_memory_mb", "peak memory of every process, the cluster's services included (MB)", ""),
     ("delta_commits", "Delta commits, every table", ""),
     ("files_written", "data files in the lake", ""),
 ]
+
+
+# Computed by `derived` from the measured figures, when the run's lengths allow it.
+DERIVED = ("run_per_day_s", "run_intercept_s", "fact_rows_per_run")
 
 
 def _cell(value, key: str = "") -> str:

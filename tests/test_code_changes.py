@@ -31,8 +31,10 @@ from tests.support.lake import environment, files_by_day, rows, versions
 from tests.support.late_batches import check_partition_statuses
 from tests.support.projects import (
     CHECK_CODE_VERSIONS,
+    FACT_NET_REWRITTEN,
     FEATURE_ROUNDING_FIX,
     TRANSFORMS,
+    Edit,
     Said,
     project_with,
     run_commands,
@@ -74,7 +76,7 @@ def test_with_the_code_that_built_the_lake_nothing_is_stale_by_code_and_every_da
 
 
 def test_a_fixed_mart_transform_makes_every_day_of_that_mart_stale_and_no_other(built, tmp_path):
-    fixed = project_with(tmp_path / "fixed", *FEATURE_ROUNDING_FIX)
+    fixed = project_with(tmp_path / "fixed", FEATURE_ROUNDING_FIX)
     versions = "from assets_pkg.code_versions import current; import json; print(json.dumps(current()))"
     loaded, as_json, said, _ = run_commands(
         fixed, {"python": versions}, ["stale", "--json"], ["stale"], CHECK_CODE_VERSIONS
@@ -105,7 +107,7 @@ def test_the_sensor_launches_the_check_when_the_code_loaded_is_not_the_code_last
 
 @pytest.fixture(scope="module")
 def fixed(built, tmp_path_factory) -> Path:
-    return project_with(tmp_path_factory.mktemp("fixed"), TRANSFORMS, UNITS, CAPPED_UNITS)
+    return project_with(tmp_path_factory.mktemp("fixed"), Edit(TRANSFORMS, UNITS, CAPPED_UNITS))
 
 
 @pytest.fixture(scope="module")
@@ -158,9 +160,11 @@ def test_a_blocking_failure_in_the_plan_publishes_nothing_and_promote_refuses(sp
     # A "fix" that keys daily_revenue by customer too: several rows per (order_date, channel), which unique_key refuses.
     broken = project_with(
         tmp_path / "broken",
-        TRANSFORMS,
-        'fact.groupBy("order_date", "channel")',
-        'fact.groupBy("order_date", "channel", "customer_id")',
+        Edit(
+            TRANSFORMS,
+            'fact.groupBy("order_date", "channel")',
+            'fact.groupBy("order_date", "channel", "customer_id")',
+        ),
     )
     before = {t: versions(spark, t)[0] for t in TABLES}
 
@@ -273,9 +277,7 @@ def test_promote_writes_exactly_the_changed_days_then_every_table_equals_a_from_
 def test_a_fact_fix_makes_every_day_built_from_the_fact_stale_and_if_it_changes_no_row_promoting_it_writes_nothing(
     spark, built, tmp_path
 ):
-    net = '(F.col("gross_amount") - F.col("discount_amount")).cast(MONEY)'
-    same_net = '(-(F.col("discount_amount") - F.col("gross_amount"))).cast(MONEY)'
-    same = project_with(tmp_path / "same", TRANSFORMS, net, same_net)
+    same = project_with(tmp_path / "same", FACT_NET_REWRITTEN)
     untouched = [t for t in TABLES if t != "customer_daily_features"]  # whose own code may differ from what built it
     before = {t: versions(spark, t)[0] for t in untouched}
 

@@ -3,51 +3,20 @@ real (its modules are imported from the copy, not from the repository)."""
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import NamedTuple
 
 from assets_pkg.dagster_names import CODE_CHECK_JOB
-from resources.lake import REPO_ROOT
+from bench.harness import FACT_NET_REWRITTEN, FEATURE_ROUNDING_FIX, TRANSFORMS, Edit, project_with
 from resources.settings import settings
-
-TRANSFORMS = "assets_pkg/transforms.py"
-
-
-class Edit(NamedTuple):
-    """A change to one line of the project's code: `old` replaced by `new` in `module`."""
-
-    module: str
-    old: str
-    new: str
-
-
-# A fix to the rounding of a feature: a new code version of customer_daily_features alone.
-FEATURE_ROUNDING_FIX = Edit(
-    TRANSFORMS, 'F.round(F.sum("discount_amount") / gross, 4)', 'F.round(F.sum("discount_amount") / gross, 2)'
-)
 
 # The code's check of what built each day (a `run_commands` statement), as its sensor launches it.
 CHECK_CODE_VERSIONS = {
     "python": "from dagster import DagsterInstance; from assets_pkg.definitions import defs; "
     f"assert defs.resolve_job_def({CODE_CHECK_JOB!r}).execute_in_process(instance=DagsterInstance.get()).success"
 }
-
-
-def project_with(copy: Path, module: str, old: str, new: str) -> Path:
-    """A copy of the project at `copy` whose `module` (a path under the repository) has `old` replaced by `new` (an
-    Edit's fields)."""
-    for package in ("assets_pkg", "resources"):
-        shutil.copytree(REPO_ROOT / package, copy / package, ignore=shutil.ignore_patterns("__pycache__"))
-    for name in ("dagster.yaml", "dagster-postgres.yaml", "workspace.yaml", "pyproject.toml"):  # the instance's
-        shutil.copy(REPO_ROOT / name, copy / name)
-    path = copy / module
-    text = path.read_text()
-    assert text.count(old) == 1, f"{old!r} is not in {module} exactly once"
-    path.write_text(text.replace(old, new))
-    return copy
 
 
 def run_in(project: Path, *args: str, check: bool = True, **env: str) -> subprocess.CompletedProcess:
@@ -95,3 +64,6 @@ def run_commands(project: Path, *commands: list[str] | dict[str, str], **env: st
     """Each command in turn, in one process of `project`'s code (one JVM): what each said."""
     done = run_in(project, "-c", _DRIVER, json.dumps(list(commands)), **env)
     return [Said(*said) for said in json.loads(done.stdout.strip().splitlines()[-1])]
+
+
+__all__ = ["FACT_NET_REWRITTEN", "FEATURE_ROUNDING_FIX", "TRANSFORMS", "Edit", "project_with"]
