@@ -54,6 +54,10 @@ class Settings(ConfigurableResource):
         description="SPARK_VERBOSE: 1 shows the local driver's Spark warnings on the terminal "
         "too (always in LAKE_ROOT/logs/spark.log)"
     )
+    spark_short_runs: bool = Field(
+        description="SPARK_SHORT_RUNS: 1 starts every local driver as for a short run (its JVM's quick compiler "
+        "only), as the tests do: for small lakes"
+    )
     delta_jars_dir: str = Field(description="DELTA_JARS_DIR: the Delta jars and the project's local file system jar")
 
     @property
@@ -91,6 +95,7 @@ ENVIRONMENT = {
     "spark_driver_memory": ("SPARK_DRIVER_MEMORY", "4g"),
     "spark_conf": ("SPARK_CONF", "{}"),
     "spark_verbose": ("SPARK_VERBOSE", "0"),
+    "spark_short_runs": ("SPARK_SHORT_RUNS", "0"),
     "delta_jars_dir": ("DELTA_JARS_DIR", str(REPO_ROOT / ".jars")),
 }
 
@@ -126,6 +131,7 @@ def _parsed(field: str, raw: str) -> Any:
             "partition_end_date": "a YYYY-MM-DD date",
             "spark_conf": "a JSON object",
             "spark_verbose": "0 or 1",
+            "spark_short_runs": "0 or 1",
         }.get(field, f"a{'n integer' if kind is int else ' number'}")
         raise SettingsError(f"{variable}={raw!r} is not {expected}") from None
     if field in _POSITIVE and value <= 0 or field in _NOT_NEGATIVE and value < 0:

@@ -135,7 +135,7 @@ def spark_config(configured: Settings | None = None, short_runs: bool = False) -
             }
         )
         if configured.spark_master.startswith("local"):
-            conf.update(_local_mode_config(configured, short_runs))
+            conf.update(_local_mode_config(configured, short_runs or configured.spark_short_runs))
         jars = _delta_jars(configured)
         if jars:
             conf["spark.jars"] = jars

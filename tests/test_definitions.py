@@ -2,6 +2,7 @@
 
 from datetime import timedelta
 
+import pytest
 from dagster import AssetKey, Definitions, FreshnessPolicy, in_process_executor
 
 from assets_pkg.assets import freshness_policy
@@ -49,14 +50,34 @@ def test_steps_of_a_run_share_one_process_and_so_one_spark_session():
     assert defs.resolve_job_def(ALL_ASSETS_JOB).executor_def == in_process_executor
 
 
-def test_restatement_runs_start_a_jvm_for_short_runs_and_backfill_runs_keep_the_default():
-    def java_options(job_name):
-        pyspark = defs.resolve_job_def(job_name).resource_defs["pyspark"]  # the config the run's session starts with
-        return pyspark.config_schema.as_field().default_value["spark_config"].get("spark.driver.extraJavaOptions")
+_JAVA_OPTIONS_OF_RUNS = """
+import json
+from assets_pkg.definitions import defs
+def options(job):
+    pyspark = defs.resolve_job_def(job).resource_defs["pyspark"]  # the config the run's session starts with
+    return pyspark.config_schema.as_field().default_value["spark_config"].get("spark.driver.extraJavaOptions")
+print(json.dumps([options(job) for job in ({restate!r}, {backfill!r})]))
+"""
 
-    restate, backfill = java_options(RESTATE_JOB), java_options(ALL_ASSETS_JOB)
+
+@pytest.mark.parametrize("short_runs", ["0", "1"])
+def test_restatement_runs_start_a_jvm_for_short_runs_and_backfill_runs_keep_the_default(short_runs):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    # The definitions as a code location loads them, with SPARK_SHORT_RUNS unset (a user's default) or set.
+    code = _JAVA_OPTIONS_OF_RUNS.format(restate=RESTATE_JOB, backfill=ALL_ASSETS_JOB)
+    env = {**os.environ, "SPARK_SHORT_RUNS": short_runs}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    restate, backfill = json.loads(done.stdout.strip().splitlines()[-1])
+
     assert restate.startswith(f"{LOCAL_JAVA_OPTIONS} {SHORT_RUN_JAVA_OPTIONS} ")
-    assert backfill.startswith(f"{LOCAL_JAVA_OPTIONS} ") and SHORT_RUN_JAVA_OPTIONS not in backfill
+    if short_runs == "1":
+        assert backfill.startswith(f"{LOCAL_JAVA_OPTIONS} {SHORT_RUN_JAVA_OPTIONS} ")
+    else:
+        assert backfill.startswith(f"{LOCAL_JAVA_OPTIONS} ") and SHORT_RUN_JAVA_OPTIONS not in backfill
     # Both log through the project's log4j2 properties, not to the terminal.
     assert restate.split()[-3:] == backfill.split()[-3:] and "-Dlog4j2.configurationFile=" in backfill
 
