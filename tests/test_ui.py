@@ -272,13 +272,14 @@ def test_a_rolled_back_restatement_shows_each_day_restored_and_held_until_releas
 def test_a_fixed_transform_shows_exactly_the_days_it_makes_stale_failing_built_by_current_code(lake, ui, tmp_path):
     root, _ = lake
     # The fixed code's check, recorded in the instance the UI reads, as the fixed code location's sensor launches it.
-    fixed = project_with(tmp_path / "fixed", *FEATURE_ROUNDING_FIX)
+    fixed = project_with(tmp_path / "fixed", FEATURE_ROUNDING_FIX)
     run_commands(fixed, CHECK_CODE_VERSIONS, DAGSTER_HOME=str(root / "dagster_dev_home"))
 
     for table in PUBLISH_ORDER:
         expected = {"Failed": DAYS, "Passed": 0} if table == "customer_daily_features" else ALL_DAYS
         seen = ui.check_partitions(table, BUILT_BY_CURRENT_CODE, expected)
         assert {k: seen.get(k, 0) for k in expected} == expected, (table, seen)
+    ui.check_partitions("customer_daily_features", BUILT_BY_CURRENT_CODE, {"Failed": DAYS})
     status, panel = ui.day_result((START + timedelta(days=DAYS - 1)).isoformat())
     ui.screenshot("code-stale-days")
     assert status == "Failed" and "customer_daily_features: code changed (" in panel, panel
