@@ -155,10 +155,14 @@ class Bench:
                 os.environ[key] = self.env[key]
         self.spark_apps = 0
 
-    def run(self, *args: str) -> tuple[float, str]:
-        """One process that starts one Spark application; returns (seconds, stdout)."""
+    def run(self, *args: str, project: Path = REPO) -> tuple[float, str]:
+        """One process that starts one Spark application, with the code of `project` (a copy of the project whose
+        code differs, or the repository's); returns (seconds, stdout)."""
         t0 = time.monotonic()
-        done = subprocess.run([sys.executable, *args], cwd=REPO, env=self.env, capture_output=True, text=True)
+        env = self.env
+        if project != REPO:  # its modules imported from the copy; the jars stay the repository's
+            env = {**env, "PYTHONPATH": str(project), "DELTA_JARS_DIR": str(REPO / ".jars")}
+        done = subprocess.run([sys.executable, *args], cwd=project, env=env, capture_output=True, text=True)
         self.spark_apps += 1
         if done.returncode != 0:
             raise RuntimeError(f"{' '.join(args)} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
@@ -184,16 +188,6 @@ class Bench:
             raise RuntimeError(f"the sensor's restatement {run['runId']} ended {run['status']}")
         return run
 
-    def run_in(self, project: Path, *args: str) -> tuple[float, str]:
-        """`run`, with the code of `project` (a copy of the project whose code differs)."""
-        t0 = time.monotonic()
-        env = {**self.env, "PYTHONPATH": str(project), "DELTA_JARS_DIR": str(REPO / ".jars")}
-        done = subprocess.run([sys.executable, *args], cwd=project, env=env, capture_output=True, text=True)
-        self.spark_apps += 1
-        if done.returncode != 0:
-            raise RuntimeError(f"{' '.join(args)} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
-        return time.monotonic() - t0, done.stdout
-
     def published_commits(self) -> int:
         """Delta commits of the published tables (the tables of tables.TABLES and their side tables)."""
         from assets_pkg.tables import PUBLISH_ORDER, with_side_tables
@@ -217,26 +211,26 @@ def code_change(bench: Bench, result: dict, step) -> None:
 
     mart = "customer_daily_features"
     fixed = project_with(bench.lake / "code-fixed", FEATURE_ROUNDING_FIX)
-    seconds, out = bench.run_in(fixed, "-m", "assets_pkg", "plan", "--json")
+    seconds, out = bench.run("-m", "assets_pkg", "plan", "--json", project=fixed)
     plan = json.loads(out)
     step("plan_s", seconds)
     result["plan_days_changed"] = {t: len(p["changed_days"]) for t, p in plan["tables"].items()}
     commits = bench.published_commits()
-    seconds, _ = bench.run_in(fixed, "-m", "assets_pkg", "promote", plan["plan_id"])
+    seconds, _ = bench.run("-m", "assets_pkg", "promote", plan["plan_id"], project=fixed)
     step("promote_s", seconds)
     result["promote_commits"] = bench.published_commits() - commits
-    seconds, _ = bench.run_in(fixed, "-m", "assets_pkg", "backfill", "--select", mart)
+    seconds, _ = bench.run("-m", "assets_pkg", "backfill", "--select", mart, project=fixed)
     step("mart_backfill_s", seconds)
     result["plan_vs_mart_backfill"] = round(result["plan_s"] / result["mart_backfill_s"], 2)
 
     # On top of the fix: the same fact, computed by other code.
     unchanged = project_with(bench.lake / "code-unchanged", FACT_NET_REWRITTEN, base=fixed)
     commits = bench.published_commits()
-    seconds, out = bench.run_in(unchanged, "-m", "assets_pkg", "plan", "--json")
+    seconds, out = bench.run("-m", "assets_pkg", "plan", "--json", project=unchanged)
     plan = json.loads(out)
     step("plan_unchanged_s", seconds)
     result["plan_unchanged_days_changed"] = sum(len(p["changed_days"]) for p in plan["tables"].values())
-    seconds, _ = bench.run_in(unchanged, "-m", "assets_pkg", "promote", plan["plan_id"])
+    seconds, _ = bench.run("-m", "assets_pkg", "promote", plan["plan_id"], project=unchanged)
     step("promote_unchanged_s", seconds)
     result["promote_unchanged_commits"] = bench.published_commits() - commits
 
