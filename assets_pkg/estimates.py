@@ -187,7 +187,8 @@ def reads(spark: SparkSession, work: Work, compared: bool = False) -> Reads:
     `compared`, of the tables it writes too: a plan compares its rows with them). Reads the landing index without
     adding to it: a batch not indexed yet counts as read."""
     index = landing_index.indexed(spark)
-    files_of: dict[str, Counter[date | None]] = {}
+    files_of: dict[str, Counter[date | None]] = {}  # each table's files listed once, whatever the runs
+    batch_dirs = {dataset: landing.batch_dirs(dataset) for dataset in landing.SCHEMAS}
     sizes: dict[Path, int] = {}
     batches = size = files = 0
     for first, last in work.runs:
@@ -197,7 +198,7 @@ def reads(spark: SparkSession, work: Work, compared: bool = False) -> Reads:
                 continue
             table = BY_NAME[name]
             dataset = table.landing_dataset
-            for batch_dir in landing.batch_dirs(dataset) if dataset else []:
+            for batch_dir in batch_dirs[dataset] if dataset else []:
                 holds = index.get(dataset or "", {}).get(landing.batch_name(batch_dir))
                 if narrowed(days) and holds is not None and not holds & set(days):
                     continue
@@ -207,7 +208,9 @@ def reads(spark: SparkSession, work: Work, compared: bool = False) -> Reads:
                 size += sizes[batch_dir]
             published = [u for u in table.upstream if u in BY_NAME and (compared or u not in work.days)]
             for upstream in [*published, name] if compared else published:
-                counted = files_of.setdefault(upstream, _files_by_day(spark, upstream))
+                if upstream not in files_of:
+                    files_of[upstream] = _files_by_day(spark, upstream)
+                counted = files_of[upstream]
                 # A dimension is read as of each day: its versions up to the last day.
                 if BY_NAME[upstream].role is Role.DIMENSION:
                     files += sum(n for d, n in counted.items() if d is None or d <= max(days))
