@@ -19,6 +19,7 @@ engine per database file."""
 # row only while it is still free, so exactly one of them gets it and the other waits as Dagster's own loop makes it.
 # tests/test_dagster_private.py shows Dagster's claim still lets two in (when that test fails, Dagster fixed it and
 # these classes go), and that the project's claim lets one.
+import os
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
@@ -63,7 +64,7 @@ from dagster._utils.concurrency import ConcurrencySlotStatus
 from dagster_postgres import PostgresEventLogStorage
 from dagster_postgres.utils import get_token_provider_from_config, pg_url_from_config
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.pool import NullPool, QueuePool
+from sqlalchemy.pool import QueuePool
 
 
 class _AtomicSlotClaim:
@@ -91,8 +92,8 @@ class _AtomicSlotClaim:
 # for every statement it runs (each with its dialect's first-connect queries) and disposes of it after, and asks
 # SQLite whether a table exists with yet another engine each time it writes a check result: several engines per event,
 # which is most of what an event costs. Dagster has no setting for it (dagster.yaml configures only the folder). The
-# class below keeps one engine per database file for the life of the process (each use still opens its own SQLite
-# connection and transaction, as Dagster's does, so nothing is shared between threads or processes), and keeps a
+# class below keeps one engine and one open SQLite connection per database file for the life of the process (each use
+# is its own transaction, under the storage's lock, so nothing is shared between threads or processes), and keeps a
 # table once found (tables are never dropped while an instance runs). bench/event_log.py measures what it buys;
 # tests/test_dagster_private.py fails when Dagster's `_connect` or `has_table` change.
 def _commit_without_fsync(dbapi_connection: Any, _: Any) -> None:
@@ -120,15 +121,10 @@ class _EnginePerFile:
         engine = self._engines.pop(shard, None)
         if engine is None:
             connect_args = {"timeout": SQLITE_BUSY_TIMEOUT_SECONDS, "check_same_thread": False}
-            if shard == INDEX_SHARD_NAME:  # one connection kept open: closing it is what costs
-                engine = create_engine(
-                    self.conn_string_for_shard(shard), poolclass=QueuePool, pool_size=1, connect_args=connect_args
-                )
-            else:
-                # A run's file: closed after each use, as Dagster's, for the last close writes the run's events from
-                # SQLite's write-ahead log into the file itself, which is what the webserver watches to show a run's
-                # events as they come.
-                engine = create_engine(self.conn_string_for_shard(shard), poolclass=NullPool, connect_args=connect_args)
+            # One connection kept open: opening and closing it is what costs.
+            engine = create_engine(
+                self.conn_string_for_shard(shard), poolclass=QueuePool, pool_size=1, connect_args=connect_args
+            )
             sqlalchemy.event.listen(engine, "connect", _commit_without_fsync)
         self._engines[shard] = engine  # the most recently used last
         while len(self._engines) > OPEN_DATABASE_FILES:
@@ -142,8 +138,16 @@ class _EnginePerFile:
             if shard not in self._initialized_dbs:
                 self._initdb(engine)  # type: ignore[attr-defined]
                 self._initialized_dbs.add(shard)
-            with engine.connect() as conn, conn.begin():
-                yield conn
+            with engine.connect() as conn:
+                sqlite = conn.connection.dbapi_connection
+                changes = sqlite.total_changes if sqlite else 0
+                with conn.begin():
+                    yield conn
+                if shard != INDEX_SHARD_NAME and sqlite and sqlite.total_changes != changes:
+                    # The webserver shows a run's events as they come by watching the run's file for changes; with
+                    # the connection open they go to SQLite's write-ahead log beside it, and Dagster's own storage
+                    # has the file change only when its last connection closes. Touching it is that signal.
+                    os.utime(self.path_for_shard(shard))  # type: ignore[attr-defined]
 
     def has_table(self, table_name: str) -> bool:
         if table_name in self._tables_found:
@@ -160,7 +164,20 @@ class _EnginePerFile:
         self._engines.clear()
 
 
-class AtomicClaimSqliteEventLogStorage(_AtomicSlotClaim, _EnginePerFile, SqliteEventLogStorage):
+# A range run's planned materializations, one per asset and run (naming its days) rather than one per asset and day:
+# what DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS does, which Dagster reads through this property of the event
+# log storage in whichever process creates a run (the command line, the daemon, the webserver). Declared by the
+# storage, it holds in every process the instance is opened in, with no variable to set in each. What it changes: a
+# range run that fails no longer marks its days "Failed" in the asset's partitions. The checks say it instead: a run
+# refused writes nothing and its failing blocking checks name the days; a run that failed half-way leaves a failing
+# up_to_date_with_landing on each day it left behind (recording.partly_published_events).
+class _PlannedEventsPerRun:
+    @property
+    def supports_partition_subset_in_asset_materialization_planned_events(self) -> bool:
+        return True
+
+
+class AtomicClaimSqliteEventLogStorage(_AtomicSlotClaim, _PlannedEventsPerRun, _EnginePerFile, SqliteEventLogStorage):
     """Dagster's SQLite event log storage (the default instance's), with slot claims atomic across processes and one
     engine per database file."""
 
@@ -171,7 +188,7 @@ class AtomicClaimSqliteEventLogStorage(_AtomicSlotClaim, _EnginePerFile, SqliteE
         return cls(inst_data=inst_data, **config_value)
 
 
-class AtomicClaimPostgresEventLogStorage(_AtomicSlotClaim, PostgresEventLogStorage):
+class AtomicClaimPostgresEventLogStorage(_AtomicSlotClaim, _PlannedEventsPerRun, PostgresEventLogStorage):
     """Dagster's PostgreSQL event log storage (the production profile's), with slot claims atomic across processes."""
 
     @classmethod

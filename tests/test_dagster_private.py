@@ -1,6 +1,7 @@
 """The names assets_pkg/dagster_private.py takes from Dagster's private modules still exist and still mean what the
 project relies on. When one of these fails, Dagster changed it: look for the public API that replaces it."""
 
+import inspect
 import uuid
 
 from dagster import (
@@ -304,8 +305,58 @@ def test_the_projects_sqlite_storage_records_every_event_and_check_result_as_dag
     assert isinstance(ours.event_log_storage, AtomicClaimSqliteEventLogStorage)
     dagsters = _instance(tmp_path / "dagster", "dagster")
 
-    seen_ours, seen_dagsters = (_what_dagster_shows(i, _range_run(i)) for i in (ours, dagsters))
+    (events_ours, results_ours), (events_dagsters, results_dagsters) = (
+        _what_dagster_shows(i, _range_run(i)) for i in (ours, dagsters)
+    )
 
-    assert seen_ours == seen_dagsters
-    assert seen_ours[0].count("ASSET_CHECK_EVALUATION") == 6 * 2 * 5
-    assert all(len(results) == 5 for results in seen_ours[1].values())
+    planned = "ASSET_MATERIALIZATION_PLANNED"
+    assert [e for e in events_ours if e != planned] == [e for e in events_dagsters if e != planned]
+    assert results_ours == results_dagsters
+    assert events_ours.count("ASSET_CHECK_EVALUATION") == 6 * 2 * 5
+    assert all(len(results) == 5 for results in results_ours.values())
+    # A range run plans each asset once, naming its days, where Dagster's default plans each asset's every day.
+    assert (events_ours.count(planned), events_dagsters.count(planned)) == (6, 6 * 5)
+
+
+def test_the_projects_storage_plans_a_range_run_as_dagster_does_with_the_planned_events_setting():
+    from dagster._core.storage.event_log.base import EventLogStorage
+
+    from assets_pkg.dagster_private import AtomicClaimPostgresEventLogStorage, AtomicClaimSqliteEventLogStorage
+
+    # Dagster still reads the setting through this property of the storage (the variable alone, when this fails).
+    name = "supports_partition_subset_in_asset_materialization_planned_events"
+    assert "DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS" in inspect.getsource(getattr(EventLogStorage, name).fget)
+    for storage in (AtomicClaimSqliteEventLogStorage, AtomicClaimPostgresEventLogStorage):
+        assert getattr(storage, name).fget(None) is True
+
+
+def test_a_runs_events_reach_a_webserver_watching_the_run_as_they_are_written(tmp_path):
+    """The webserver shows a run's events as they come by watching its file: each event the run's process writes
+    through the project's storage reaches a watcher in another instance of it, one by one."""
+    import time
+
+    from dagster import DagsterEvent, EventLogEntry
+    from dagster._core.events import DagsterEventType, EngineEventData
+
+    run_process, webserver = _instance(tmp_path, "project"), _instance(tmp_path, "project")
+    run_id = str(uuid.uuid4())
+
+    def event(message: str) -> EventLogEntry:
+        engine_event = DagsterEvent(
+            DagsterEventType.ENGINE_EVENT.value, "job", message=message, event_specific_data=EngineEventData()
+        )
+        return EventLogEntry(None, 20, message, run_id, time.time(), dagster_event=engine_event, job_name="job")
+
+    run_process.event_log_storage.store_event(event("started"))
+    seen: list[str] = []
+    webserver.event_log_storage.watch(run_id, None, lambda entry, _: seen.append(entry.user_message))
+    try:
+        for message in ("first", "second", "third"):
+            run_process.event_log_storage.store_event(event(message))
+            deadline = time.monotonic() + 10
+            while message not in seen and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert seen[-1:] == [message], f"the watcher saw {seen} once {message!r} was written"
+    finally:
+        webserver.dispose()
+        run_process.dispose()
