@@ -4,6 +4,7 @@ object as its `settings` resource, so the UI's resources page shows the values a
 
 Read on every call rather than once per process: a test (or a command) may point one process at another lake."""
 
+import functools
 import json
 import os
 from datetime import date
@@ -141,8 +142,16 @@ def _parsed(field: str, raw: str) -> Any:
 
 def settings() -> Settings:
     """The settings from the environment, validated: a SettingsError names the variable and what it must be."""
+    return _settings_of(tuple(os.environ.get(variable) for variable, _ in ENVIRONMENT.values()), os.getcwd())
+
+
+# Read in loops over days and rows: parsed once per state of the environment (which the tests change) and working
+# folder (a relative LAKE_ROOT), not per call.
+@functools.lru_cache(maxsize=8)
+def _settings_of(raw: tuple[str | None, ...], cwd: str) -> Settings:
     values = {
-        field: _parsed(field, os.environ.get(variable) or default) for field, (variable, default) in ENVIRONMENT.items()
+        field: _parsed(field, value or default)
+        for (field, (_, default)), value in zip(ENVIRONMENT.items(), raw, strict=True)
     }
     values["lake_root"] = str(Path(values["lake_root"]).resolve())
     if date.fromisoformat(values["partition_end_date"]) < date.fromisoformat(values["partition_start_date"]):
