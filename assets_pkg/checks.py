@@ -100,7 +100,8 @@ _DESCRIPTIONS = {
     RECONCILES: "Row count and amounts equal the upstream table's for the day. Metadata: mismatch count.",
     NOTHING_LOST: "Every key whose latest landed version falls on the day is in the table or in quarantine (on a day "
     "held since a rollback, what landed is left out on purpose: metadata `held`, and who held it and why).",
-    FINGERPRINT: "SHA-256 of the day's sorted rows, recorded on every materialization; says whether it changed.",
+    FINGERPRINT: "A SHA-256 of the day's rows whatever their order, recorded on every materialization; says whether "
+    "it changed.",
     ROW_COUNT_CHANGE: "Row count within CHECK_ROW_COUNT_TOLERANCE of the previous materialization (warning).",
     UP_TO_DATE: "Fails on a day whose landing data changed after it was written (late or corrected rows, a product "
     "version), as found by the late-data detection (restate_late_data or preview_late_data); passes when the day is "
@@ -132,6 +133,25 @@ def _row_hash(df: DataFrame) -> Column:
     return F.sha2(
         F.concat_ws("\u001f", *[F.coalesce(F.col(c).cast("string"), F.lit("\\N")) for c in sorted(df.columns)]), 256
     )
+
+
+# A day's fingerprint is built from each row's SHA-256 without sorting the day's rows: each hash is spread over eight
+# 32-bit numbers (Spark's Murmur3 of the hash and the number's position), which are summed per day as 64-bit integers
+# (exact up to 2^31 rows a day; a sum does not depend on the rows' order), and the fingerprint is the SHA-256 of the
+# row count and the eight sums. Equal rows (as a multiset, duplicates counted) give equal fingerprints whatever their
+# order. Different rows give the same one only if all eight sums agree: for rows not built to collide, a chance of the
+# order of 2^-256 (sums of hashes are no defence against rows crafted to collide).
+_ROW_HASH = "_row_sha256"
+_HASH_PARTS = 8
+
+
+def _hash_part_sums(hashed: DataFrame) -> list[Column]:
+    return [F.sum(F.hash(_ROW_HASH, F.lit(i)).cast("long")).alias(f"_sha256_sum{i}") for i in range(_HASH_PARTS)]
+
+
+def _fingerprint(rows: Column) -> Column:
+    parts = [F.col(f"_sha256_sum{i}").cast("string") for i in range(_HASH_PARTS)]
+    return F.sha2(F.concat_ws(":", rows.cast("string"), *parts), 256)
 
 
 @dataclass(frozen=True)
@@ -177,26 +197,34 @@ class Verified:
 
 
 def _day_profile(df: DataFrame, key: list[str], day_column: str, measures: list[tuple[str, Column]]) -> DataFrame:
-    """Per day, in one pass: rows, distinct keys, rows with a null key and the reconciliation measures."""
+    """Per day, in one pass: rows, distinct keys, rows with a null key, the reconciliation measures and the
+    fingerprint."""
     null_key = (
         F.greatest(*[F.col(c).isNull().cast("int") for c in key])
         if len(key) > 1
         else F.col(key[0]).isNull().cast("int")
     )
-    return df.groupBy(F.col(day_column).alias("day")).agg(
-        F.count(F.lit(1)).alias("rows"),
-        F.countDistinct(*key).alias("distinct_keys"),
-        F.sum(null_key).alias("null_key_rows"),
-        *[expr.alias(name) for name, expr in measures],
+    hashed = df.withColumn(_ROW_HASH, _row_hash(df))
+    return (
+        hashed.groupBy(F.col(day_column).alias("day"))
+        .agg(
+            F.count(F.lit(1)).alias("rows"),
+            F.countDistinct(*key).alias("distinct_keys"),
+            F.sum(null_key).alias("null_key_rows"),
+            *[expr.alias(name) for name, expr in measures],
+            *_hash_part_sums(hashed),
+        )
+        .withColumn("fingerprint", _fingerprint(F.col("rows")))
     )
 
 
 def day_fingerprints(df: DataFrame, day_column: str) -> DataFrame:
-    """Per day: rows and the SHA-256 fingerprint of the day's sorted rows. An aggregation of its own: next to the
-    distinct key count, Spark would carry every key's list of row hashes through two shuffles."""
-    return df.groupBy(F.col(day_column).alias("day")).agg(
-        F.count(F.lit(1)).alias("rows"),
-        F.sha2(F.concat_ws(",", F.array_sort(F.collect_list(_row_hash(df)))), 256).alias("fingerprint"),
+    """Per day: rows and the fingerprint of the day's rows, the one the checks record."""
+    hashed = df.withColumn(_ROW_HASH, _row_hash(df))
+    return (
+        hashed.groupBy(F.col(day_column).alias("day"))
+        .agg(F.count(F.lit(1)).alias("rows"), *_hash_part_sums(hashed))
+        .select("day", "rows", _fingerprint(F.col("rows")).alias("fingerprint"))
     )
 
 
@@ -228,13 +256,12 @@ def evaluate_blocking(
     equal to `upstream`'s (when it reconciles), no key in `lost` (when it checks nothing is lost)."""
     rec = checks.reconciliation
     this_measures = [(name, F.expr(exprs[0])) for name, exprs in rec.measures.items()] if rec else []
-    fingerprints = {r.day: r.fingerprint for r in day_fingerprints(df, day_column).collect()}
     profiles = {
         r.day: DayProfile(
             r.rows,
             r.distinct_keys,
             r.null_key_rows or 0,
-            fingerprints.get(r.day),
+            r.fingerprint,
             {name: r[name] for name, _ in this_measures},
         )
         for r in _day_profile(df, key, day_column, this_measures).collect()

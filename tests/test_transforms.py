@@ -220,3 +220,28 @@ def test_category_revenue_groups_by_the_products_category_as_of_the_order_day(sp
         for r in transforms.daily_category_revenue(fact).collect()
     )
     assert by_day == [("2025-01-05", "books", 2, 2), ("2025-01-09", "toys", 1, 1)]
+
+
+def test_a_days_fingerprint_depends_on_its_rows_and_not_on_their_order(spark):
+    from assets_pkg.checks import TableChecks, day_contents, evaluate_blocking
+
+    schema = "order_date date, order_id long, amount decimal(18,2)"
+    rows = [(D("2025-01-01"), i, Decimal(i)) for i in range(1, 50)] + [(D("2025-01-02"), 1, Decimal("1.00"))]
+
+    def contents(rows, partitions=1):
+        return day_contents(spark.createDataFrame(rows, schema).repartition(partitions), "order_date")
+
+    published = contents(rows)
+    assert contents(list(reversed(rows)), partitions=3) == published  # the same rows, in another order
+    day = D("2025-01-01")
+    changed_amount = [(d, i, a + 1 if i == 7 else a) for d, i, a in rows]
+    swapped_amounts = [(d, i, Decimal(8) if i == 7 else Decimal(7) if i == 8 else a) for d, i, a in rows]
+    duplicated = [*rows, rows[0]]
+    for other in (changed_amount, swapped_amounts, duplicated):
+        assert contents(other)[day] != published[day]
+        assert contents(other)[D("2025-01-02")] == published[D("2025-01-02")]  # another day's rows, unchanged
+    # The checks record the same fingerprint, from the same pass as their counts.
+    verified = evaluate_blocking(
+        spark.createDataFrame(rows, schema), None, None, ["order_id"], "order_date", TableChecks(), sorted(published)
+    )
+    assert {d: verified.profile(d).content for d in published} == published
