@@ -143,6 +143,7 @@ class Bench:
             "LATE_DATA_SENSOR_INTERVAL_S",
             "SPARK_REMOTE",
             "DAGSTER_POSTGRES_URL",
+            "DAGSTER_EVENT_BATCH_SIZE",
         ):
             self.env.pop(setting, None)
         if profile == "cluster":
@@ -260,7 +261,7 @@ def _cluster_profile() -> dict[str, str]:
         ["bash", "scripts/postgres.sh", "psql", f"CREATE DATABASE {database} OWNER dagster"], cwd=REPO, check=True
     )
     return {
-        "SPARK_REMOTE": found["SPARK_REMOTE"],
+        **{k: v for k, v in found.items() if k not in ("DAGSTER_HOME", "LAKE_ROOT")},
         "DAGSTER_POSTGRES_URL": found["DAGSTER_POSTGRES_URL"].rsplit("/", 1)[0] + "/" + database,
     }
 

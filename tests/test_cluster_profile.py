@@ -3,6 +3,7 @@ instance on PostgreSQL, each started by its script (scripts/spark-cluster.sh, sc
 runs in a process of its own, as a user runs it; this process reads the lake with its own local Spark to compare."""
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -55,6 +56,14 @@ def _service(name: str):
     return started
 
 
+def _dagster_settings_of_the_profile() -> dict[str, str]:
+    """The Dagster settings scripts/cluster-profile.sh exports for the profile's commands."""
+    script = (REPO_ROOT / "scripts" / "cluster-profile.sh").read_text()
+    settings = dict(re.findall(r"export (DAGSTER_EVENT_\w+)=(\S+)", script))
+    assert "DAGSTER_EVENT_BATCH_SIZE" in settings, "scripts/cluster-profile.sh no longer sets DAGSTER_EVENT_BATCH_SIZE"
+    return settings
+
+
 @pytest.fixture(scope="module")
 def profile(tmp_path_factory):
     """The cluster and PostgreSQL up; a lake, a Dagster home and a database of this module's own."""
@@ -70,6 +79,7 @@ def profile(tmp_path_factory):
         "DAGSTER_POSTGRES_URL": f"{url.rsplit('/', 1)[0]}/{database}",
         "DAGSTER_HOME": str(home),
         "LAKE_ROOT": str(root),
+        **_dagster_settings_of_the_profile(),
     }
     try:
         # This process reads the same lake and instance; its own Spark stays local (SPARK_REMOTE: the commands only).
