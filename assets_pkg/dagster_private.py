@@ -2,9 +2,9 @@
 tests/test_dagster_private.py fails loudly when Dagster moves or changes any of them: that is the signal to look
 for the public API that replaces it.
 
-Most are the string constants Dagster itself reads from run tags and observations; one is a class. And two are
-changes of behaviour, in the event log storage classes (below): a pool slot claim that is atomic, and, for SQLite, one
-engine per database file."""
+Most are the string constants Dagster itself reads from run tags and observations; one is a class. And three are
+changes of behaviour, in the event log storage classes (below): a pool slot claim that is atomic; for SQLite, one
+engine and open connection per database file; a range run's planned materializations as one event per asset."""
 
 # A check result recorded for a day of a range run must name the materialization it checked: that pointer is what
 # the UI compares to colour a day of the check's Partitions view. Dagster fills it in itself only in a
@@ -178,8 +178,8 @@ class _PlannedEventsPerRun:
 
 
 class AtomicClaimSqliteEventLogStorage(_AtomicSlotClaim, _PlannedEventsPerRun, _EnginePerFile, SqliteEventLogStorage):
-    """Dagster's SQLite event log storage (the default instance's), with slot claims atomic across processes and one
-    engine per database file."""
+    """Dagster's SQLite event log storage (the default instance's), with slot claims atomic across processes, one
+    engine and open connection per database file, and a range run's planned materializations one per asset."""
 
     @classmethod
     def from_config_value(  # Dagster's builds its own class by name
@@ -189,7 +189,8 @@ class AtomicClaimSqliteEventLogStorage(_AtomicSlotClaim, _PlannedEventsPerRun, _
 
 
 class AtomicClaimPostgresEventLogStorage(_AtomicSlotClaim, _PlannedEventsPerRun, PostgresEventLogStorage):
-    """Dagster's PostgreSQL event log storage (the production profile's), with slot claims atomic across processes."""
+    """Dagster's PostgreSQL event log storage (the production profile's), with slot claims atomic across processes and
+    a range run's planned materializations one per asset."""
 
     @classmethod
     def from_config_value(  # Dagster's builds its own class by name
