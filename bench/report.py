@@ -61,6 +61,8 @@ DERIVED = ("run_per_day_s", "run_intercept_s", "fact_rows_per_run")
 def _cell(value, key: str = "") -> str:
     if value is None:
         return "not measured"
+    if isinstance(value, dict):
+        return ", ".join(f"{k}: {_cell(v)}" for k, v in value.items())
     if "_vs_" in key:
         return f"{value:.2f}"
     if isinstance(value, float):
