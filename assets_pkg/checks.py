@@ -145,7 +145,7 @@ _ROW_HASH = "_row_sha256"
 _HASH_PARTS = 8
 
 
-def _hash_part_sums(hashed: DataFrame) -> list[Column]:
+def _hash_part_sums() -> list[Column]:
     return [F.sum(F.hash(_ROW_HASH, F.lit(i)).cast("long")).alias(f"_sha256_sum{i}") for i in range(_HASH_PARTS)]
 
 
@@ -212,7 +212,7 @@ def _day_profile(df: DataFrame, key: list[str], day_column: str, measures: list[
             F.countDistinct(*key).alias("distinct_keys"),
             F.sum(null_key).alias("null_key_rows"),
             *[expr.alias(name) for name, expr in measures],
-            *_hash_part_sums(hashed),
+            *_hash_part_sums(),
         )
         .withColumn("fingerprint", _fingerprint(F.col("rows")))
     )
@@ -223,7 +223,7 @@ def day_fingerprints(df: DataFrame, day_column: str) -> DataFrame:
     hashed = df.withColumn(_ROW_HASH, _row_hash(df))
     return (
         hashed.groupBy(F.col(day_column).alias("day"))
-        .agg(F.count(F.lit(1)).alias("rows"), *_hash_part_sums(hashed))
+        .agg(F.count(F.lit(1)).alias("rows"), *_hash_part_sums())
         .select("day", "rows", _fingerprint(F.col("rows")).alias("fingerprint"))
     )
 

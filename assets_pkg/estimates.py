@@ -198,9 +198,10 @@ def reads(spark: SparkSession, work: Work, compared: bool = False) -> Reads:
                 continue
             table = BY_NAME[name]
             dataset = table.landing_dataset
+            wanted, narrow = set(days), narrowed(days)
             for batch_dir in batch_dirs[dataset] if dataset else []:
                 holds = index.get(dataset or "", {}).get(landing.batch_name(batch_dir))
-                if narrowed(days) and holds is not None and not holds & set(days):
+                if narrow and holds is not None and not holds & wanted:
                     continue
                 if batch_dir not in sizes:
                     sizes[batch_dir] = sum(f.stat().st_size for f in batch_dir.rglob("*") if f.is_file())
@@ -215,7 +216,6 @@ def reads(spark: SparkSession, work: Work, compared: bool = False) -> Reads:
                 if BY_NAME[upstream].role is Role.DIMENSION:
                     files += sum(n for d, n in counted.items() if d is None or d <= max(days))
                 else:
-                    wanted = set(days)
                     files += sum(n for d, n in counted.items() if d is None or d in wanted)
     return Reads(batches, size, files)
 

@@ -2,7 +2,8 @@
 name the variable. Modules ask `settings()`, never the environment; the code location gives Dagster the same
 object as its `settings` resource, so the UI's resources page shows the values a run uses.
 
-Read on every call rather than once per process: a test (or a command) may point one process at another lake."""
+Read from the environment on every call (parsed once per state of it) rather than once per process: a test (or a
+command) may point one process at another lake."""
 
 import functools
 import json
