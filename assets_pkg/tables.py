@@ -108,7 +108,7 @@ class Table:
         return next((LANDING_DATASETS[u] for u in self.upstream if u in LANDING_DATASETS), None)
 
 
-# Up to this many days (a chunk), a build reads only the landed batches that can hold rows of its days (see
+# Up to this many days, a build reads only the landed batches that can hold rows of its days (see
 # landing_index), and staging only the items that have a version on them (their keys broadcast); above it, or over
 # every partition day, the whole landing once.
 NARROWED_UP_TO_DAYS = 366
@@ -128,7 +128,7 @@ def build_stg_order_items(spark: SparkSession, days: list[date], read: Read) -> 
     landed = _landed(spark, landing.ORDER_ITEMS, days)
     scans = [landing.scan_of_landing(landed, landing.ORDER_ITEMS)]
     if narrowed(days):
-        # A chunk: only the items with a version on the days can be on them. Their versions are kept for the build
+        # Up to a year: only the items with a version on the days can be on them. Their versions are kept for the build
         # and checks, with every row breaking the contract, which quarantine files by a day of its own: one scan
         # for both.
         marked = transforms.mark_items_dated_on(landed, days)
