@@ -85,6 +85,31 @@ def derived(run: dict) -> dict:
     return run
 
 
+# (key, tool): peers that did the same full-history build on the same landing and days (bench/peers).
+PEERS = [("peer_sqlmesh_s", "SQLMesh")]
+
+
+def _peers(found: dict[str, dict]) -> list[str]:
+    """The same full history built by the bare job, the project's UI backfill and each peer, side by side."""
+    out = [
+        "The same full history, side by side, in seconds (a peer's tables compared with the bare job's, row for row):",
+        "",
+        "| profile | bare job | this project (UI backfill) | " + " | ".join(tool for _, tool in PEERS) + " |",
+        "|---|---|---|" + "---|" * len(PEERS),
+    ]
+    for profile, r in found.items():
+        peers = []
+        for key, _ in PEERS:
+            equal = r.get(key.removesuffix("_s") + "_equal_to_bare")
+            peers.append(_cell(r.get(key)) + ("" if equal is None else " (equal)" if equal else " (NOT equal)"))
+        out.append(
+            f"| {profile} | {_cell(r.get('bare_equal_work_s'))} | {_cell(r.get('backfill_ui_s'))} | "
+            + " | ".join(peers)
+            + " |"
+        )
+    return [*out, ""]
+
+
 def tables(runs: list[Path] | None = None) -> str:
     """The tables, from bench/'s JSON files (or from `runs`, bench/run.py outputs, each labelled by its profile)."""
     files = runs if runs is not None else [REPO / "bench" / f for f in PROFILES.values()]
@@ -110,6 +135,7 @@ def tables(runs: list[Path] | None = None) -> str:
                 + f" | {target} |"
             )
         out.append("")
+        out += _peers(found)
     event_log = REPO / "bench" / "event_log.json"
     if event_log.exists():
         e = json.loads(event_log.read_text())

@@ -10,8 +10,11 @@ Each step in its own process, as users run them:
   bare       one Spark application building every table of the project (tables.TABLES, quarantine included) from
              the same landing with the same transforms, written by day to Delta: no checks, no orchestration. What
              the data costs.
+  peer       (embedded) SQLMesh building the same tables from the same landing over every day, with its audits of
+             keys and reconciliation (bench/peers/sqlmesh_peer.py, in .venv-peers made by bench/peers/setup.sh);
+             its tables must equal the bare job's row for row. `--no-peers` leaves it out.
   backfill   `dagster dev`, then a backfill of every asset over every day launched with the GraphQL mutation the UI's
-             dialog sends, with the configured chunk size (BACKFILL_MAX_PARTITIONS_PER_RUN, default 366), timed from
+             dialog sends, with the configured chunk size (BACKFILL_MAX_PARTITIONS_PER_RUN, default 3660), timed from
              launch to completion. Split into the runs' own time and the daemon loop's (the rest).
   landed     the sensor's first restatement after the backfill (nothing new: it must rewrite nothing), then a batch
              correcting one old day landed while `dagster dev` runs: seconds from its files being in the landing
@@ -112,6 +115,34 @@ def _bare() -> None:
         write(built.table, table)
         rows[table] = spark.read.format("delta").load(str(out / table)).count()
     print(json.dumps(rows))
+
+
+def _peer_sqlmesh(bench: "Bench") -> dict:
+    """SQLMesh doing the same full-history build on the same landing and days, with its audits
+    (bench/peers/sqlmesh_peer.py), in an environment of its own (bench/peers/setup.sh). Local Spark only: its Spark
+    engine builds a session of its own, not a Spark Connect client."""
+    subprocess.run(["bash", str(REPO / "bench" / "peers" / "setup.sh")], check=True)
+    out = bench.lake / "peer_sqlmesh.json"
+    peer = [str(REPO / ".venv-peers" / "bin" / "python"), str(REPO / "bench" / "peers" / "sqlmesh_peer.py")]
+    days = ["--start", bench.first.isoformat(), "--end", bench.last.isoformat()]
+    done = subprocess.run(
+        [*peer, "--lake", str(bench.lake), *days, "--out", str(out)],
+        cwd=REPO,
+        env=bench.env,
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:  # it failed, or built other rows than the bare job, or an audit did not pass
+        raise RuntimeError(f"the SQLMesh peer failed ({out}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+    found = json.loads(out.read_text())
+    print(f"{'peer_sqlmesh_s':24s} {found['peer_sqlmesh_s']:8.1f} s", flush=True)
+    return {
+        "peer_sqlmesh_s": found["peer_sqlmesh_s"],
+        # Its tables equal the bare job's row for row, and every audit ran on every batch and passed.
+        "peer_sqlmesh_equal_to_bare": found["equal_to_bare"],
+        "peer_sqlmesh_audits_passed": found["every_audit_ran_and_passed"],
+        "peer_sqlmesh_versions": {k: found["versions"][k] for k in ("sqlmesh", "pyspark", "delta-spark")},
+    }
 
 
 def _land_corrections(days: list[str]) -> None:
@@ -309,6 +340,9 @@ def main() -> int:
     parser.add_argument(
         "--docs", action="store_true", help="then regenerate docs/performance.md's tables (bench/report.py)"
     )
+    parser.add_argument(
+        "--no-peers", dest="peers", action="store_false", help="leave out the peers' build (bench/peers)"
+    )
     parser.add_argument("--steps-of", metavar="LAKE", help="only print the run and step times of an earlier run's lake")
     parser.add_argument("--step", choices=["bare", "land-corrections"], help=argparse.SUPPRESS)
     parser.add_argument("--step-days", nargs="*", help=argparse.SUPPRESS)
@@ -349,6 +383,8 @@ def main() -> int:
     seconds, out = bench.run(me, "--scale", str(args.scale), "--out", "-", "--step", "bare")
     step("bare_equal_work_s", seconds)
     result["rows_by_table"] = json.loads(out.strip().splitlines()[-1])
+    if args.profile == "embedded" and args.peers:
+        result.update(_peer_sqlmesh(bench))
 
     from dagster import AssetSelection
 
