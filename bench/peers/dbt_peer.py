@@ -3,12 +3,13 @@ batches, Delta, data tests (unique and not-null keys, reconciliation with the up
 
     python bench/peers/dbt_peer.py --lake LAKE_ROOT --start 1992-01-01 --end 1992-03-31 --out result.json
 
-Run it with /tmp/peers/dbt-venv's Python. dbt-spark runs SQL models only (its Python models need Databricks), so the
-project's transforms are rewritten in SQL here, and only downstream of staging: the landing contract, staging's
-latest-version pick and quarantine (landing.py, quarantine.py) are not reproduced. The models read the project's own
-staging and product tables as written by bench/run.py's bare job (LAKE_ROOT/bare/stg_order_items, dim_product) and
-build fact_order_item and the three marts. `peer_dbt_spark_s` is the `dbt build` process (every model's daily batches,
-then its tests), launch to exit; its row counts are compared with the bare job's.
+Run it with .venv-peers-dbt/bin/python (`bash bench/peers/setup.sh dbt`). dbt-spark runs SQL models only (its Python
+models need Databricks), so the project's transforms are rewritten in SQL here, and only downstream of staging: the
+landing contract, staging's latest-version pick and quarantine (landing.py, quarantine.py) are not reproduced. The
+models read the project's own staging and product tables as written by bench/run.py's bare job
+(LAKE_ROOT/bare/stg_order_items, dim_product) and build fact_order_item and the three marts. `peer_dbt_spark_s` is the
+`dbt build` process (every model's daily batches, then its tests), launch to exit; its row counts are compared with the
+bare job's.
 """
 
 import argparse

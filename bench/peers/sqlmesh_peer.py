@@ -4,11 +4,11 @@ per day), launched as SQLMesh's docs launch one: `sqlmesh plan --auto-apply`.
 
     python bench/peers/sqlmesh_peer.py --lake LAKE_ROOT --start 1992-01-01 --end 1992-03-31 --out result.json
 
-Run it with the SQLMesh venv's Python (/tmp/peers/sqlmesh-venv: the project installed with `pip install -e` plus
-sqlmesh). The models (bench/peers/sqlmesh_project) are Python models calling the project's own builds, stored as
-Delta tables under LAKE_ROOT/peer_sqlmesh/ (wiped first: a backfill from nothing). `peer_sqlmesh_s` is the `sqlmesh
-plan` process, launch to exit. Then, untimed, its rows per table are compared with bench/run.py's bare job
-(LAKE_ROOT/bare/<table>) when that has run: counts and the rows themselves (both differences empty).
+Run it with .venv-peers/bin/python (`bash bench/peers/setup.sh`; bench/run.py runs it so). The models
+(bench/peers/sqlmesh_project) are Python models calling the project's own builds, stored as Delta tables under
+LAKE_ROOT/peer_sqlmesh/ (wiped first: a backfill from nothing). `peer_sqlmesh_s` is the `sqlmesh plan` process, launch
+to exit. Then, untimed, its rows per table are compared with bench/run.py's bare job (LAKE_ROOT/bare/<table>) when that
+has run: counts and the rows themselves (both differences empty).
 """
 
 import argparse
