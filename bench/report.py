@@ -23,6 +23,11 @@ ROWS = [
     ("bare_equal_work_s", "bare PySpark application, every table, no checks, no orchestration", ""),
     ("backfill_ui_s", "backfill launched as the UI launches it, launch to completion", ""),
     ("daemon_loop_s", "of which the daemon's loop, outside the runs", ""),
+    (
+        "backfill_phases_s",
+        "each run's life by phase, summed: planning its check results, starting, its Spark work, recording its events",
+        "",
+    ),
     ("runs", "runs of the backfill", ""),
     ("chunk_days", "days per run (the default chunk)", ""),
     ("run_mean_s", "a run of the backfill, on average (launch to end)", ""),

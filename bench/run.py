@@ -325,6 +325,44 @@ def step_seconds(home: Path) -> dict[str, dict[str, float]]:
         return steps
 
 
+def run_phases(home: Path, run_ids: list[str]) -> dict[str, float]:
+    """Where the runs' time went, summed over `run_ids`, from the instance's event log: `planning`, from a run's
+    creation until it is queued (Dagster stores its planned check results); `starting`, until its step starts (the
+    queue, a process and its imports); `spark`, until the step's first output (every table built, checked and
+    written); `events`, until the step ends (the materializations and check results it records, day by day)."""
+    from dagster import DagsterEventType
+
+    from bench.harness import instance_at
+
+    def first(instance, run_id: str, kind: DagsterEventType) -> float:
+        records = instance.get_records_for_run(run_id, of_type=kind, limit=1).records
+        if not records:
+            raise RuntimeError(f"run {run_id} has no {kind.value} event")
+        return records[0].event_log_entry.timestamp
+
+    phases = dict.fromkeys(("planning", "starting", "spark", "events"), 0.0)
+    with instance_at(home) as instance:
+        for run_id in run_ids:
+            record = instance.get_run_record_by_id(run_id)
+            if record is None:
+                raise RuntimeError(f"no run {run_id}")
+            created = record.create_timestamp.timestamp()
+            queued, started, output, ended = (
+                first(instance, run_id, kind)
+                for kind in (
+                    DagsterEventType.PIPELINE_ENQUEUED,
+                    DagsterEventType.STEP_START,
+                    DagsterEventType.STEP_OUTPUT,
+                    DagsterEventType.STEP_SUCCESS,
+                )
+            )
+            phases["planning"] += queued - created
+            phases["starting"] += started - queued
+            phases["spark"] += output - started
+            phases["events"] += ended - output
+    return {name: round(seconds, 1) for name, seconds in phases.items()}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--scale", type=float)
@@ -408,6 +446,7 @@ def main() -> int:
         step("backfill_ui_s", seconds)
         in_runs = bench.runs_time(run_ids)
         step("daemon_loop_s", seconds - in_runs)
+        result["backfill_phases_s"] = run_phases(bench.home, run_ids)
         # What a run costs beyond its data: the runs' own time, less the bare job's, per run.
         step("run_fixed_cost_s", (in_runs - result["bare_equal_work_s"]) / len(run_ids))
 
