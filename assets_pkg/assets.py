@@ -3,6 +3,7 @@ table), with its checks, all materialized by one step that publishes the run's t
 blocking check failing on any table's day writes nothing in any table."""
 
 from collections.abc import Iterator
+from collections.abc import Set as AbstractSet
 from datetime import date, timedelta
 from typing import Any, NoReturn
 
@@ -27,7 +28,16 @@ from assets_pkg.dagster_names import (
     PUBLISHED_TAG,
 )
 from assets_pkg.partitions import backfill_policy, daily_partitions, run_days
-from assets_pkg.publish import Change, PartlyPublished, Publication, Refused, RunInfo, day_ranges, operation_of, publish
+from assets_pkg.publish import (
+    Change,
+    PartlyPublished,
+    Publication,
+    Refused,
+    RunInfo,
+    day_ranges,
+    operation_of,
+    publishing,
+)
 from assets_pkg.tables import BY_NAME, PUBLISH_ORDER, TABLES
 from assets_pkg.verification import verify_published
 from resources.settings import settings
@@ -81,13 +91,13 @@ def _check_outputs(context: AssetExecutionContext, table: str, done: set[str]) -
     return outputs
 
 
-def failed_publication(context: Any, error: Exception) -> Iterator[Any]:
+def failed_publication(context: Any, error: Exception, recorded: AbstractSet[str] = frozenset()) -> Iterator[Any]:
     """What Dagster records of a change that failed, then the step's Failure: the failing check results when nothing
-    was written; the materializations of what was committed, and the days left behind, when part was. The run is
-    tagged with what it published, which tells late_data_sensor whether to run it again."""
+    was written; the materializations of what was committed (but not `recorded` already), and the days left behind,
+    when part was. The run is tagged with what it published, which tells late_data_sensor whether to run it again."""
     if isinstance(error, PartlyPublished):
         context.instance.add_run_tags(context.run_id, {PUBLISHED_TAG: PUBLISHED_PARTLY})
-        yield from recording.partly_published_events(context, error)
+        yield from recording.partly_published_events(context, error, recorded)
         raise Failure(
             description=str(error),
             metadata={"committed": ", ".join(error.commits), "not_committed": ", ".join(error.not_committed)},
@@ -138,15 +148,21 @@ def publish_tables(context: AssetExecutionContext, pyspark: LazyPySparkResource)
         )
     if not writes:
         return
-    try:
-        publications = publish(spark, Change(operation_of(context.run), {t: days for t in writes}), run)
-    except Exception as error:
-        yield from failed_publication(context, error)
-    for table in writes:
+    # Each table's days are recorded in Dagster while the next table is committed (publishing).
+    publications = publishing(spark, Change(operation_of(context.run), {t: days for t in writes}), run)
+    recorded: set[str] = set()
+    while True:
+        try:
+            table, publication = next(publications)
+        except StopIteration:
+            break
+        except Exception as error:
+            yield from failed_publication(context, error, recorded)
         yield from recording.publication_events(
-            context, table, publications[table], selected, _check_outputs(context, table, done)
+            context, table, publication, selected, _check_outputs(context, table, done)
         )
-        for written, totals in publications[table].totals.items():
+        recorded |= set(publication.metadata)
+        for written, totals in publication.totals.items():
             context.log.info(f"{written}: {len(days)} day(s) {day_ranges(days)} written: {totals}")
 
 

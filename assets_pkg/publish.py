@@ -10,20 +10,24 @@ earlier Delta version. `publish` takes it through four stages, the whole graph a
   (reconcile before publish, across the graph): `Refused`;
 - commit: replace exactly the days (`overwrite_days`, the one call site of the package), one Delta commit per table,
   in the graph's order, a side table just before its table;
-- record: the effects the change declares (a rollback holds its days, a release releases them, a table that
-  publishes late rows settles their exceptions), fingerprints, row-count changes, the audit trail (one append), and
-  each day's figures for Dagster.
+- record: as each table is committed, its check results and each day's figures for Dagster (fingerprints, row-count
+  changes; a table that publishes late rows settles their exceptions), handed to the caller at once (`publishing`);
+  once every table is committed, the effects the change declares (a rollback holds its days, a release releases
+  them) and the audit trail (one append).
 
 A failure during the commits or after them raises PartlyPublished, which says which tables were committed for which
 days; the days are then repaired by running the same change again (see automation.late_data_sensor)."""
 
 import os
+import queue
 import signal
+import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime
 from enum import Enum
-from typing import Any
+from typing import Any, TypeVar
 
 from dagster import DagsterRun
 from pyspark.sql import DataFrame, SparkSession
@@ -256,6 +260,13 @@ def publish(spark: SparkSession, change: Change, run: RunInfo) -> dict[str, Publ
     """Publish `change` as a whole: build, verify, commit, record (see the module's docstring). Raises Refused, having
     written nothing, when a blocking check fails or (for a backfill or restatement) a day is held since a rollback;
     PartlyPublished when a failure comes after the first commit."""
+    return dict(publishing(spark, change, run))
+
+
+def publishing(spark: SparkSession, change: Change, run: RunInfo) -> Iterator[tuple[str, Publication]]:
+    """`publish`, yielding each table's publication once its commit is made. The commits and their records go on in
+    a thread of their own, so that a caller recording one table's days in Dagster does so while the next table is
+    committed. Raises as `publish` does, a PartlyPublished after the publications of the tables committed before."""
     started = datetime.now(UTC)
     t0 = time.monotonic()
     change = replace(change, days={t: sorted(set(change.days[t])) for t in change.tables()})
@@ -270,14 +281,43 @@ def publish(spark: SparkSession, change: Change, run: RunInfo) -> dict[str, Publ
         failing = {table: v.failing for table, v in verified.items() if v.failing}
         if failing:
             raise Refused(change, failing)
-        commits = _commit(staged, change, run)
-        try:
-            return _record(spark, staged, change, run, verified, commits, holds, started, t0)
-        except Exception as e:
-            raise PartlyPublished(change, commits, e) from e
+        yield from _ahead(lambda: _commit_and_record(spark, staged, change, run, verified, holds, started, t0))
     finally:
         for built in staged.values():
             built.unpersist()
+
+
+@dataclass(frozen=True)
+class _Failed:
+    error: BaseException
+
+
+_END = object()
+T = TypeVar("T")
+
+
+def _ahead(items: Callable[[], Iterator[T]]) -> Iterator[T]:
+    """`items()`, produced on a thread of its own as fast as it goes and yielded here as each is ready; its error
+    raised here after the items before it. Closing this generator early still waits for the thread to finish."""
+    ready: queue.Queue = queue.Queue()
+
+    def produce() -> None:
+        try:
+            for item in items():
+                ready.put(item)
+            ready.put(_END)
+        except BaseException as error:
+            ready.put(_Failed(error))
+
+    worker = threading.Thread(target=produce, name="publish-commits", daemon=True)
+    worker.start()
+    try:
+        while (item := ready.get()) is not _END:
+            if isinstance(item, _Failed):
+                raise item.error
+            yield item
+    finally:
+        worker.join()
 
 
 def _stage(spark: SparkSession, table: Table, change: Change, staged: dict[str, Staged]) -> Staged:
@@ -355,40 +395,67 @@ def _verify(built: Staged, table: Table, days: list[date]) -> checks.Verified:
     )
 
 
-def _commit(staged: dict[str, Staged], change: Change, run: RunInfo) -> dict[str, Commit]:
-    """One commit per table, in the graph's order; a side table (rows accepted vs rows quarantined are two halves
-    of one build) is committed just before its table."""
+def _commit_and_record(
+    spark: SparkSession,
+    staged: dict[str, Staged],
+    change: Change,
+    run: RunInfo,
+    verified: dict[str, checks.Verified],
+    holds: list[control.HeldDay],
+    started: datetime,
+    t0: float,
+) -> Iterator[tuple[str, Publication]]:
+    """Commit the tables in the graph's order, yielding each one's publication as soon as it is committed; then the
+    change's effects on held days and the audit trail (one append)."""
+    previous_content = audit.latest_before_run(spark, run.run_id)
+    held_at = datetime.now(UTC)
+    held = _held_days(change, run, held_at)
     commits: dict[str, Commit] = {}
+    audit_rows: list[audit.AuditRow] = []
     fault_point("before-commits")
     try:
-        for table, days in change.days.items():
-            source = change.source(table)
-            info = {
-                "code_version": built_by(table, source),
-                "run_id": run.run_id,
-                "backfill_id": run.backfill_id,
-                "operation": change.operation.value,
-                "days": len(days),
-                "first": days[0],
-                "last": days[-1],
-                **change.note,
-            }
-            for side, side_df in staged[table].side_tables.items():
-                if isinstance(source, Restored):
-                    info_side = {**info, "asset": side, "restored_version": source.side_versions[side]}
-                else:
-                    side_df = side_df.withColumn("run_id", F.lit(run.run_id))  # which run put the row there
-                    info_side = {**info, "asset": side}
-                commits[side] = overwrite_days(side_df, side, DAY_COLUMN[side], days, info_side)
-            restored = {"restored_version": source.version} if isinstance(source, Restored) else {}
-            commits[table] = overwrite_days(
-                staged[table].table, table, DAY_COLUMN[table], days, {**info, "asset": table, **restored}
-            )
+        for table in change.tables():
+            commits.update(_commit(staged, change, run, table))
             fault_point(f"commit:{table}")
+            publication, rows = _record(
+                spark, staged, change, run, verified[table], commits, table, previous_content, held, started, t0
+            )
+            audit_rows += rows
+            yield table, publication
+        _hold_or_release(spark, change, run, holds, held_at)
+        audit.append(spark, audit_rows)
     except Exception as e:
         if commits:
             raise PartlyPublished(change, commits, e) from e
         raise
+
+
+def _commit(staged: dict[str, Staged], change: Change, run: RunInfo, table: str) -> dict[str, Commit]:
+    """The table's commit, its side tables' just before it (rows accepted and rows quarantined are two halves of one
+    build)."""
+    days, source = change.days[table], change.source(table)
+    commits: dict[str, Commit] = {}
+    info = {
+        "code_version": built_by(table, source),
+        "run_id": run.run_id,
+        "backfill_id": run.backfill_id,
+        "operation": change.operation.value,
+        "days": len(days),
+        "first": days[0],
+        "last": days[-1],
+        **change.note,
+    }
+    for side, side_df in staged[table].side_tables.items():
+        if isinstance(source, Restored):
+            info_side = {**info, "asset": side, "restored_version": source.side_versions[side]}
+        else:
+            side_df = side_df.withColumn("run_id", F.lit(run.run_id))  # which run put the row there
+            info_side = {**info, "asset": side}
+        commits[side] = overwrite_days(side_df, side, DAY_COLUMN[side], days, info_side)
+    restored = {"restored_version": source.version} if isinstance(source, Restored) else {}
+    commits[table] = overwrite_days(
+        staged[table].table, table, DAY_COLUMN[table], days, {**info, "asset": table, **restored}
+    )
     return commits
 
 
@@ -400,18 +467,22 @@ def _source_watermark(df: DataFrame) -> datetime | None:
     return datetime.fromtimestamp(seconds, tz=UTC) if seconds is not None else None
 
 
-def _held_days(
-    spark: SparkSession, change: Change, run: RunInfo, holds: list[control.HeldDay], now: datetime
-) -> dict[date, control.HeldDay]:
-    """The declared effect on held days: a rollback holds its days, a release releases them. Returns the days held
-    once the change is committed."""
-    days = change.every_day()
+def _held_days(change: Change, run: RunInfo, now: datetime) -> dict[date, control.HeldDay]:
+    """The days held once the change is committed: a rollback's (it holds its days)."""
+    if not change.hold:
+        return {}
+    return {d: control.HeldDay(d, change.hold.why, change.hold.batches, now, run.run_id) for d in change.every_day()}
+
+
+def _hold_or_release(
+    spark: SparkSession, change: Change, run: RunInfo, holds: list[control.HeldDay], held_at: datetime
+) -> None:
+    """The declared effect on held days, once every table is committed: a rollback holds its days (as of `held_at`,
+    the time its tables' check results give), a release releases them."""
     if change.hold:
-        control.hold_days(spark, days, change.hold.why, change.hold.batches, run.run_id, now)
-        return {d: control.HeldDay(d, change.hold.why, change.hold.batches, now, run.run_id) for d in days}
-    if change.operation is Operation.RELEASE and holds:
-        control.release_holds(spark, [h.day for h in holds], run.run_id, now)
-    return {}
+        control.hold_days(spark, change.every_day(), change.hold.why, change.hold.batches, run.run_id, held_at)
+    elif change.operation is Operation.RELEASE and holds:
+        control.release_holds(spark, [h.day for h in holds], run.run_id, datetime.now(UTC))
 
 
 def _late_data(
@@ -465,85 +536,81 @@ def _record(
     staged: dict[str, Staged],
     change: Change,
     run: RunInfo,
-    verified: dict[str, checks.Verified],
+    checked: checks.Verified,
     commits: dict[str, Commit],
-    holds: list[control.HeldDay],
+    table: str,
+    previous_content: dict,
+    held: dict[date, control.HeldDay],
     started: datetime,
     t0: float,
-) -> dict[str, Publication]:
-    previous_content = audit.latest_before_run(spark, run.run_id)
+) -> tuple[Publication, list[audit.AuditRow]]:
+    """A committed table's publication (every check result and each day's figures for Dagster) and audit rows."""
     ended = datetime.now(UTC)
-    held = _held_days(spark, change, run, holds, ended)
-    publications, audit_rows = {}, []
-    for table, days in change.days.items():
-        spec, checked, commit, source = BY_NAME[table], verified[table], commits[table], change.source(table)
-        previous = {day: previous_content[(table, day)] for day in days if (table, day) in previous_content}
-        outcomes = [
-            *checked.outcomes,
-            *checks.evaluate_after_commit(checked, previous, days),
-            *_freshness(spec, days, held),
-            *_code(table, days, source),
-        ]
-        if spec.checks.late_data:
-            outcomes += _late_data(spark, days, source, run, ended)
-        source_watermark = _source_watermark(staged[table].table)
-        changed = {day: checks.fingerprint_changed(checked.profile(day).content, previous.get(day)) for day in days}
-        audit_rows += [
-            audit.AuditRow(
-                run_id=run.run_id,
-                backfill_id=run.backfill_id,
-                operation=change.operation.value,
-                asset=table,
-                partition=day,
-                rows_written=checked.profile(day).rows,
-                fingerprint=checked.profile(day).fingerprint,
-                delta_version=commit.version,
-                started_at=started,
-                ended_at=ended,
-                source_watermark=source_watermark,
-                duplicate_per_1k=checked.profile(day).duplicate_per_1k,
-                mismatch_count=checked.mismatches.get(day, 0) if spec.checks.reconciliation else None,
-                code_version=built_by(table, source),
-            )
-            for day in days
-        ]
-        why = (
-            {"restored_to_version": source.version, "why": change.hold.why}
-            if isinstance(source, Restored) and change.hold
-            else {}
+    days, spec, commit, source = change.days[table], BY_NAME[table], commits[table], change.source(table)
+    previous = {day: previous_content[(table, day)] for day in days if (table, day) in previous_content}
+    outcomes = [
+        *checked.outcomes,
+        *checks.evaluate_after_commit(checked, previous, days),
+        *_freshness(spec, days, held),
+        *_code(table, days, source),
+    ]
+    if spec.checks.late_data:
+        outcomes += _late_data(spark, days, source, run, ended)
+    source_watermark = _source_watermark(staged[table].table)
+    changed = {day: checks.fingerprint_changed(checked.profile(day).content, previous.get(day)) for day in days}
+    audit_rows = [
+        audit.AuditRow(
+            run_id=run.run_id,
+            backfill_id=run.backfill_id,
+            operation=change.operation.value,
+            asset=table,
+            partition=day,
+            rows_written=checked.profile(day).rows,
+            fingerprint=checked.profile(day).fingerprint,
+            delta_version=commit.version,
+            started_at=started,
+            ended_at=ended,
+            source_watermark=source_watermark,
+            duplicate_per_1k=checked.profile(day).duplicate_per_1k,
+            mismatch_count=checked.mismatches.get(day, 0) if spec.checks.reconciliation else None,
+            code_version=built_by(table, source),
         )
-        metadata = {s.name: commit_metadata(commits[s.name], days) for s in spec.side_tables if s.name in commits}
-        totals = {s.name: commit_totals(commits[s.name], days) for s in spec.side_tables if s.name in commits}
-        metadata[table] = {
-            day: {
-                **day_metadata,
-                **why,
-                CODE_VERSION: built_by(table, source) or "",
-                "fingerprint": checked.profile(day).fingerprint or "",
-                "fingerprint_changed": changed[day],
-                "duplicate_per_1k": checked.profile(day).duplicate_per_1k,
-                **({"mismatch_count": checked.mismatches.get(day, 0)} if spec.checks.reconciliation else {}),
-                # The change's reads: what building these days scanned of the landing and of published tables.
-                **(
-                    {"scanned": {scan.source: scan.metadata() for scan in staged[table].scans}}
-                    if staged[table].scans
-                    else {}
-                ),
-            }
-            for day, day_metadata in commit_metadata(commit, days).items()
+        for day in days
+    ]
+    why = (
+        {"restored_to_version": source.version, "why": change.hold.why}
+        if isinstance(source, Restored) and change.hold
+        else {}
+    )
+    metadata = {s.name: commit_metadata(commits[s.name], days) for s in spec.side_tables if s.name in commits}
+    totals = {s.name: commit_totals(commits[s.name], days) for s in spec.side_tables if s.name in commits}
+    metadata[table] = {
+        day: {
+            **day_metadata,
+            **why,
+            CODE_VERSION: built_by(table, source) or "",
+            "fingerprint": checked.profile(day).fingerprint or "",
+            "fingerprint_changed": changed[day],
+            "duplicate_per_1k": checked.profile(day).duplicate_per_1k,
+            **({"mismatch_count": checked.mismatches.get(day, 0)} if spec.checks.reconciliation else {}),
+            # The change's reads: what building these days scanned of the landing and of published tables.
+            **(
+                {"scanned": {scan.source: scan.metadata() for scan in staged[table].scans}}
+                if staged[table].scans
+                else {}
+            ),
         }
-        totals[table] = {
-            **commit_totals(commit, days),
-            "partitions_changed": sum(changed.values()),
-            **({"watermark_lag_s": round((ended - source_watermark).total_seconds(), 1)} if source_watermark else {}),
-        }
-        publications[table] = Publication(days, outcomes, metadata, totals)
-    audit.append(spark, audit_rows)
-    duration = round(time.monotonic() - t0, 3)
-    for publication in publications.values():
-        for table_totals in publication.totals.values():
-            table_totals["run_publish_s"] = duration
-    return publications
+        for day, day_metadata in commit_metadata(commit, days).items()
+    }
+    totals[table] = {
+        **commit_totals(commit, days),
+        "partitions_changed": sum(changed.values()),
+        **({"watermark_lag_s": round((ended - source_watermark).total_seconds(), 1)} if source_watermark else {}),
+    }
+    published_s = round(time.monotonic() - t0, 3)  # from the change's start until this table was committed
+    for table_totals in totals.values():
+        table_totals["run_publish_s"] = published_s
+    return Publication(days, outcomes, metadata, totals), audit_rows
 
 
 def commit_metadata(commit: Commit, days: list[date]) -> dict[date, dict[str, Any]]:

@@ -115,12 +115,15 @@ def selected_check_outputs(context: Any, table: str) -> list[str]:
 
 
 def partly_published_events(
-    context: Any, partly: PartlyPublished
+    context: Any, partly: PartlyPublished, recorded: AbstractSet[str] = frozenset()
 ) -> Iterator[AssetMaterialization | AssetCheckEvaluation]:
     """A run that failed after committing some tables: a materialization of each day of each table committed (it
-    holds this run's rows), then, on each table not committed, a failing up_to_date_with_landing result on each day,
-    so that the UI shows those days as behind until the days are run again."""
+    holds this run's rows) unless its publication was `recorded` already, then, on each table not committed, a
+    failing up_to_date_with_landing result on each day, so that the UI shows those days as behind until the days are
+    run again."""
     for table, commit in partly.commits.items():
+        if table in recorded:
+            continue
         days = partly.plan[table]
         for day, metadata in sorted(commit_metadata(commit, days).items()):
             yield AssetMaterialization(table, partition=day.isoformat(), metadata=metadata)

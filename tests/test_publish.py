@@ -1,13 +1,16 @@
 """A run publishes its whole graph or nothing: a blocking check failing in any table writes nothing in any table;
-a failure between commits says which tables hold the days, shows the others as behind, and the days are run again."""
+a failure between commits says which tables hold the days, shows the others as behind, and the days are run again;
+each table's days are recorded in Dagster as soon as it is committed, while the next table commits."""
 
 import dataclasses
+import threading
 from datetime import date
 
 import pytest
 from dagster import AssetKey, RunRequest, build_sensor_context
 
 from assets_pkg import publish as publishing
+from assets_pkg import recording
 from assets_pkg.automation import landing_state, late_data_sensor
 from assets_pkg.backfill import run_backfill, run_checks
 from assets_pkg.checks import UP_TO_DATE
@@ -112,3 +115,31 @@ def test_a_failure_between_commits_names_what_was_committed_and_the_days_are_run
     # Repaired once: the sensor does not run it again.
     unchanged_landing = build_sensor_context(instance=instance, definitions=defs, cursor=landing_state())
     assert not isinstance(late_data_sensor(unchanged_landing), RunRequest)
+
+
+def test_a_tables_days_are_recorded_in_dagster_while_the_next_table_is_committed(spark, built, monkeypatch):
+    instance = built
+    expected = content(spark)
+    commit, record = publishing.overwrite_days, recording.publication_events
+    fact_committing = threading.Event()
+    staging_recorded_during_the_facts_commit: list[bool] = []
+
+    def fact(df, table, *args, **kwargs):
+        if table == FACT_ORDER_ITEM:
+            fact_committing.set()
+        return commit(df, table, *args, **kwargs)
+
+    def staging_waits_for_the_facts_commit(context, table, *args, **kwargs):
+        if table == STG_ORDER_ITEMS:  # one after the other, the fact's commit would never start
+            staging_recorded_during_the_facts_commit.append(fact_committing.wait(timeout=120))
+        yield from record(context, table, *args, **kwargs)
+
+    monkeypatch.setattr(publishing, "overwrite_days", fact)
+    monkeypatch.setattr(recording, "publication_events", staging_waits_for_the_facts_commit)
+    assert run_backfill(date(2025, 1, 2), date(2025, 1, 3), instance=instance, echo=lambda _: None)
+    monkeypatch.undo()
+
+    assert staging_recorded_during_the_facts_commit == [True]
+    run = instance.get_runs(limit=1)[0]
+    assert instance.get_latest_materialization_event(AssetKey(STG_ORDER_ITEMS)).run_id == run.run_id
+    assert content(spark) == expected  # the same inputs: the same rows
