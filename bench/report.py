@@ -25,7 +25,8 @@ ROWS = [
     ("daemon_loop_s", "of which the daemon's loop, outside the runs", ""),
     (
         "backfill_phases_s",
-        "each run's life by phase, summed: planning its check results, starting, its Spark work, recording its events",
+        "each run's life, summed: planning its check results, starting, Spark until its first table is committed, "
+        "then recording events while the others commit",
         "",
     ),
     ("runs", "runs of the backfill", ""),

@@ -328,8 +328,9 @@ def step_seconds(home: Path) -> dict[str, dict[str, float]]:
 def run_phases(home: Path, run_ids: list[str]) -> dict[str, float]:
     """Where the runs' time went, summed over `run_ids`, from the instance's event log: `planning`, from a run's
     creation until it is queued (Dagster stores its planned check results); `starting`, until its step starts (the
-    queue, a process and its imports); `spark`, until the step's first output (every table built, checked and
-    written); `events`, until the step ends (the materializations and check results it records, day by day)."""
+    queue, a process and its imports); `spark`, until the step's first output (every table built and checked, the
+    first committed); `events`, until the step ends (every table's days recorded in Dagster, while the tables after
+    each are committed)."""
     from dagster import DagsterEventType
 
     from bench.harness import instance_at
