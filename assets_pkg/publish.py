@@ -539,7 +539,7 @@ def _record(
     checked: checks.Verified,
     commits: dict[str, Commit],
     table: str,
-    previous_content: dict,
+    previous_content: dict[tuple[str, date], audit.DayContent],
     held: dict[date, control.HeldDay],
     started: datetime,
     t0: float,

@@ -11,21 +11,8 @@ from sqlglot import exp
 from sqlmesh import ExecutionContext, model
 from sqlmesh.core.model.kind import ModelKindName
 
-from assets_pkg.tables import BY_NAME, DAY_COLUMN
+from assets_pkg.tables import BY_NAME, DAY_COLUMN, TABLES
 from bench.peers.sqlmesh_builds import COLUMNS, SCHEMA, build
-
-# The project's reconciliation measures (tables.py), as (this table's, the upstream table's) SQL aggregates.
-_FACT_VS_STG = [
-    ("count(1)", "count(1)"),
-    ("sum(gross_amount)", "sum(gross_amount)"),
-    ("sum(discount_amount)", "sum(discount_amount)"),
-    ("sum(net_amount)", "sum(gross_amount - discount_amount)"),
-]
-_MART_VS_FACT = {
-    "daily_revenue": ["gross_amount", "discount_amount", "net_amount"],
-    "customer_daily_features": ["net_amount"],
-    "daily_category_revenue": ["gross_amount", "net_amount"],
-}
 
 
 def _struct(aggregates: list[str]) -> exp.Expression:
@@ -35,31 +22,39 @@ def _struct(aggregates: list[str]) -> exp.Expression:
     )
 
 
+def _owner(side: str) -> str:
+    """The table a side table is written with."""
+    return next(t.name for t in TABLES if side in {s.name for s in t.side_tables})
+
+
 def _audits(table: str) -> list:
-    key = BY_NAME[table].key if table in BY_NAME else ["quarantine_day", "order_id", "order_item_id"]
+    """The project's key and reconciliation checks of `table` (tables.py), as SQLMesh audits."""
+    # A side table's rows are keyed by its own day and its table's key; a key may be there twice on a day (two bad
+    # versions): no uniqueness.
+    key = BY_NAME[table].key if table in BY_NAME else [DAY_COLUMN[table], *BY_NAME[_owner(table)].key]
     columns = [exp.column(c) for c in key]
     audits: list = [("not_null", {"columns": columns})]
-    if table in BY_NAME:  # quarantine may hold a key twice on a day (two bad versions): no uniqueness
+    if table in BY_NAME:
         audits.append(("unique_combination_of_columns", {"columns": columns}))
-    pairs = _FACT_VS_STG if table == "fact_order_item" else None
-    if table in _MART_VS_FACT:
-        pairs = [("sum(item_count)", "count(1)"), *[(f"sum({m})", f"sum({m})") for m in _MART_VS_FACT[table]]]
-    if pairs:
-        upstream = "stg_order_items" if table == "fact_order_item" else "fact_order_item"
+    rec = BY_NAME[table].checks.reconciliation if table in BY_NAME else None
+    if rec:
+        here, there = zip(*rec.measures.values(), strict=True)
         audits.append(
             (
                 "reconciles_by_day",
                 {
-                    "upstream": exp.to_table(f"{SCHEMA}.{upstream}"),
-                    "here": _struct([h for h, _ in pairs]),
-                    "there": _struct([u for _, u in pairs]),
+                    "upstream": exp.to_table(f"{SCHEMA}.{rec.upstream}"),
+                    "here": _struct(list(here)),
+                    "there": _struct(list(there)),
                 },
             )
         )
     return audits
 
 
-def _spec(table: str, depends_on: list[str]) -> dict[str, t.Any]:
+def _spec(table: str) -> dict[str, t.Any]:
+    # A table depends on its upstream tables; a side table on its table, whose build made its rows.
+    depends_on = [u for u in BY_NAME[table].upstream if u in BY_NAME] if table in BY_NAME else [_owner(table)]
     batch = os.environ.get("PEER_BATCH_SIZE")
     return dict(
         name=f"{SCHEMA}.{table}",
@@ -78,37 +73,37 @@ def _spec(table: str, depends_on: list[str]) -> dict[str, t.Any]:
     )
 
 
-@model(**_spec("stg_order_items", []))
+@model(**_spec("stg_order_items"))
 def stg_order_items(context: ExecutionContext, start: datetime, end: datetime, **kwargs: t.Any) -> DataFrame:
     return build(context, "stg_order_items", start, end)
 
 
 # After staging, whose build made its rows (sqlmesh_builds._staged).
-@model(**_spec("quarantine_order_items", ["stg_order_items"]))
+@model(**_spec("quarantine_order_items"))
 def quarantine_order_items(context: ExecutionContext, start: datetime, end: datetime, **kwargs: t.Any) -> DataFrame:
     return build(context, "quarantine_order_items", start, end)
 
 
-@model(**_spec("dim_product", []))
+@model(**_spec("dim_product"))
 def dim_product(context: ExecutionContext, start: datetime, end: datetime, **kwargs: t.Any) -> DataFrame:
     return build(context, "dim_product", start, end)
 
 
-@model(**_spec("fact_order_item", ["stg_order_items", "dim_product"]))
+@model(**_spec("fact_order_item"))
 def fact_order_item(context: ExecutionContext, start: datetime, end: datetime, **kwargs: t.Any) -> DataFrame:
     return build(context, "fact_order_item", start, end)
 
 
-@model(**_spec("daily_revenue", ["fact_order_item"]))
+@model(**_spec("daily_revenue"))
 def daily_revenue(context: ExecutionContext, start: datetime, end: datetime, **kwargs: t.Any) -> DataFrame:
     return build(context, "daily_revenue", start, end)
 
 
-@model(**_spec("customer_daily_features", ["fact_order_item"]))
+@model(**_spec("customer_daily_features"))
 def customer_daily_features(context: ExecutionContext, start: datetime, end: datetime, **kwargs: t.Any) -> DataFrame:
     return build(context, "customer_daily_features", start, end)
 
 
-@model(**_spec("daily_category_revenue", ["fact_order_item"]))
+@model(**_spec("daily_category_revenue"))
 def daily_category_revenue(context: ExecutionContext, start: datetime, end: datetime, **kwargs: t.Any) -> DataFrame:
     return build(context, "daily_category_revenue", start, end)
