@@ -2,9 +2,10 @@
 tests/test_dagster_private.py fails loudly when Dagster moves or changes any of them: that is the signal to look
 for the public API that replaces it.
 
-Most are the string constants Dagster itself reads from run tags and observations; one is a class. And three are
+Most are the string constants Dagster itself reads from run tags and observations; one is a class. And five are
 changes of behaviour, in the event log storage classes (below): a pool slot claim that is atomic; for SQLite, one
-engine and open connection per database file; a range run's planned materializations as one event per asset."""
+engine and open connection per database file; for PostgreSQL, one connection held open; a range run's planned
+materializations as one event per asset; a check result stored with one serialization and one write of the index."""
 
 # A check result recorded for a day of a range run must name the materialization it checked: that pointer is what
 # the UI compares to colour a day of the check's Partitions view. Dagster fills it in itself only in a
@@ -26,6 +27,7 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 import sqlalchemy
+from dagster import AssetCheckEvaluation
 from dagster._core.definitions.asset_checks.asset_check_evaluation import (  # noqa: F401
     AssetCheckEvaluationTargetMaterializationData,
 )
@@ -39,13 +41,23 @@ from dagster._core.definitions.data_version import DATA_VERSION_TAG  # noqa: F40
 
 # A step that failed only because a blocking check failed raises this: a checks-only run reports those checks itself,
 # so its step failures are not repeated. Dagster does not export the class.
-from dagster._core.errors import DagsterAssetCheckFailedError  # noqa: F401
+from dagster._core.errors import (
+    DagsterAssetCheckFailedError,  # noqa: F401
+    DagsterInvariantViolationError,
+)
+from dagster._core.events import DagsterEventType
+from dagster._core.events.log import EventLogEntry
 
 # The status of a Dagster backfill, to see whether one is in progress: DagsterInstance.get_backfills takes it, and
 # Dagster exports neither it nor a filter that does without it.
 from dagster._core.execution.backfill import BulkActionStatus  # noqa: F401
+from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
 from dagster._core.storage.event_log import SqliteEventLogStorage
-from dagster._core.storage.event_log.schema import ConcurrencySlotsTable
+from dagster._core.storage.event_log.schema import (
+    AssetCheckExecutionsTable,
+    ConcurrencySlotsTable,
+    SqlEventLogStorageTable,
+)
 from dagster._core.storage.event_log.sqlite.sqlite_event_log import INDEX_SHARD_NAME
 from dagster._core.storage.sql import create_engine
 from dagster._core.storage.sqlite import SQLITE_BUSY_TIMEOUT_SECONDS
@@ -59,10 +71,10 @@ from dagster._core.storage.tags import (  # noqa: F401
     BACKFILL_ID_TAG,
     PARTITION_NAME_TAG,
 )
-from dagster._serdes import ConfigurableClassData
+from dagster._serdes import ConfigurableClassData, serialize_value
 from dagster._utils.concurrency import ConcurrencySlotStatus
 from dagster_postgres import PostgresEventLogStorage
-from dagster_postgres.utils import get_token_provider_from_config, pg_url_from_config
+from dagster_postgres.utils import create_pg_engine, get_token_provider_from_config, pg_url_from_config
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.pool import QueuePool
 
@@ -164,6 +176,119 @@ class _EnginePerFile:
         self._engines.clear()
 
 
+# A fourth change, to what a range run's check results cost to store. Dagster stores a run's check result by
+# serializing the event twice (its row in the event log, then the check's execution row), builds each statement anew,
+# and writes the index in two transactions (SQLite) or on two connections (PostgreSQL); a range run's planned check
+# rows serialize the planned event once per day, which is most of what creating a run over years of days costs. Dagster
+# has no setting for either. The class below stores the same rows with the same values: each event serialized once,
+# its statements built once per process, the event and the check's execution row written together.
+# tests/test_dagster_private.py compares what it records with Dagster's own storage, and fails when the methods it
+# replaces change.
+_EVENTS = SqlEventLogStorageTable
+_CHECK_EXECUTIONS = AssetCheckExecutionsTable
+_INSERT_EVENT = _EVENTS.insert()
+_INSERT_CHECK_EXECUTION = _CHECK_EXECUTIONS.insert()
+# The execution row its planned event created: (asset, check, run, partition) identify it.
+_UPDATE_PLANNED_EXECUTION = (
+    _CHECK_EXECUTIONS.update()
+    .where(
+        _CHECK_EXECUTIONS.c.asset_key == sqlalchemy.bindparam("of_asset"),
+        _CHECK_EXECUTIONS.c.check_name == sqlalchemy.bindparam("of_check"),
+        _CHECK_EXECUTIONS.c.run_id == sqlalchemy.bindparam("of_run"),
+        _CHECK_EXECUTIONS.c.partition == sqlalchemy.bindparam("of_partition"),
+    )
+    .values(
+        execution_status=sqlalchemy.bindparam("status"),
+        evaluation_event=sqlalchemy.bindparam("event"),
+        evaluation_event_timestamp=sqlalchemy.bindparam("timestamp"),
+        evaluation_event_storage_id=sqlalchemy.bindparam("event_id"),
+        materialization_event_storage_id=sqlalchemy.bindparam("materialization_id"),
+    )
+)
+
+
+def run_check_result(event: EventLogEntry) -> AssetCheckEvaluation | None:
+    """The check result an event of a run carries on one partition (what a range run records day by day), else None."""
+    dagster_event = event.dagster_event
+    if dagster_event is None or not event.run_id:
+        return None
+    if dagster_event.event_type_value != DagsterEventType.ASSET_CHECK_EVALUATION.value:
+        return None
+    evaluation = dagster_event.event_specific_data
+    return evaluation if isinstance(evaluation, AssetCheckEvaluation) and evaluation.partition else None
+
+
+class _CheckResultsWrittenOnce:
+    _event_to_row: Callable[[EventLogEntry], dict[str, Any]]  # the storage's own
+    index_connection: Callable[[], AbstractContextManager[Connection]]
+
+    def _record_check_result(
+        self, conn: Connection, event: EventLogEntry, evaluation: AssetCheckEvaluation, row: dict, event_id: int
+    ) -> None:
+        """The check's execution row of this run and partition, as Dagster's `_update_asset_check_evaluation` writes
+        it: the one its planned event created, or a new one."""
+        status = (
+            AssetCheckExecutionRecordStatus.SUCCEEDED if evaluation.passed else AssetCheckExecutionRecordStatus.FAILED
+        ).value
+        target = evaluation.target_materialization_data
+        values = {
+            "event": row["event"],
+            "timestamp": row["timestamp"],
+            "event_id": event_id,
+            "materialization_id": target.storage_id if target else None,
+        }
+        key = {
+            "of_asset": evaluation.asset_key.to_string(),
+            "of_check": evaluation.check_name,
+            "of_run": event.run_id,
+            "of_partition": evaluation.partition,
+        }
+        updated = conn.execute(_UPDATE_PLANNED_EXECUTION, {**key, **values, "status": status}).rowcount
+        if updated == 0:
+            updated = conn.execute(
+                _INSERT_CHECK_EXECUTION,
+                {
+                    "asset_key": key["of_asset"],
+                    "check_name": key["of_check"],
+                    "run_id": key["of_run"],
+                    "partition": key["of_partition"],
+                    "execution_status": status,
+                    "evaluation_event": values["event"],
+                    "evaluation_event_timestamp": values["timestamp"],
+                    "evaluation_event_storage_id": event_id,
+                    "materialization_event_storage_id": values["materialization_id"],
+                },
+            ).rowcount
+        if updated > 1:
+            raise DagsterInvariantViolationError(
+                f"Updated {updated} rows for asset check evaluation {evaluation.asset_check_key} as a result of "
+                "duplicate AssetCheckPlanned events."
+            )
+
+    def _store_asset_check_evaluation_planned(self, event: EventLogEntry, event_id: int | None) -> None:
+        planned = event.get_dagster_event().event_specific_data
+        subset = getattr(planned, "partitions_subset", None)
+        if subset is None:
+            super()._store_asset_check_evaluation_planned(event, event_id)  # type: ignore[misc]
+            return
+        serialized, timestamp = serialize_value(event), self._event_insert_timestamp(event)  # type: ignore[attr-defined]
+        rows = [
+            {
+                "asset_key": planned.asset_key.to_string(),  # type: ignore[union-attr]
+                "check_name": planned.check_name,  # type: ignore[union-attr]
+                "partition": partition,
+                "run_id": event.run_id,
+                "execution_status": AssetCheckExecutionRecordStatus.PLANNED.value,
+                "evaluation_event": serialized,
+                "evaluation_event_timestamp": timestamp,
+                "evaluation_event_storage_id": event_id,
+            }
+            for partition in subset.get_partition_keys()
+        ]
+        with self.index_connection() as conn:
+            conn.execute(_INSERT_CHECK_EXECUTION, rows)
+
+
 # A range run's planned materializations, one per asset and run (naming its days) rather than one per asset and day:
 # what DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS does, which Dagster reads through this property of the event
 # log storage in whichever process creates a run (the command line, the daemon, the webserver). Declared by the
@@ -177,9 +302,12 @@ class _PlannedEventsPerRun:
         return True
 
 
-class AtomicClaimSqliteEventLogStorage(_AtomicSlotClaim, _PlannedEventsPerRun, _EnginePerFile, SqliteEventLogStorage):
+class AtomicClaimSqliteEventLogStorage(
+    _AtomicSlotClaim, _PlannedEventsPerRun, _CheckResultsWrittenOnce, _EnginePerFile, SqliteEventLogStorage
+):
     """Dagster's SQLite event log storage (the default instance's), with slot claims atomic across processes, one
-    engine and open connection per database file, and a range run's planned materializations one per asset."""
+    engine and open connection per database file, a range run's planned materializations one per asset, and check
+    results written once."""
 
     @classmethod
     def from_config_value(  # Dagster's builds its own class by name
@@ -187,10 +315,46 @@ class AtomicClaimSqliteEventLogStorage(_AtomicSlotClaim, _PlannedEventsPerRun, _
     ) -> "AtomicClaimSqliteEventLogStorage":
         return cls(inst_data=inst_data, **config_value)
 
+    def store_event(self, event: EventLogEntry) -> None:
+        """A run's check result as Dagster's SQLite storage stores it: in the run's file, then mirrored in the index
+        with the check's execution row (in one transaction there). Any other event as Dagster stores it."""
+        evaluation = run_check_result(event)
+        if evaluation is None:
+            super().store_event(event)
+            return
+        row = self._event_to_row(event)
+        with self.run_connection(event.run_id) as conn:
+            conn.execute(_INSERT_EVENT, row)
+        with self.index_connection() as conn:
+            inserted = conn.execute(_INSERT_EVENT, row).inserted_primary_key
+            if inserted is None:
+                raise DagsterInvariantViolationError("Cannot store an asset check evaluation with no event id.")
+            self._record_check_result(conn, event, evaluation, row, inserted[0])
 
-class AtomicClaimPostgresEventLogStorage(_AtomicSlotClaim, _PlannedEventsPerRun, PostgresEventLogStorage):
-    """Dagster's PostgreSQL event log storage (the production profile's), with slot claims atomic across processes and
-    a range run's planned materializations one per asset."""
+
+# The production profile's runs store their events through PgBouncer (scripts/postgres.sh). Dagster's storage holds no
+# connection, by design, so that instances do not accumulate them: each statement takes a connection and gives it
+# back, which costs a round trip of its own. Its webserver already holds one open (`optimize_for_webserver`); a run
+# process, which writes an event per check per day, holds one too.
+POOL_RECYCLE_S = 3600
+
+
+class AtomicClaimPostgresEventLogStorage(
+    _AtomicSlotClaim, _PlannedEventsPerRun, _CheckResultsWrittenOnce, PostgresEventLogStorage
+):
+    """Dagster's PostgreSQL event log storage (the production profile's), with slot claims atomic across processes,
+    a range run's planned materializations one per asset, check results written once and one connection held."""
+
+    def __init__(self, postgres_url: str, *args: Any, **kwargs: Any) -> None:
+        super().__init__(postgres_url, *args, **kwargs)
+        self._engine.dispose()
+        self._engine = create_pg_engine(
+            self.postgres_url,
+            self._token_provider,
+            isolation_level="AUTOCOMMIT",
+            pool_size=1,
+            pool_recycle=POOL_RECYCLE_S,
+        )
 
     @classmethod
     def from_config_value(  # Dagster's builds its own class by name
@@ -202,3 +366,15 @@ class AtomicClaimPostgresEventLogStorage(_AtomicSlotClaim, _PlannedEventsPerRun,
             should_autocreate_tables=config_value.get("should_autocreate_tables", True),
             token_provider=get_token_provider_from_config(config_value),
         )
+
+    def store_event(self, event: EventLogEntry) -> None:
+        """A run's check result as Dagster's PostgreSQL storage stores it, on one connection: the event, then the
+        check's execution row. (Dagster's also sends a NOTIFY that nothing listens to since it polls.)"""
+        evaluation = run_check_result(event)
+        if evaluation is None:
+            super().store_event(event)
+            return
+        row = self._event_to_row(event)
+        with self._connect() as conn:
+            event_id = conn.execute(_INSERT_EVENT.returning(_EVENTS.c.id), row).scalar_one()
+            self._record_check_result(conn, event, evaluation, row, event_id)

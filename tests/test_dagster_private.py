@@ -273,6 +273,35 @@ def test_the_sqlite_connection_the_project_replaces_is_still_dagsters_of_1_13():
         assert "self._connect(" in inspect.getsource(getattr(SqliteEventLogStorage, method)), method
 
 
+# The digests of Dagster's methods that store a check result, as the project's storages replace them (one serialization,
+# statements built once, the event and its execution row written together; PostgreSQL's connection held open): a
+# Dagster release that changes one makes the test below fail, so the replacement is read again against it.
+DAGSTERS_CHECK_RESULT_WRITES_SHA256 = {
+    ("SqlEventLogStorage", "_update_asset_check_evaluation"): "961fd6041447b07a",
+    ("SqlEventLogStorage", "_store_asset_check_evaluation_planned"): "bbecef7ab5ce9d01",
+    ("SqlEventLogStorage", "store_asset_check_event"): "6d148295fa69bb45",
+    ("SqlEventLogStorage", "_event_to_row"): "93d47fbe7edc4f70",
+    ("SqliteEventLogStorage", "store_event"): "f89aed40602438b9",
+    ("PostgresEventLogStorage", "store_event"): "4a2e37e5871bf2c8",
+    ("PostgresEventLogStorage", "__init__"): "647dff00b58c1222",
+}
+
+
+def test_the_check_result_writes_the_project_replaces_are_still_dagsters_of_1_13():
+    import hashlib
+
+    from dagster._core.storage.event_log import SqliteEventLogStorage
+    from dagster._core.storage.event_log.sql_event_log import SqlEventLogStorage
+    from dagster_postgres import PostgresEventLogStorage
+
+    classes = {c.__name__: c for c in (SqlEventLogStorage, SqliteEventLogStorage, PostgresEventLogStorage)}
+    for (owner, name), digest in DAGSTERS_CHECK_RESULT_WRITES_SHA256.items():
+        source = inspect.getsource(getattr(classes[owner], name))
+        assert hashlib.sha256(source.encode()).hexdigest()[:16] == digest, (
+            f"Dagster changed {owner}.{name}: compare it with assets_pkg/dagster_private.py's, then update the digest"
+        )
+
+
 def _range_run(instance: DagsterInstance) -> str:
     """A range run of 5 days of a chain of assets, each with 2 check results per day (bench/event_log.py's): its id."""
     from bench.event_log import definitions
@@ -298,6 +327,40 @@ def _what_dagster_shows(instance: DagsterInstance, run_id: str) -> tuple[list[st
     return [t.value if t else "" for t in types], results
 
 
+def _check_execution_rows(instance: DagsterInstance, run_id: str) -> list[tuple]:
+    """Every check execution row of the run as stored, by value: its check, day and status, the event it holds (its
+    type, check, day and result), that event's row in the event log, and the materialization it names."""
+    import sqlalchemy
+    from dagster._core.storage.event_log.schema import AssetCheckExecutionsTable as Executions
+    from dagster._core.storage.event_log.schema import SqlEventLogStorageTable as Events
+    from dagster._serdes import deserialize_value
+
+    storage = instance.event_log_storage
+    with storage.index_connection() as conn:
+        rows = conn.execute(sqlalchemy.select(Executions).where(Executions.c.run_id == run_id)).mappings().all()
+        event_types = dict(conn.execute(sqlalchemy.select(Events.c.id, Events.c.dagster_event_type)).all())
+    found = []
+    for row in rows:
+        entry = deserialize_value(row["evaluation_event"])
+        data = entry.dagster_event.event_specific_data
+        found.append(
+            (
+                row["asset_key"],
+                row["check_name"],
+                row["partition"],
+                row["execution_status"],
+                entry.dagster_event_type.value,
+                getattr(data, "check_name", None),
+                getattr(data, "partition", None),
+                getattr(data, "passed", None),
+                event_types.get(row["evaluation_event_storage_id"]),
+                row["evaluation_event_timestamp"] is not None,
+                row["materialization_event_storage_id"],
+            )
+        )
+    return sorted(found, key=str)
+
+
 def test_the_projects_sqlite_storage_records_every_event_and_check_result_as_dagsters_own_does(tmp_path):
     from assets_pkg.dagster_private import AtomicClaimSqliteEventLogStorage
 
@@ -305,8 +368,10 @@ def test_the_projects_sqlite_storage_records_every_event_and_check_result_as_dag
     assert isinstance(ours.event_log_storage, AtomicClaimSqliteEventLogStorage)
     dagsters = _instance(tmp_path / "dagster", "dagster")
 
+    run_ours, run_dagsters = _range_run(ours), _range_run(dagsters)
     (events_ours, results_ours), (events_dagsters, results_dagsters) = (
-        _what_dagster_shows(i, _range_run(i)) for i in (ours, dagsters)
+        _what_dagster_shows(ours, run_ours),
+        _what_dagster_shows(dagsters, run_dagsters),
     )
 
     planned = "ASSET_MATERIALIZATION_PLANNED"
@@ -316,6 +381,53 @@ def test_the_projects_sqlite_storage_records_every_event_and_check_result_as_dag
     assert all(len(results) == 5 for results in results_ours.values())
     # A range run plans each asset once, naming its days, where Dagster's default plans each asset's every day.
     assert (events_ours.count(planned), events_dagsters.count(planned)) == (6, 6 * 5)
+    # The check execution rows hold the same values, each pointing at its result's row in the event log.
+    rows = _check_execution_rows(ours, run_ours)
+    assert rows == _check_execution_rows(dagsters, run_dagsters)
+    assert len(rows) == 6 * 2 * 5 and {r[8] for r in rows} == {"ASSET_CHECK_EVALUATION"}
+
+
+def test_the_projects_storage_records_planned_check_days_and_their_results_as_dagsters_does(tmp_path):
+    """A range run's planned check rows (one per check per day, written when the run is created), then the results
+    that replace them, as Dagster's own storage writes them: including a result naming the materialization it
+    checked, and one on a day that was not planned."""
+    from dagster import AssetCheckEvaluation, AssetKey, DagsterEvent, EventLogEntry
+    from dagster._core.events import DagsterEventType
+    from dagster._core.execution.api import create_execution_plan
+
+    from bench.event_log import definitions
+
+    defs, days = definitions(4, 2)
+    job = defs.resolve_job_def("all")
+    tags = {ASSET_PARTITION_RANGE_START_TAG: days[0], ASSET_PARTITION_RANGE_END_TAG: days[-1]}
+    found = []
+    for storage in ("project", "dagster"):
+        instance = _instance(tmp_path / storage, storage)
+        run = instance.create_run_for_job(job_def=job, execution_plan=create_execution_plan(job, tags=tags), tags=tags)
+        planned_rows = _check_execution_rows(instance, run.run_id)
+        for day, materialization_id in ((days[1], 7), ("2030-01-01", None)):
+            evaluation = AssetCheckEvaluation(
+                asset_key=AssetKey("table_0"),
+                check_name="check_1",
+                passed=materialization_id is None,
+                partition=day,
+                target_materialization_data=AssetCheckEvaluationTargetMaterializationData(
+                    storage_id=materialization_id, run_id=run.run_id, timestamp=1.0
+                )
+                if materialization_id
+                else None,
+            )
+            event = DagsterEvent(DagsterEventType.ASSET_CHECK_EVALUATION.value, "all", event_specific_data=evaluation)
+            instance.store_event(
+                EventLogEntry(None, 10, "", run.run_id, 1.0, dagster_event=event, job_name="all", step_key="table_0")
+            )
+        found.append((planned_rows, _check_execution_rows(instance, run.run_id)))
+    (planned_ours, stored_ours), (planned_dagsters, stored_dagsters) = found
+    assert planned_ours == planned_dagsters and len(planned_ours) == 6 * 2 * 4
+    assert stored_ours == stored_dagsters and len(stored_ours) == 6 * 2 * 4 + 1
+    by_day = {(r[0], r[1], r[2]): (r[3], r[10]) for r in stored_ours}
+    assert by_day[('["table_0"]', "check_1", days[1])] == ("FAILED", 7)
+    assert by_day[('["table_0"]', "check_1", "2030-01-01")] == ("SUCCEEDED", None)
 
 
 def test_the_projects_storage_plans_a_range_run_as_dagster_does_with_the_planned_events_setting():
