@@ -257,10 +257,19 @@ def read_landing(spark: SparkSession, dataset: str, batches: list[str] | None = 
     return df
 
 
+def _batch_of_file(file: str) -> str:
+    return next(p for p in Path(file).parts if p.startswith(BATCH_PREFIX))[len(BATCH_PREFIX) :]
+
+
+def batches_of(df: DataFrame) -> list[str]:
+    """The batches a read of the landing (read_landing) reads: those of its files."""
+    return sorted({_batch_of_file(f) for f in df.inputFiles()})
+
+
 def scan_of_landing(df: DataFrame, dataset: str) -> Scan:
     """The scan of `df`, a read of the landing (read_landing), against every file landed: files, bytes and batches."""
     files = df.inputFiles()
-    batches = {next(p for p in Path(f).parts if p.startswith(BATCH_PREFIX)) for f in files}
+    batches = {_batch_of_file(f) for f in files}
     dirs = batch_dirs(dataset)
     every = [p for d in dirs for p in d.rglob("*") if p.is_file() and not p.name.startswith((".", "_"))]
     return Scan(

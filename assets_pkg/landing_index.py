@@ -11,8 +11,10 @@ A batch of order items can hold rows of day D when
 A batch of products can hold the days its versions take effect on (and, like any batch, its own day).
 
 Indexing new batches reads the key and date columns of the landing once, to link them to the older batches holding
-the same items. Batches are immutable, so a row of the index stays true; a file taken out of the landing later
-(`withdraw`) leaves a superset, which reads a batch too many, never one too few."""
+the same items; a build that reads the whole landing anyway indexes the batches it read from those same rows
+(`index_read`), so that the first narrowed build after it reads no history. Batches are immutable, so a row of the index
+stays true; a file taken out of the landing later (`withdraw`) leaves a superset, which reads a batch too many, never
+one too few."""
 
 from collections import defaultdict
 from datetime import date
@@ -35,11 +37,13 @@ def _clamped(batch: str) -> date:
     return min(max(date.fromisoformat(batch), first_day()), last_day())
 
 
-def _order_item_days(spark: SparkSession, new: list[str], known: list[str]) -> DataFrame:
+def _order_item_days(
+    spark: SparkSession, new: list[str], known: list[str], landed: DataFrame | None, cached: list[DataFrame]
+) -> DataFrame:
     in_partitions = F.col("order_date").between(F.lit(first_day()), F.lit(last_day()))
     # The batches listed now only: one landing meanwhile is indexed, whole, by the next update.
     dated = (
-        landing.read_landing(spark, landing.ORDER_ITEMS)
+        (landed if landed is not None else landing.read_landing(spark, landing.ORDER_ITEMS))
         .select(
             *ORDER_ITEM_KEY,
             F.col("ingest_date").alias("batch"),
@@ -47,18 +51,24 @@ def _order_item_days(spark: SparkSession, new: list[str], known: list[str]) -> D
         )
         .where(F.col("batch").isin([date.fromisoformat(b) for b in known]))
     )
+    if landed is None:  # read once for both of its uses below
+        dated = dated.persist()
+        cached.append(dated)
     arrived = dated.where(F.col("batch").isin([date.fromisoformat(b) for b in new]))
     own = arrived.where(F.col("day").isNotNull()).select("batch", "day")
-    keys = (
-        arrived.where(F.col("order_id").isNotNull() & F.col("order_item_id").isNotNull())
-        .select(*ORDER_ITEM_KEY)
-        .distinct()
-    )
-    # Every version of the items the new batches hold, in any batch: each of their batches holds each of their days.
+    if set(new) != set(known):  # the items the new batches hold, in any batch
+        keys = (
+            arrived.where(F.col("order_id").isNotNull() & F.col("order_item_id").isNotNull())
+            .select(*ORDER_ITEM_KEY)
+            .distinct()
+        )
+        dated = dated.join(keys, ORDER_ITEM_KEY, "left_semi")
+    # Every version of those items, in any batch: each of their batches holds each of their days. An item in one batch
+    # only adds nothing to that batch's own days.
     per_item = (
-        dated.join(keys, ORDER_ITEM_KEY, "left_semi")
-        .groupBy(*ORDER_ITEM_KEY)
+        dated.groupBy(*ORDER_ITEM_KEY)
         .agg(F.collect_set("batch").alias("batches"), F.collect_set("day").alias("days"))
+        .where(F.size("batches") > 1)
     )
     linked = per_item.select(F.explode("batches").alias("batch"), "days").select(
         "batch", F.explode("days").alias("day")
@@ -66,8 +76,11 @@ def _order_item_days(spark: SparkSession, new: list[str], known: list[str]) -> D
     return own.unionByName(linked)
 
 
-def _product_days(spark: SparkSession, new: list[str], known: list[str]) -> DataFrame:
-    versions = landing.read_landing(spark, landing.PRODUCTS, new)
+def _product_days(
+    spark: SparkSession, new: list[str], known: list[str], landed: DataFrame | None, cached: list[DataFrame]
+) -> DataFrame:
+    versions = landing.read_landing(spark, landing.PRODUCTS, new) if landed is None else landed
+    versions = versions.where(F.col("ingest_date").isin([date.fromisoformat(b) for b in new]))
     return versions.select(F.col("ingest_date").alias("batch"), landing.event_day(landing.PRODUCTS).alias("day"))
 
 
@@ -83,18 +96,40 @@ def indexed(spark: SparkSession) -> dict[str, dict[str, set[date]]]:
     return index
 
 
-def update(spark: SparkSession) -> dict[str, dict[str, set[date]]]:
-    """Index the batches not indexed yet (one commit, none when every batch is), and return the whole index."""
-    index = indexed(spark)
+def update(spark: SparkSession, read: dict[str, DataFrame] | None = None) -> dict[str, dict[str, set[date]]]:
+    """Index the batches not indexed yet (one commit, none when every batch is), and return the whole index. `read`:
+    per dataset, every batch of it as a build has just read it (read_landing, whole), whose batches are indexed from
+    those rows instead of reading the landing again."""
+    cached: list[DataFrame] = []
+    try:
+        return _index_new(spark, indexed(spark), read or {}, cached)
+    finally:
+        for df in cached:
+            df.unpersist()
+
+
+def _index_new(
+    spark: SparkSession,
+    index: dict[str, dict[str, set[date]]],
+    read: dict[str, DataFrame],
+    cached: list[DataFrame],
+) -> dict[str, dict[str, set[date]]]:
+    """`update`, given the index so far; frames it caches are added to `cached`."""
     parts = []
     for dataset, days_of in _DAYS_OF_NEW_BATCHES.items():
-        known = sorted(landing.batch_name(p) for p in landing.batch_dirs(dataset))
+        landed = read.get(dataset)
+        # The batches listed now, or those the build read: any landed since is indexed by the next update.
+        known = sorted(
+            landing.batches_of(landed) if landed is not None else map(landing.batch_name, landing.batch_dirs(dataset))
+        )
         new = sorted(set(known) - set(index[dataset]))
         if new:
             own_days = spark.createDataFrame(
                 [(date.fromisoformat(b), _clamped(b)) for b in new], "batch date, day date"
             )
-            parts.append(days_of(spark, new, known).unionByName(own_days).withColumn("dataset", F.lit(dataset)))
+            parts.append(
+                days_of(spark, new, known, landed, cached).unionByName(own_days).withColumn("dataset", F.lit(dataset))
+            )
     if not parts:
         return index
     rows = parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1])
@@ -112,6 +147,11 @@ def update(spark: SparkSession) -> dict[str, dict[str, set[date]]]:
     for r in added:
         index[r.dataset][r.batch.isoformat()].add(r.day)
     return index
+
+
+def index_read(spark: SparkSession, dataset: str, landed: DataFrame) -> None:
+    """Index the batches of `landed`, a build's read of every batch of `dataset`, from its rows (see `update`)."""
+    update(spark, {dataset: landed})
 
 
 def batches_holding(spark: SparkSession, dataset: str, days: list[date]) -> list[str]:

@@ -137,7 +137,8 @@ def build_stg_order_items(spark: SparkSession, days: list[date], read: Read) -> 
         items = scanned.where(transforms.ITEM_ON_DAYS).drop(transforms.ITEM_ON_DAYS)
         landed = scanned.drop(transforms.ITEM_ON_DAYS)
     else:
-        scanned = items = landed = landed.persist()  # most of the history: read once
+        scanned = items = landed = landed.persist()  # most of the history: read once, and indexed from that read
+        landing_index.index_read(spark, landing.ORDER_ITEMS, landed)
     versions, _ = quarantine.split(items, first_day(), last_day())
     _, rejected = quarantine.split(landed, first_day(), last_day())  # by quarantine day, whatever the row's key
     stg = transforms.stg_order_items(versions, days)

@@ -175,6 +175,30 @@ def test_a_one_day_run_reads_only_its_day_of_a_table_and_only_the_landed_batches
     assert {t: rows(spark, t) for t in TABLES} == before  # and what it built from them is what the whole landing gives
 
 
+def test_a_build_that_reads_the_whole_landing_indexes_its_batches_as_a_narrowed_build_would_have(spark, built):
+    """A build over every day reads the whole landing anyway: it indexes the batches from that read, so that the first
+    narrowed build after it does not read the whole landing again; the index is the one a narrowed build makes."""
+    import shutil
+
+    from assets_pkg import landing_index, tables
+    from assets_pkg.partitions import days, first_day, last_day
+
+    index_path = Path(table_path(landing_index.INDEX_TABLE))
+    made_by_a_narrowed_build = landing_index.update(spark)
+    assert made_by_a_narrowed_build[landing.ORDER_ITEMS]
+    shutil.rmtree(index_path)
+
+    every_day = days(first_day(), last_day())
+    assert not tables.narrowed(every_day)
+    tables.build_stg_order_items(spark, every_day, lambda table, days: None).unpersist()
+
+    assert index_path.exists()
+    assert landing_index.indexed(spark) == made_by_a_narrowed_build
+    for day in (START, date(2025, 1, 20), END):
+        holding = set(landing_index.batches_holding(spark, landing.ORDER_ITEMS, [day]))
+        assert holding == {d.isoformat() for d in batches_that_can_hold(spark, day)}, day
+
+
 def test_a_backfill_says_what_it_will_write_and_read_and_how_long_it_should_take_and_a_dry_run_writes_nothing(
     spark, built, capsys
 ):
