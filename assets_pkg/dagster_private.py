@@ -22,8 +22,9 @@ materializations as one event per asset; a check result stored with one serializ
 # these classes go), and that the project's claim lets one.
 import os
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy
@@ -176,14 +177,22 @@ class _EnginePerFile:
         self._engines.clear()
 
 
-# A fourth change, to what a range run's check results cost to store. Dagster stores a run's check result by
-# serializing the event twice (its row in the event log, then the check's execution row), builds each statement anew,
-# and writes the index in two transactions (SQLite) or on two connections (PostgreSQL); a range run's planned check
-# rows serialize the planned event once per day, which is most of what creating a run over years of days costs. Dagster
-# has no setting for either. The class below stores the same rows with the same values: each event serialized once,
-# its statements built once per process, the event and the check's execution row written together.
-# tests/test_dagster_private.py compares what it records with Dagster's own storage, and fails when the methods it
-# replaces change.
+# A fourth change, to what a range run's check results cost to store. Dagster stores each check result of a run as
+# it comes: the event serialized twice (its row in the event log, then the check's execution row), each statement
+# built anew, the index written in two transactions (SQLite) or on two connections (PostgreSQL); a range run records
+# one per check per day, tens of thousands a year. A range run's planned check rows serialize the planned event once
+# per day, which is most of what creating a run over years of days costs. Dagster batches only the materializations
+# it derives from an output (DAGSTER_EVENT_BATCH_SIZE), and has no setting for the rest.
+#
+# The classes below store the same rows with the same values, but hold a run's check results until the next event of
+# any other kind (the step's next output, its end, a materialization), or until CHECK_RESULTS_PER_WRITE are held, and
+# write them together: each serialized once, in one transaction of the run's file and one of the index (SQLite), in
+# one multi-row INSERT and one UPDATE per planned row sent at once (PostgreSQL). The order of the run's events is
+# kept. What a process killed while it holds results loses: those results (the step writing them is then failed by
+# run monitoring, and the days it published show their checks as not run until they run again); the materializations
+# they check are never held. tests/test_dagster_private.py compares what these classes record with Dagster's own
+# storage, row by row, and fails when the methods they replace change.
+CHECK_RESULTS_PER_WRITE = 1000
 _EVENTS = SqlEventLogStorageTable
 _CHECK_EXECUTIONS = AssetCheckExecutionsTable
 _INSERT_EVENT = _EVENTS.insert()
@@ -218,52 +227,111 @@ def run_check_result(event: EventLogEntry) -> AssetCheckEvaluation | None:
     return evaluation if isinstance(evaluation, AssetCheckEvaluation) and evaluation.partition else None
 
 
-class _CheckResultsWrittenOnce:
+@dataclass(frozen=True)
+class HeldCheckResult:
+    """A run's check result waiting to be written, with its event log row (serialized once)."""
+
+    event: EventLogEntry
+    evaluation: AssetCheckEvaluation
+    row: dict[str, Any]
+
+    @property
+    def key(self) -> tuple[str, str, str, str]:
+        """What identifies its execution row: asset, check, run and partition."""
+        e = self.evaluation
+        return (e.asset_key.to_string(), e.check_name, self.event.run_id, e.partition or "")
+
+
+class _CheckResultsWrittenTogether:
     _event_to_row: Callable[[EventLogEntry], dict[str, Any]]  # the storage's own
     index_connection: Callable[[], AbstractContextManager[Connection]]
 
-    def _record_check_result(
-        self, conn: Connection, event: EventLogEntry, evaluation: AssetCheckEvaluation, row: dict, event_id: int
-    ) -> None:
-        """The check's execution row of this run and partition, as Dagster's `_update_asset_check_evaluation` writes
-        it: the one its planned event created, or a new one."""
-        status = (
-            AssetCheckExecutionRecordStatus.SUCCEEDED if evaluation.passed else AssetCheckExecutionRecordStatus.FAILED
-        ).value
-        target = evaluation.target_materialization_data
-        values = {
-            "event": row["event"],
-            "timestamp": row["timestamp"],
-            "event_id": event_id,
-            "materialization_id": target.storage_id if target else None,
-        }
-        key = {
-            "of_asset": evaluation.asset_key.to_string(),
-            "of_check": evaluation.check_name,
-            "of_run": event.run_id,
-            "of_partition": evaluation.partition,
-        }
-        updated = conn.execute(_UPDATE_PLANNED_EXECUTION, {**key, **values, "status": status}).rowcount
-        if updated == 0:
-            updated = conn.execute(
-                _INSERT_CHECK_EXECUTION,
-                {
-                    "asset_key": key["of_asset"],
-                    "check_name": key["of_check"],
-                    "run_id": key["of_run"],
-                    "partition": key["of_partition"],
-                    "execution_status": status,
-                    "evaluation_event": values["event"],
-                    "evaluation_event_timestamp": values["timestamp"],
-                    "evaluation_event_storage_id": event_id,
-                    "materialization_event_storage_id": values["materialization_id"],
-                },
-            ).rowcount
-        if updated > 1:
-            raise DagsterInvariantViolationError(
-                f"Updated {updated} rows for asset check evaluation {evaluation.asset_check_key} as a result of "
-                "duplicate AssetCheckPlanned events."
-            )
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._held: list[HeldCheckResult] = []
+        self._held_lock = threading.RLock()
+        super().__init__(*args, **kwargs)
+
+    def _write_check_results(self, held: list[HeldCheckResult]) -> None:
+        raise NotImplementedError  # each storage's own
+
+    def store_event(self, event: EventLogEntry) -> None:
+        evaluation = run_check_result(event)
+        with self._held_lock:
+            if evaluation is None:
+                self.write_held_check_results()  # first: the run's events stay in order
+                super().store_event(event)  # type: ignore[misc]
+                return
+            self._held.append(HeldCheckResult(event, evaluation, self._event_to_row(event)))
+            if len(self._held) >= CHECK_RESULTS_PER_WRITE:
+                self.write_held_check_results()
+
+    def store_event_batch(self, events: Sequence[EventLogEntry]) -> None:
+        with self._held_lock:
+            self.write_held_check_results()
+            super().store_event_batch(events)  # type: ignore[misc]
+
+    def write_held_check_results(self) -> None:
+        """Write the check results held so far (any other event, and disposing of the storage, write them first)."""
+        with self._held_lock:
+            held, self._held = self._held, []
+            if held:
+                self._write_check_results(held)
+
+    def dispose(self) -> None:
+        self.write_held_check_results()
+        super().dispose()  # type: ignore[misc]
+
+    def _record_check_results(self, conn: Connection, written: list[tuple[HeldCheckResult, int]]) -> None:
+        """The check's execution row of each result (of its run and partition), as Dagster's
+        `_update_asset_check_evaluation` writes it: the one its planned event created, or a new one; of two results
+        for one row, the later is the row's."""
+        latest = {result.key: (result, event_id) for result, event_id in written}
+        executions = _CHECK_EXECUTIONS.c
+        found = conn.execute(
+            sqlalchemy.select(executions.asset_key, executions.check_name, executions.run_id, executions.partition)
+            .where(executions.run_id.in_({k[2] for k in latest}))
+            .where(executions.asset_key.in_({k[0] for k in latest}))
+            .where(executions.check_name.in_({k[1] for k in latest}))
+            .where(executions.partition.in_({k[3] for k in latest}))
+        ).all()
+        planned = {tuple(r) for r in found}
+        updates, inserts = [], []
+        for key, (result, event_id) in latest.items():
+            target = result.evaluation.target_materialization_data
+            status = (
+                AssetCheckExecutionRecordStatus.SUCCEEDED
+                if result.evaluation.passed
+                else AssetCheckExecutionRecordStatus.FAILED
+            ).value
+            values = {
+                "event": result.row["event"],
+                "timestamp": result.row["timestamp"],
+                "event_id": event_id,
+                "materialization_id": target.storage_id if target else None,
+                "status": status,
+            }
+            if key in planned:
+                updates.append(
+                    {"of_asset": key[0], "of_check": key[1], "of_run": key[2], "of_partition": key[3], **values}
+                )
+            else:
+                inserts.append(
+                    {
+                        "asset_key": key[0],
+                        "check_name": key[1],
+                        "run_id": key[2],
+                        "partition": key[3],
+                        "execution_status": status,
+                        "evaluation_event": values["event"],
+                        "evaluation_event_timestamp": values["timestamp"],
+                        "evaluation_event_storage_id": event_id,
+                        "materialization_event_storage_id": values["materialization_id"],
+                    }
+                )
+        if updates:
+            conn.execute(_UPDATE_PLANNED_EXECUTION, updates)
+        if inserts:
+            conn.execute(_INSERT_CHECK_EXECUTION, inserts)
 
     def _store_asset_check_evaluation_planned(self, event: EventLogEntry, event_id: int | None) -> None:
         planned = event.get_dagster_event().event_specific_data
@@ -289,6 +357,19 @@ class _CheckResultsWrittenOnce:
             conn.execute(_INSERT_CHECK_EXECUTION, rows)
 
 
+# Dagster writes the materializations it derives from a partitioned output (one per day of a range run) in batches only
+# when DAGSTER_EVENT_BATCH_SIZE is set in the process that executes the run: `DagsterInstance.handle_new_event` reads
+# it at every event, and hands a batch to the storage's `store_event_batch`, which the project's storages write at
+# once. Set by the code location in every process that loads it (unless the environment sets it): the command line's,
+# and each run's that Dagster launches.
+EVENT_BATCH_SIZE = "1000"
+EVENT_BATCH_SIZE_VARIABLE = "DAGSTER_EVENT_BATCH_SIZE"
+
+
+def batch_materializations() -> None:
+    os.environ.setdefault(EVENT_BATCH_SIZE_VARIABLE, EVENT_BATCH_SIZE)
+
+
 # A range run's planned materializations, one per asset and run (naming its days) rather than one per asset and day:
 # what DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS does, which Dagster reads through this property of the event
 # log storage in whichever process creates a run (the command line, the daemon, the webserver). Declared by the
@@ -303,11 +384,11 @@ class _PlannedEventsPerRun:
 
 
 class AtomicClaimSqliteEventLogStorage(
-    _AtomicSlotClaim, _PlannedEventsPerRun, _CheckResultsWrittenOnce, _EnginePerFile, SqliteEventLogStorage
+    _AtomicSlotClaim, _PlannedEventsPerRun, _CheckResultsWrittenTogether, _EnginePerFile, SqliteEventLogStorage
 ):
     """Dagster's SQLite event log storage (the default instance's), with slot claims atomic across processes, one
-    engine and open connection per database file, a range run's planned materializations one per asset, and check
-    results written once."""
+    engine and open connection per database file, a range run's planned materializations one per asset, check
+    results written together, and a batch of materializations written as one."""
 
     @classmethod
     def from_config_value(  # Dagster's builds its own class by name
@@ -315,21 +396,47 @@ class AtomicClaimSqliteEventLogStorage(
     ) -> "AtomicClaimSqliteEventLogStorage":
         return cls(inst_data=inst_data, **config_value)
 
-    def store_event(self, event: EventLogEntry) -> None:
-        """A run's check result as Dagster's SQLite storage stores it: in the run's file, then mirrored in the index
-        with the check's execution row (in one transaction there). Any other event as Dagster stores it."""
-        evaluation = run_check_result(event)
-        if evaluation is None:
-            super().store_event(event)
+    def store_event_batch(self, events: Sequence[EventLogEntry]) -> None:
+        """A batch of one run's materializations (Dagster's batches are those it derives from a partitioned output) as
+        Dagster's SQLite storage stores each, in one transaction of the run's file and one of the index, the asset's
+        entry updated once, with its last event: what dagster-postgres does with a batch. Any other batch event by
+        event."""
+        kinds = {e.dagster_event_type for e in events}
+        runs = {e.run_id for e in events}
+        if not events or kinds != {DagsterEventType.ASSET_MATERIALIZATION} or len(runs) != 1:
+            super().store_event_batch(events)
             return
-        row = self._event_to_row(event)
-        with self.run_connection(event.run_id) as conn:
-            conn.execute(_INSERT_EVENT, row)
+        with self._held_lock:
+            self.write_held_check_results()
+            rows = [self._event_to_row(e) for e in events]
+            with self.run_connection(events[0].run_id) as conn:
+                conn.execute(_INSERT_EVENT, rows)
+            with self.index_transaction() as conn:
+                ids = []
+                for row in rows:
+                    inserted = conn.execute(_INSERT_EVENT, row).inserted_primary_key
+                    if inserted is None:
+                        raise DagsterInvariantViolationError("Cannot store asset event tags for null event id.")
+                    ids.append(int(inserted[0]))
+                self._store_asset_event_tags(conn, events, ids)
+                last = {e.get_dagster_event().asset_key: (e, i) for e, i in zip(events, ids, strict=True)}
+                for event, event_id in last.values():
+                    self._store_asset_event(conn, event, event_id)
+
+    def _write_check_results(self, held: list[HeldCheckResult]) -> None:
+        """Check results as Dagster's SQLite storage stores each: in its run's file, then mirrored in the index with
+        the check's execution row; here one transaction per run file and one of the index for them all."""
+        for run_id in dict.fromkeys(h.event.run_id for h in held):
+            with self.run_connection(run_id) as conn:
+                conn.execute(_INSERT_EVENT, [h.row for h in held if h.event.run_id == run_id])
         with self.index_connection() as conn:
-            inserted = conn.execute(_INSERT_EVENT, row).inserted_primary_key
-            if inserted is None:
-                raise DagsterInvariantViolationError("Cannot store an asset check evaluation with no event id.")
-            self._record_check_result(conn, event, evaluation, row, inserted[0])
+            written = []
+            for h in held:
+                inserted = conn.execute(_INSERT_EVENT, h.row).inserted_primary_key
+                if inserted is None:
+                    raise DagsterInvariantViolationError("Cannot store an asset check evaluation with no event id.")
+                written.append((h, int(inserted[0])))
+            self._record_check_results(conn, written)
 
 
 # The production profile's runs store their events through PgBouncer (scripts/postgres.sh). Dagster's storage holds no
@@ -340,7 +447,7 @@ POOL_RECYCLE_S = 3600
 
 
 class AtomicClaimPostgresEventLogStorage(
-    _AtomicSlotClaim, _PlannedEventsPerRun, _CheckResultsWrittenOnce, PostgresEventLogStorage
+    _AtomicSlotClaim, _PlannedEventsPerRun, _CheckResultsWrittenTogether, PostgresEventLogStorage
 ):
     """Dagster's PostgreSQL event log storage (the production profile's), with slot claims atomic across processes,
     a range run's planned materializations one per asset, check results written once and one connection held."""
@@ -354,6 +461,8 @@ class AtomicClaimPostgresEventLogStorage(
             isolation_level="AUTOCOMMIT",
             pool_size=1,
             pool_recycle=POOL_RECYCLE_S,
+            # An UPDATE of many rows sent in pages, not one round trip per row (its INSERTs already are).
+            executemany_mode="values_plus_batch",
         )
 
     @classmethod
@@ -367,14 +476,12 @@ class AtomicClaimPostgresEventLogStorage(
             token_provider=get_token_provider_from_config(config_value),
         )
 
-    def store_event(self, event: EventLogEntry) -> None:
-        """A run's check result as Dagster's PostgreSQL storage stores it, on one connection: the event, then the
-        check's execution row. (Dagster's also sends a NOTIFY that nothing listens to since it polls.)"""
-        evaluation = run_check_result(event)
-        if evaluation is None:
-            super().store_event(event)
-            return
-        row = self._event_to_row(event)
+    def _write_check_results(self, held: list[HeldCheckResult]) -> None:
+        """Check results as Dagster's PostgreSQL storage stores each (the event, then the check's execution row), in
+        one INSERT of every event and their execution rows sent together, on one connection. (Dagster's also sends a
+        NOTIFY per event, which nothing listens to since Dagster polls.)"""
         with self._connect() as conn:
-            event_id = conn.execute(_INSERT_EVENT.returning(_EVENTS.c.id), row).scalar_one()
-            self._record_check_result(conn, event, evaluation, row, event_id)
+            ids = conn.execute(
+                _INSERT_EVENT.returning(_EVENTS.c.id, sort_by_parameter_order=True), [h.row for h in held]
+            ).scalars()
+            self._record_check_results(conn, list(zip(held, [int(i) for i in ids], strict=True)))

@@ -16,6 +16,7 @@ from assets_pkg.code_changes import (
     plan_code_change_job,
     promote_plan_job,
 )
+from assets_pkg.dagster_private import batch_materializations
 from assets_pkg.rollback import rollback_job
 from resources.settings import settings
 from resources.spark import spark_resource
@@ -23,6 +24,7 @@ from resources.spark import spark_resource
 __all__ = ["defs"]
 
 configured = settings()  # validated once: a SettingsError names the variable
+batch_materializations()  # a range run's materializations written a batch at a time (dagster_private.py)
 
 defs = Definitions(
     assets=[*landing_assets, *pipeline_assets],

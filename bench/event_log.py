@@ -36,25 +36,29 @@ from dagster import (  # noqa: E402
 from dagster._core.execution.api import create_execution_plan  # noqa: E402
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG  # noqa: E402
 
+from assets_pkg.dagster_private import EVENT_BATCH_SIZE, EVENT_BATCH_SIZE_VARIABLE  # noqa: E402
+
 warnings.filterwarnings("ignore")  # partitioned checks and BackfillPolicy are preview/beta in Dagster 1.13
 
 STORAGE_LABELS = {
     "sharded": "Dagster's SQLite default",
     "sharded-planned-per-run": "the same, with DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS set",
-    "project": "Dagster's SQLite files, written through the project's storage class: the embedded profile's",
+    "project": "Dagster's SQLite files, written through the project's storage class with the code location's event "
+    "batch size: the embedded profile's",
     "consolidated": "one SQLite file, a private class path: not used",
     "postgres": "DAGSTER_POSTGRES_URL as given: through PgBouncer with scripts/postgres.sh",
     "postgres-direct": "the same PostgreSQL, without PgBouncer",
-    "postgres-batched": "through PgBouncer, DAGSTER_EVENT_BATCH_SIZE set: the production profile's",
+    "postgres-batched": "through PgBouncer, the project's storage class and event batch size: the production profile's",
     "postgres-async": "the same, and synchronous_commit=off on the instance's database",
 }
 # Dagster's settings each storage is measured with (environment variables of the process that runs and creates the
-# run); the production profile's are in scripts/cluster-profile.sh.
-EVENT_BATCH_SIZE = "100"
+# run): the project's storages with the event batch size its code location sets (dagster_private.py).
+PROJECT_SETTINGS = {EVENT_BATCH_SIZE_VARIABLE: EVENT_BATCH_SIZE}
 SETTINGS = {
     "sharded-planned-per-run": {"DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS": "true"},
-    "postgres-batched": {"DAGSTER_EVENT_BATCH_SIZE": EVENT_BATCH_SIZE},
-    "postgres-async": {"DAGSTER_EVENT_BATCH_SIZE": EVENT_BATCH_SIZE},
+    "project": PROJECT_SETTINGS,
+    "postgres-batched": PROJECT_SETTINGS,
+    "postgres-async": PROJECT_SETTINGS,
 }
 STORAGES = {
     # Dagster's default: a SQLite file per run and an index.

@@ -20,8 +20,6 @@ export SPARK_REMOTE=sc://127.0.0.1:${SPARK_CONNECT_PORT:-15002}
 export DAGSTER_POSTGRES_URL=$(bash scripts/postgres.sh url)
 export DAGSTER_HOME=$STATE/dagster_home
 export LAKE_ROOT=$STATE/lake
-# Dagster writes the materializations of a range run's days in batches: one INSERT each on PostgreSQL.
-export DAGSTER_EVENT_BATCH_SIZE=100
 ENV
   # The instance's dagster.yaml: the project's, with runs, events and schedules in PostgreSQL.
   (source "$STATE/profile.env" && .venv/bin/python -c 'from assets_pkg.instance import write_config; write_config()')

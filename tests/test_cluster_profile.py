@@ -3,7 +3,6 @@ instance on PostgreSQL, each started by its script (scripts/spark-cluster.sh, sc
 runs in a process of its own, as a user runs it; this process reads the lake with its own local Spark to compare."""
 
 import os
-import re
 import subprocess
 import sys
 import time
@@ -21,6 +20,7 @@ from assets_pkg.instance import write_config
 from assets_pkg.tables import DAY_COLUMN, FACT_ORDER_ITEM, PUBLISH_ORDER, QUARANTINE_ORDER_ITEMS, STG_ORDER_ITEMS
 from resources.delta_io import read_days, read_table
 from resources.lake import REPO_ROOT, table_path
+from tests.support.event_storage import assert_records_as_dagsters_own
 from tests.support.lake import duplicate_keys, environment, from_scratch, rows, versions
 from tests.support.late_batches import (
     assert_rewrote_exactly,
@@ -56,14 +56,6 @@ def _service(name: str):
     return started
 
 
-def _dagster_settings_of_the_profile() -> dict[str, str]:
-    """The Dagster settings scripts/cluster-profile.sh exports for the profile's commands."""
-    script = (REPO_ROOT / "scripts" / "cluster-profile.sh").read_text()
-    settings = dict(re.findall(r"export (DAGSTER_EVENT_\w+)=(\S+)", script))
-    assert "DAGSTER_EVENT_BATCH_SIZE" in settings, "scripts/cluster-profile.sh no longer sets DAGSTER_EVENT_BATCH_SIZE"
-    return settings
-
-
 @pytest.fixture(scope="module")
 def profile(tmp_path_factory):
     """The cluster and PostgreSQL up; a lake, a Dagster home and a database of this module's own."""
@@ -79,7 +71,6 @@ def profile(tmp_path_factory):
         "DAGSTER_POSTGRES_URL": f"{url.rsplit('/', 1)[0]}/{database}",
         "DAGSTER_HOME": str(home),
         "LAKE_ROOT": str(root),
-        **_dagster_settings_of_the_profile(),
     }
     try:
         # This process reads the same lake and instance; its own Spark stays local (SPARK_REMOTE: the commands only).
@@ -101,6 +92,35 @@ def test_of_two_processes_claiming_the_lake_writes_slot_at_once_on_postgresql_on
     storage.initialize_concurrency_limit_to_default(LAKE_WRITES_POOL)
     with DagsterInstance.get() as other:  # another process's storage: connections of its own
         assert_one_holds_the_slot_and_the_other_gets_it_next(storage, other.event_log_storage)
+
+
+def _postgres_instance(tmp_path, storage: str):
+    """An instance on a new database of the profile's PostgreSQL: the project's event log class ("project"), or
+    Dagster's own PostgreSQL storage ("dagster")."""
+    database = f"test_{uuid.uuid4().hex[:12]}"
+    _script("postgres.sh", "psql", f"CREATE DATABASE {database} OWNER dagster")
+    url = f"{_script('postgres.sh', 'url').stdout.strip().rsplit('/', 1)[0]}/{database}"
+    if storage == "dagster":
+        overrides: dict = {"storage": {"postgres": {"postgres_url": url}}}
+    else:
+        overrides = {
+            part: {"module": module, "class": cls, "config": {"postgres_url": url}}
+            for part, (module, cls) in {
+                "run_storage": ("dagster_postgres", "PostgresRunStorage"),
+                "event_log_storage": ("assets_pkg.dagster_private", "AtomicClaimPostgresEventLogStorage"),
+                "schedule_storage": ("dagster_postgres", "PostgresScheduleStorage"),
+            }.items()
+        }
+    (tmp_path / storage).mkdir()
+    return DagsterInstance.local_temp(str(tmp_path / storage), overrides={**overrides, "telemetry": {"enabled": False}})
+
+
+def test_the_projects_postgresql_storage_records_every_event_and_check_result_as_dagsters_own_does(
+    profile, tmp_path, monkeypatch
+):
+    with _postgres_instance(tmp_path, "project") as ours, _postgres_instance(tmp_path, "dagster") as dagsters:
+        assert isinstance(ours.event_log_storage, AtomicClaimPostgresEventLogStorage)
+        assert_records_as_dagsters_own(ours, dagsters, monkeypatch)
 
 
 def content(spark) -> tuple[dict, dict]:

@@ -27,6 +27,7 @@ from assets_pkg.dagster_private import (
     BulkActionStatus,
     DagsterAssetCheckFailedError,
 )
+from tests.support.event_storage import assert_records_as_dagsters_own, check_execution_rows
 from tests.support.slot_claims import (
     assert_one_holds_the_slot_and_the_other_gets_it_next,
     claim_while_a_rival_takes_the_slot,
@@ -302,89 +303,12 @@ def test_the_check_result_writes_the_project_replaces_are_still_dagsters_of_1_13
         )
 
 
-def _range_run(instance: DagsterInstance) -> str:
-    """A range run of 5 days of a chain of assets, each with 2 check results per day (bench/event_log.py's): its id."""
-    from bench.event_log import definitions
-
-    defs, days = definitions(5, 2)
-    tags = {ASSET_PARTITION_RANGE_START_TAG: days[0], ASSET_PARTITION_RANGE_END_TAG: days[-1]}
-    result = defs.resolve_job_def("all").execute_in_process(instance=instance, tags=tags)
-    assert result.success
-    return result.run_id
-
-
-def _what_dagster_shows(instance: DagsterInstance, run_id: str) -> tuple[list[str], dict[str, list[str]]]:
-    """The run's events by type, in order, and each check's latest result per day."""
-    from dagster import AssetCheckKey, AssetKey
-
-    types = [r.event_log_entry.dagster_event_type for r in instance.get_records_for_run(run_id, limit=10_000).records]
-    results = {}
-    for table in range(6):
-        for check in range(2):
-            key = AssetCheckKey(AssetKey(f"table_{table}"), f"check_{check}")
-            executions = instance.event_log_storage.get_asset_check_execution_history(key, limit=100)
-            results[key.to_user_string()] = sorted(f"{e.partition}:{e.status.value}" for e in executions)
-    return [t.value if t else "" for t in types], results
-
-
-def _check_execution_rows(instance: DagsterInstance, run_id: str) -> list[tuple]:
-    """Every check execution row of the run as stored, by value: its check, day and status, the event it holds (its
-    type, check, day and result), that event's row in the event log, and the materialization it names."""
-    import sqlalchemy
-    from dagster._core.storage.event_log.schema import AssetCheckExecutionsTable as Executions
-    from dagster._core.storage.event_log.schema import SqlEventLogStorageTable as Events
-    from dagster._serdes import deserialize_value
-
-    storage = instance.event_log_storage
-    with storage.index_connection() as conn:
-        rows = conn.execute(sqlalchemy.select(Executions).where(Executions.c.run_id == run_id)).mappings().all()
-        event_types = dict(conn.execute(sqlalchemy.select(Events.c.id, Events.c.dagster_event_type)).all())
-    found = []
-    for row in rows:
-        entry = deserialize_value(row["evaluation_event"])
-        data = entry.dagster_event.event_specific_data
-        found.append(
-            (
-                row["asset_key"],
-                row["check_name"],
-                row["partition"],
-                row["execution_status"],
-                entry.dagster_event_type.value,
-                getattr(data, "check_name", None),
-                getattr(data, "partition", None),
-                getattr(data, "passed", None),
-                event_types.get(row["evaluation_event_storage_id"]),
-                row["evaluation_event_timestamp"] is not None,
-                row["materialization_event_storage_id"],
-            )
-        )
-    return sorted(found, key=str)
-
-
-def test_the_projects_sqlite_storage_records_every_event_and_check_result_as_dagsters_own_does(tmp_path):
+def test_the_projects_sqlite_storage_records_every_event_and_check_result_as_dagsters_own_does(tmp_path, monkeypatch):
     from assets_pkg.dagster_private import AtomicClaimSqliteEventLogStorage
 
     ours = _instance(tmp_path / "project", "project")
     assert isinstance(ours.event_log_storage, AtomicClaimSqliteEventLogStorage)
-    dagsters = _instance(tmp_path / "dagster", "dagster")
-
-    run_ours, run_dagsters = _range_run(ours), _range_run(dagsters)
-    (events_ours, results_ours), (events_dagsters, results_dagsters) = (
-        _what_dagster_shows(ours, run_ours),
-        _what_dagster_shows(dagsters, run_dagsters),
-    )
-
-    planned = "ASSET_MATERIALIZATION_PLANNED"
-    assert [e for e in events_ours if e != planned] == [e for e in events_dagsters if e != planned]
-    assert results_ours == results_dagsters
-    assert events_ours.count("ASSET_CHECK_EVALUATION") == 6 * 2 * 5
-    assert all(len(results) == 5 for results in results_ours.values())
-    # A range run plans each asset once, naming its days, where Dagster's default plans each asset's every day.
-    assert (events_ours.count(planned), events_dagsters.count(planned)) == (6, 6 * 5)
-    # The check execution rows hold the same values, each pointing at its result's row in the event log.
-    rows = _check_execution_rows(ours, run_ours)
-    assert rows == _check_execution_rows(dagsters, run_dagsters)
-    assert len(rows) == 6 * 2 * 5 and {r[8] for r in rows} == {"ASSET_CHECK_EVALUATION"}
+    assert_records_as_dagsters_own(ours, _instance(tmp_path / "dagster", "dagster"), monkeypatch)
 
 
 def test_the_projects_storage_records_planned_check_days_and_their_results_as_dagsters_does(tmp_path):
@@ -392,7 +316,7 @@ def test_the_projects_storage_records_planned_check_days_and_their_results_as_da
     that replace them, as Dagster's own storage writes them: including a result naming the materialization it
     checked, and one on a day that was not planned."""
     from dagster import AssetCheckEvaluation, AssetKey, DagsterEvent, EventLogEntry
-    from dagster._core.events import DagsterEventType
+    from dagster._core.events import DagsterEventType, EngineEventData
     from dagster._core.execution.api import create_execution_plan
 
     from bench.event_log import definitions
@@ -404,7 +328,7 @@ def test_the_projects_storage_records_planned_check_days_and_their_results_as_da
     for storage in ("project", "dagster"):
         instance = _instance(tmp_path / storage, storage)
         run = instance.create_run_for_job(job_def=job, execution_plan=create_execution_plan(job, tags=tags), tags=tags)
-        planned_rows = _check_execution_rows(instance, run.run_id)
+        planned_rows = check_execution_rows(instance, run.run_id)
         for day, materialization_id in ((days[1], 7), ("2030-01-01", None)):
             evaluation = AssetCheckEvaluation(
                 asset_key=AssetKey("table_0"),
@@ -421,7 +345,10 @@ def test_the_projects_storage_records_planned_check_days_and_their_results_as_da
             instance.store_event(
                 EventLogEntry(None, 10, "", run.run_id, 1.0, dagster_event=event, job_name="all", step_key="table_0")
             )
-        found.append((planned_rows, _check_execution_rows(instance, run.run_id)))
+        # The step's next event (the project's storage writes the results it holds before it).
+        next_event = DagsterEvent(DagsterEventType.ENGINE_EVENT.value, "all", event_specific_data=EngineEventData())
+        instance.store_event(EventLogEntry(None, 10, "", run.run_id, 2.0, dagster_event=next_event, job_name="all"))
+        found.append((planned_rows, check_execution_rows(instance, run.run_id)))
     (planned_ours, stored_ours), (planned_dagsters, stored_dagsters) = found
     assert planned_ours == planned_dagsters and len(planned_ours) == 6 * 2 * 4
     assert stored_ours == stored_dagsters and len(stored_ours) == 6 * 2 * 4 + 1
