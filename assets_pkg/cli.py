@@ -463,12 +463,36 @@ def _cmd_runs(args: argparse.Namespace) -> int:
     return 1 if dead else 0
 
 
+def _cmd_engine(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from resources import engine
+    from resources.settings import settings
+    from resources.spark import engine_settings
+
+    configured = settings()
+    home = Path(configured.spark_engine_home)
+    if not configured.warm_engine:
+        print(f"no warm engine in this profile (SPARK_ENGINE={configured.spark_engine}, SPARK_REMOTE, SPARK_MASTER)")
+        return 0 if args.action == "status" else 2
+    if args.action == "stop":
+        stopped = engine.stop(home)
+        print(f"stopped the warm Spark engine (pid {stopped.pid}, {stopped.url})" if stopped else "no engine was up")
+        return 0
+    found = engine.ensure(home, engine_settings(configured)) if args.action == "start" else engine.running(home)
+    if found is None:
+        print(f"the warm Spark engine is not up (it starts with the first command or run that needs Spark): {home}")
+        return 1
+    print(f"the warm Spark engine is up: {found.url}, pid {found.pid}, its log {home / engine.LOG_FILE}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="assets-pkg", description="Exact, idempotent backfills on Spark + Delta")
     parser.add_argument(
         "--verbose",
         action="store_true",
-        help="also show Spark's warnings on the terminal (always in LAKE_ROOT/logs/spark.log)",
+        help="also show Spark's warnings on the terminal (always in the Spark log: `engine status` names it)",
     )
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
@@ -586,6 +610,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
     p.set_defaults(func=_cmd_metrics)
+
+    p = sub.add_parser(
+        "engine", help="the warm Spark engine every command and run connects to: start it, stop it, or say if it is up"
+    )
+    p.add_argument("action", choices=["start", "stop", "status"])
+    p.set_defaults(func=_cmd_engine)
     return parser
 
 

@@ -175,6 +175,9 @@ class Bench:
             "SPARK_REMOTE",
             "DAGSTER_POSTGRES_URL",
             "DAGSTER_EVENT_BATCH_SIZE",
+            # PySpark's own flags of a process with a Spark Connect session: each step decides for itself.
+            "SPARK_CONNECT_MODE_ENABLED",
+            "SPARK_LOCAL_REMOTE",
         ):
             self.env.pop(setting, None)
         if profile == "cluster":

@@ -53,13 +53,18 @@ class Settings(ConfigurableResource):
     spark_driver_memory: str = Field(description="SPARK_DRIVER_MEMORY: the driver's memory in local mode")
     spark_conf: str = Field(description="SPARK_CONF: a JSON object of extra Spark settings")
     spark_verbose: bool = Field(
-        description="SPARK_VERBOSE: 1 shows the local driver's Spark warnings on the terminal "
-        "too (always in LAKE_ROOT/logs/spark.log)"
+        description="SPARK_VERBOSE: 1 shows Spark's warnings on the terminal too: a local driver's, or the warm "
+        "engine's errors a command receives (always in the Spark log: the engine's, or LAKE_ROOT/logs/spark.log)"
     )
     spark_short_runs: bool = Field(
         description="SPARK_SHORT_RUNS: 1 starts every local driver as for a short run (its JVM's quick compiler "
         "only), as the tests do: for small lakes"
     )
+    spark_engine: str = Field(
+        description="SPARK_ENGINE: warm (a local Spark Connect server kept running between processes: "
+        "resources/engine.py) or in-process (a local driver started by each process)"
+    )
+    spark_engine_home: str = Field(description="SPARK_ENGINE_HOME: the warm engine's state and log")
     delta_jars_dir: str = Field(description="DELTA_JARS_DIR: the Delta jars and the project's local file system jar")
 
     @property
@@ -71,8 +76,15 @@ class Settings(ConfigurableResource):
         return date.fromisoformat(self.partition_end_date)
 
     @property
+    def warm_engine(self) -> bool:
+        """Spark runs on the warm engine: local mode (no cluster, no Connect server of the user's) with SPARK_ENGINE
+        warm."""
+        return not self.spark_remote and self.spark_master.startswith("local") and self.spark_engine == "warm"
+
+    @property
     def profile(self) -> str:
-        """Where the Spark work runs: "embedded" (a driver in local mode in each process) or "cluster"."""
+        """Where the Spark work runs: "embedded" (local mode, on the warm engine or a driver in each process) or
+        "cluster"."""
         return "cluster" if self.spark_remote or not self.spark_master.startswith("local") else "embedded"
 
     @property
@@ -98,8 +110,12 @@ ENVIRONMENT = {
     "spark_conf": ("SPARK_CONF", "{}"),
     "spark_verbose": ("SPARK_VERBOSE", "0"),
     "spark_short_runs": ("SPARK_SHORT_RUNS", "0"),
+    "spark_engine": ("SPARK_ENGINE", "warm"),
+    "spark_engine_home": ("SPARK_ENGINE_HOME", str(REPO_ROOT / ".engine")),
     "delta_jars_dir": ("DELTA_JARS_DIR", str(REPO_ROOT / ".jars")),
 }
+
+ENGINES = ("warm", "in-process")
 
 _POSITIVE = {
     "backfill_max_partitions_per_run",
@@ -122,6 +138,8 @@ def _parsed(field: str, raw: str) -> Any:
             if raw not in ("0", "1"):
                 raise ValueError
             return raw == "1"
+        if field == "spark_engine" and raw not in ENGINES:
+            raise ValueError
         if field == "spark_conf":
             if not isinstance(json.loads(raw), dict):
                 raise ValueError
@@ -134,6 +152,7 @@ def _parsed(field: str, raw: str) -> Any:
             "spark_conf": "a JSON object",
             "spark_verbose": "0 or 1",
             "spark_short_runs": "0 or 1",
+            "spark_engine": " or ".join(ENGINES),
         }.get(field, f"a{'n integer' if kind is int else ' number'}")
         raise SettingsError(f"{variable}={raw!r} is not {expected}") from None
     if field in _POSITIVE and value <= 0 or field in _NOT_NEGATIVE and value < 0:
@@ -155,6 +174,7 @@ def _settings_of(raw: tuple[str | None, ...], cwd: str) -> Settings:
         for (field, (_, default)), value in zip(ENVIRONMENT.items(), raw, strict=True)
     }
     values["lake_root"] = str(Path(values["lake_root"]).resolve())
+    values["spark_engine_home"] = str(Path(values["spark_engine_home"]).resolve())
     if date.fromisoformat(values["partition_end_date"]) < date.fromisoformat(values["partition_start_date"]):
         raise SettingsError(
             f"PARTITION_END_DATE={values['partition_end_date']} is before "

@@ -1,7 +1,9 @@
 """The Spark session: one per process, configured from the environment.
 
-Local mode (`local[2]`) is the embedded default. `SPARK_MASTER` points at a cluster, `SPARK_REMOTE` at a Spark
-Connect server, and `SPARK_CONF` (a JSON object) adds or overrides any Spark setting.
+Local mode (`local[2]`) is the embedded default, on the warm engine (resources/engine.py): a local Spark Connect
+server each process connects to, started by the first that needs it. `SPARK_ENGINE=in-process` starts a driver in
+each process instead, `SPARK_MASTER` points at a cluster, `SPARK_REMOTE` at a Spark Connect server of one's own, and
+`SPARK_CONF` (a JSON object) adds or overrides any Spark setting.
 """
 
 import os
@@ -14,6 +16,7 @@ from pyspark import SparkConf, SparkContext
 from pyspark.java_gateway import launch_gateway
 from pyspark.sql import SparkSession
 
+from resources import engine
 from resources.settings import Settings, settings
 
 DELTA_PACKAGE = "io.delta:delta-spark_4.2_2.13:4.4.0"
@@ -40,7 +43,10 @@ def _delta_jars(configured: Settings) -> str | None:
 
 
 def spark_log(configured: Settings) -> Path:
-    """Where the local driver's Spark and Delta log lines go (resources/log4j2.properties), instead of the terminal."""
+    """Where Spark's and Delta's log lines go (resources/log4j2.properties) instead of the terminal: the warm engine's
+    log in its folder, or the local driver's in the lake."""
+    if configured.warm_engine:
+        return Path(configured.spark_engine_home) / engine.LOG_FILE
     return Path(configured.lake_root) / "logs" / "spark.log"
 
 
@@ -51,20 +57,63 @@ SPARK_LOG_OPTION = "-Dexactbackfills.spark.log="
 INCUBATOR_NOTICE = b"WARNING: Using incubator modules:"
 
 
-def _logging_options(configured: Settings) -> str:
-    spark_log(configured).parent.mkdir(parents=True, exist_ok=True)
+def _logging_options(log: Path, console: bool, config: Path = LOG4J2_PROPERTIES) -> str:
+    log.parent.mkdir(parents=True, exist_ok=True)
     return (
-        f"-Dlog4j2.configurationFile=file:{LOG4J2_PROPERTIES} {SPARK_LOG_OPTION}{spark_log(configured)} "
-        f"-Dexactbackfills.spark.console={'warn' if configured.spark_verbose else 'off'}"
+        f"-Dlog4j2.configurationFile=file:{config} {SPARK_LOG_OPTION}{log} "
+        f"-Dexactbackfills.spark.console={'warn' if console else 'off'}"
     )
 
 
 def _local_mode_config(configured: Settings, short_runs: bool) -> dict[str, str]:
     java = f"{LOCAL_JAVA_OPTIONS} {SHORT_RUN_JAVA_OPTIONS}" if short_runs else LOCAL_JAVA_OPTIONS
     conf = {
-        "spark.driver.extraJavaOptions": f"{java} {_logging_options(configured)}",
+        "spark.driver.extraJavaOptions": f"{java} {_logging_options(spark_log(configured), configured.spark_verbose)}",
     }
     return {**conf, **local_fs_config(configured)}
+
+
+# In a session's config: connect to the warm engine kept in this folder (resolved when the session is made, so that
+# building a config starts nothing: the code location builds its resources when it loads).
+ENGINE_HOME_KEY = "exactbackfills.engine.home"
+
+
+def engine_settings(configured: Settings) -> engine.EngineSettings:
+    """What the warm engine is started with: local mode as `SPARK_MASTER` says, with the Delta jars, the project's
+    local file system and settings, its log in the engine's folder. A long-lived JVM: the JIT's optimizing compiler
+    pays for itself (no SHORT_RUN_JAVA_OPTIONS)."""
+    home = Path(configured.spark_engine_home)
+    # Its logging configuration is a copy in its folder: the same engine serves any copy of the code.
+    logging = _logging_options(spark_log(configured), console=False, config=home / engine.LOG4J_FILE)
+    java = f"{LOCAL_JAVA_OPTIONS} {logging}"
+    local_fs = local_fs_config(configured)
+    jars = _delta_jars(configured)
+    application = {
+        **APPLICATION_CONFIG,
+        **{k: v for k, v in local_fs.items() if k.startswith("spark.hadoop.")},
+        **({} if jars else {"spark.jars.packages": DELTA_PACKAGE}),
+        "spark.sql.warehouse.dir": str(home / "spark-warehouse"),
+        **_session_config(),
+        **configured.extra_spark_conf,
+    }
+    return engine.EngineSettings(
+        master=configured.spark_master,
+        driver_memory=configured.spark_driver_memory,
+        java_options=java,
+        class_path=local_fs.get("spark.driver.extraClassPath", ""),
+        jars=jars or "",
+        conf=tuple(sorted(application.items())),
+        log4j_properties=LOG4J2_PROPERTIES.read_text(),
+    )
+
+
+# The application's own settings in local mode: Delta's extension and catalog, no UI.
+APPLICATION_CONFIG = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.ui.enabled": "false",
+}
 
 
 def local_fs_config(configured: Settings, executors: bool = False) -> dict[str, str]:
@@ -93,10 +142,9 @@ def local_fs_submit_args() -> list[str]:
     ]
 
 
-def spark_config(configured: Settings | None = None, short_runs: bool = False) -> dict[str, str]:
-    """The session's settings from the project's (`configured`, the environment's when not given)."""
-    # Session settings: a Spark Connect client sets these on its server session.
-    conf = {
+def _session_config() -> dict[str, str]:
+    """Session settings: a Spark Connect client sets these on its server session."""
+    return {
         # Dates are partition keys: they must not depend on the machine's time zone.
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.shuffle.partitions": "8",
@@ -110,14 +158,17 @@ def spark_config(configured: Settings | None = None, short_runs: bool = False) -
         # request that analyzes a read of the landing (its files, caching it, dropping its cache).
         "spark.sql.sources.parallelPartitionDiscovery.threshold": "1000000",
     }
-    configured = configured or settings()
-    if configured.spark_remote:
-        # The Connect client logs, as JSON on the terminal, every error the server returns, expected ones included
-        # (a probe for a table not written yet); each still reaches its caller as an exception. SPARK_VERBOSE keeps
-        # them.
-        from pyspark.sql.connect.logging import configureLogging
 
-        configureLogging("ERROR" if configured.spark_verbose else "CRITICAL")
+
+def spark_config(configured: Settings | None = None, short_runs: bool = False) -> dict[str, str]:
+    """The session's settings from the project's (`configured`, the environment's when not given)."""
+    conf = _session_config()
+    configured = configured or settings()
+    if configured.warm_engine:
+        _quiet_connect_client(configured)
+        conf[ENGINE_HOME_KEY] = configured.spark_engine_home
+    elif configured.spark_remote:
+        _quiet_connect_client(configured)
         # The application's own settings (Delta's extension and catalog, the UI) are the Connect server's
         # (scripts/spark-cluster.sh): a client cannot change them.
         conf["spark.remote"] = configured.spark_remote
@@ -125,10 +176,7 @@ def spark_config(configured: Settings | None = None, short_runs: bool = False) -
         conf.update(
             {
                 "spark.app.name": "exact-backfills",
-                "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
-                "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
-                "spark.ui.showConsoleProgress": "false",
-                "spark.ui.enabled": "false",
+                **APPLICATION_CONFIG,
                 "spark.sql.warehouse.dir": str(Path(configured.lake_root) / "spark-warehouse"),
                 "spark.master": configured.spark_master,
                 "spark.driver.memory": configured.spark_driver_memory,
@@ -143,6 +191,14 @@ def spark_config(configured: Settings | None = None, short_runs: bool = False) -
             conf["spark.jars.packages"] = DELTA_PACKAGE
     conf.update(configured.extra_spark_conf)
     return conf
+
+
+def _quiet_connect_client(configured: Settings) -> None:
+    # The Connect client logs, as JSON on the terminal, every error the server returns, expected ones included (a
+    # probe for a table not written yet); each still reaches its caller as an exception. SPARK_VERBOSE keeps them.
+    from pyspark.sql.connect.logging import configureLogging
+
+    configureLogging("ERROR" if configured.spark_verbose else "CRITICAL")
 
 
 def _driver_log(conf: dict[str, str]) -> Path | None:
@@ -186,9 +242,29 @@ def _start_local_driver(conf: dict[str, str]) -> None:
 
 
 def spark_session(conf: dict[str, str]) -> SparkSession:
-    """The process's session for `conf`: created on first use, then shared (getOrCreate)."""
+    """The process's session for `conf`: created on first use, then shared (getOrCreate). On the warm engine, started
+    first if it is not up."""
+    if ENGINE_HOME_KEY in conf:
+        warm = engine.ensure(Path(conf[ENGINE_HOME_KEY]), engine_settings(settings()))
+        conf = {**{k: v for k, v in conf.items() if k != ENGINE_HOME_KEY}, "spark.remote": warm.url}
+    elif "spark.remote" not in conf:
+        _forget_inherited_connect_mode()
     _start_local_driver(conf)
     return spark_session_from_config(conf)
+
+
+# What PySpark sets in its process's environment once it has a Spark Connect session, so that every later session and
+# column of the process is a Connect one. A process started by such a process inherits it: one that is to start a
+# driver of its own (SPARK_ENGINE=in-process, started by a process on the warm engine) drops it first.
+_CONNECT_MODE_VARIABLES = ("SPARK_CONNECT_MODE_ENABLED", "SPARK_LOCAL_REMOTE")
+
+
+def _forget_inherited_connect_mode() -> None:
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    if ConnectSession._get_default_session() is None and SparkContext._active_spark_context is None:
+        for variable in _CONNECT_MODE_VARIABLES:
+            os.environ.pop(variable, None)
 
 
 def get_spark(short_runs: bool = False) -> SparkSession:
@@ -198,8 +274,10 @@ def get_spark(short_runs: bool = False) -> SparkSession:
 
 
 def session_of(resource: LazyPySparkResource) -> SparkSession:
-    """A run's session, from its Dagster resource: the driver started as get_spark() starts it, then the resource's
-    own (lazy) session, which reuses it."""
+    """A run's session, from its Dagster resource's settings: on the warm engine, or the driver started as get_spark()
+    starts it, then the resource's own (lazy) session, which reuses it."""
+    if ENGINE_HOME_KEY in resource.spark_config:
+        return spark_session(resource.spark_config)
     _start_local_driver(resource.spark_config)
     return resource.spark_session
 

@@ -29,4 +29,5 @@ export LAKE_ROOT="$(realpath -m "${LAKE_ROOT:-$ROOT/.lake}")" DAGSTER_HOME="$(re
 cd "$DAGSTER_HOME"
 # `dagster dev` still works as documented; its notice that `dg dev` (another package) supersedes it is not a fault.
 export PYTHONWARNINGS="ignore:Function \`dev_command\` is superseded"
+python -m assets_pkg engine status  # it outlives the UI: `python -m assets_pkg engine stop` when done
 exec dagster dev -w "$ROOT/workspace.yaml" -h 127.0.0.1 -p "${DAGSTER_PORT:-3000}" --log-level warning

@@ -4,7 +4,9 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
 # Two workers, a test module each at a time (a module shares one lake): much of a module's time is spent waiting on
 # Dagster's daemon and sensors, which the other worker's module fills. `-n 0` runs everything in this process.
-# Every Spark driver of the tests starts as for a short run (SPARK_SHORT_RUNS): their lakes are small and their
-# processes many, so the JVM's optimizing compiler costs the two cores more than it gives back.
-export SPARK_SHORT_RUNS="${SPARK_SHORT_RUNS:-1}"
-exec python -m pytest -n 2 --dist loadfile --no-loadscope-reorder "$@"
+# Every process of the tests connects to one warm Spark engine of their own (resources/engine.py), stopped when they
+# end. The tests that start a driver in their own process (SPARK_ENGINE=in-process) start it as for a short run
+# (SPARK_SHORT_RUNS): their lakes are small, so the JVM's optimizing compiler costs two cores more than it gives back.
+export SPARK_ENGINE_HOME="${SPARK_ENGINE_HOME:-$ROOT/.engine/tests}" SPARK_SHORT_RUNS="${SPARK_SHORT_RUNS:-1}"
+trap 'python -m assets_pkg engine stop >/dev/null' EXIT
+python -m pytest -n 2 --dist loadfile --no-loadscope-reorder "$@"

@@ -98,12 +98,10 @@ def test_rerunning_a_subrange_changes_nothing_and_touches_only_its_days(spark, b
 
 def test_day_folders_data_and_commit_files_get_the_usual_permissions_from_the_projects_local_file_system(spark, built):
     # The classes that spare a chmod process per file and a readlink process per Delta commit (setup builds them):
-    # the file system Spark writes data files with, and the FileContext one Delta writes commit files with.
-    jvm = spark.sparkContext._jvm
-    conf = spark.sparkContext._jsc.hadoopConfiguration()
-    uri = jvm.java.net.URI("file:///")
-    assert jvm.org.apache.hadoop.fs.FileSystem.get(uri, conf).getClass().getName() == LOCAL_FS_CLASS
-    assert jvm.org.apache.hadoop.fs.AbstractFileSystem.get(uri, conf).getClass().getName() == LOCAL_FS_CONTEXT_CLASS
+    # the file system Spark writes data files with, and the FileContext one Delta writes commit files with, as the
+    # session's Hadoop settings name them (on the warm engine, the engine's).
+    assert spark.conf.get("spark.hadoop.fs.file.impl") == LOCAL_FS_CLASS
+    assert spark.conf.get("spark.hadoop.fs.AbstractFileSystem.file.impl") == LOCAL_FS_CONTEXT_CLASS
     table = Path(table_path("fact_order_item"))
     day_folder = table / "order_date=2025-01-05"
     assert stat.S_IMODE(day_folder.stat().st_mode) == 0o755

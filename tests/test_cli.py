@@ -169,4 +169,7 @@ def test_the_terminal_shows_the_commands_own_lines_and_spark_logs_to_a_file(lake
         if line and not line.startswith(("error:", "WARNING: Using incubator"))
     ]
     assert spark_lines == [], done.stderr
-    assert " WARN " in (root / "logs" / "spark.log").read_text()  # what Spark said is kept, in the lake
+    from resources.settings import settings
+    from resources.spark import spark_log
+
+    assert " WARN " in spark_log(settings()).read_text()  # what Spark said is kept, in the Spark log

@@ -67,9 +67,10 @@ def test_restatement_runs_start_a_jvm_for_short_runs_and_backfill_runs_keep_the_
     import subprocess
     import sys
 
-    # The definitions as a code location loads them, with SPARK_SHORT_RUNS unset (a user's default) or set.
+    # The definitions as a code location loads them, with SPARK_SHORT_RUNS unset (a user's default) or set, each run
+    # starting a driver of its own (not the warm engine, whose JVM lives long).
     code = _JAVA_OPTIONS_OF_RUNS.format(restate=RESTATE_JOB, backfill=ALL_ASSETS_JOB)
-    env = {**os.environ, "SPARK_SHORT_RUNS": short_runs}
+    env = {**os.environ, "SPARK_SHORT_RUNS": short_runs, "SPARK_ENGINE": "in-process"}
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     restate, backfill = json.loads(done.stdout.strip().splitlines()[-1])
 

@@ -1,5 +1,6 @@
 """The terminal shows the project's own lines: the JVM's notice of the incubator module Spark's launcher adds goes to
-the local driver's log (resources/spark.py), and nothing else the JVM prints on its stderr is lost."""
+the local driver's log (resources/spark.py), and nothing else the JVM prints on its stderr is lost. (On the warm
+engine, the default, no process of the pipeline has a JVM of its own: the engine's prints go to its folder.)"""
 
 import os
 import subprocess
@@ -15,9 +16,10 @@ NOTICE = INCUBATOR_NOTICE.decode() + " jdk.incubator.vector"
 
 
 def _local_environment(lake) -> dict[str, str]:
-    unset = ("SPARK_REMOTE", "SPARK_MASTER", "SPARK_CONF", "SPARK_VERBOSE")  # the default: a local driver
+    unset = ("SPARK_REMOTE", "SPARK_MASTER", "SPARK_CONF", "SPARK_VERBOSE")  # local mode
     env = {k: v for k, v in os.environ.items() if k not in unset}
-    return {**env, "LAKE_ROOT": str(lake), "DAGSTER_HOME": str(lake / "dagster_home")}
+    # A driver in this process (the warm engine's JVM logs to its own folder, and prints on no terminal).
+    return {**env, "LAKE_ROOT": str(lake), "DAGSTER_HOME": str(lake / "dagster_home"), "SPARK_ENGINE": "in-process"}
 
 
 def test_the_jvms_stderr_reaches_the_terminal_but_its_incubator_notice_goes_to_the_log(tmp_path, capfd):
@@ -39,11 +41,15 @@ def test_the_driver_log_is_the_one_the_local_drivers_log4j_writes(tmp_path, monk
     from resources.settings import settings
 
     monkeypatch.setenv("LAKE_ROOT", str(tmp_path))
+    monkeypatch.setenv("SPARK_ENGINE", "in-process")
     for name in ("SPARK_REMOTE", "SPARK_MASTER", "SPARK_CONF"):
         monkeypatch.delenv(name, raising=False)
     assert _driver_log(spark_config()) == spark_log(settings())
     assert _driver_log(spark_config(short_runs=True)) == spark_log(settings())
     monkeypatch.setenv("SPARK_REMOTE", "sc://127.0.0.1:15002")  # no local driver: no JVM of this process to quiet
+    assert _driver_log(spark_config()) is None
+    monkeypatch.delenv("SPARK_REMOTE")
+    monkeypatch.setenv("SPARK_ENGINE", "warm")  # the warm engine's JVM is not this process's either
     assert _driver_log(spark_config()) is None
 
 

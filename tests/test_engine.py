@@ -1,0 +1,92 @@
+"""The warm engine (resources/engine.py): the first process that needs Spark starts it, every later one connects to
+it instead of starting a JVM of its own, processes starting at once share one, and a process asking for other
+settings is refused rather than given an engine that is not what it asked for. Each test here uses an engine of its
+own, in a folder of its own, stopped at the end."""
+
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from resources import engine
+from resources.lake import REPO_ROOT
+
+pytestmark = pytest.mark.slow  # starts engines: a JVM each
+
+# A process that needs Spark: says which engine it used and whether it has a JVM of its own.
+_USES_SPARK = """
+import json
+from pyspark import SparkContext
+from resources.spark import get_spark
+spark = get_spark()
+assert spark.range(3).count() == 3
+print(json.dumps({"own_jvm": SparkContext._gateway is not None}))
+"""
+
+
+def _process(home, **env: str) -> subprocess.CompletedProcess:
+    unset = ("SPARK_REMOTE", "SPARK_MASTER", "SPARK_CONF", "SPARK_ENGINE")
+    base = {k: v for k, v in os.environ.items() if k not in unset}
+    return subprocess.run(
+        [sys.executable, "-c", _USES_SPARK],
+        cwd=REPO_ROOT,
+        env={**base, "SPARK_ENGINE_HOME": str(home), **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+@pytest.fixture
+def home(tmp_path):
+    folder = tmp_path / "engine"
+    yield folder
+    engine.stop(folder)
+
+
+def test_the_first_process_that_needs_spark_starts_the_engine_and_the_next_connects_to_it(home):
+    assert engine.running(home) is None
+
+    first = _process(home)
+    assert first.returncode == 0, first.stderr
+    started = engine.running(home)
+    assert started is not None and '"own_jvm": false' in first.stdout
+
+    second = _process(home)
+    assert second.returncode == 0, second.stderr
+    assert engine.running(home) == started  # the same server, still up: no JVM started for the second process
+    assert '"own_jvm": false' in second.stdout
+    assert (home / engine.LOG_FILE).exists()  # the engine's Spark log, in its folder
+
+
+def test_processes_that_need_spark_at_once_share_one_engine(home):
+    with ThreadPoolExecutor(3) as pool:
+        done = list(pool.map(lambda _: _process(home), range(3)))
+    assert [d.returncode for d in done] == [0, 0, 0], [d.stderr[-2000:] for d in done]
+    assert engine.running(home) is not None
+    servers = subprocess.run(["pgrep", "-f", f"spark.sql.warehouse.dir={home}/"], capture_output=True, text=True)
+    assert len(servers.stdout.split()) == 1, servers.stdout  # one server JVM for the three
+
+
+def test_a_process_asking_for_other_settings_is_refused_naming_them_and_runs_once_the_engine_is_stopped(home):
+    assert _process(home).returncode == 0
+    started = engine.running(home)
+
+    other = _process(home, SPARK_DRIVER_MEMORY="3g")
+    assert other.returncode != 0
+    assert "runs with other settings" in other.stderr and "driver_memory: it runs with '4g'" in other.stderr
+    assert "asks for '3g'" in other.stderr and "python -m assets_pkg engine stop" in other.stderr
+    assert engine.running(home) == started  # left as it was, for the processes using it
+
+    stopped = engine.stop(home)
+    assert stopped == started and engine.running(home) is None
+    assert _process(home, SPARK_DRIVER_MEMORY="3g").returncode == 0
+    assert engine.running(home).settings["driver_memory"] == "3g"
+
+
+def test_in_process_mode_starts_a_driver_of_its_own_and_no_engine(home):
+    done = _process(home, SPARK_ENGINE="in-process")
+    assert done.returncode == 0, done.stderr
+    assert '"own_jvm": true' in done.stdout and engine.running(home) is None
