@@ -366,7 +366,7 @@ def promote(spark: SparkSession, plan_id: str, run: RunInfo) -> Promotion:
     publications = publish(spark, change, run) if changed else {}
     now = datetime.now(UTC)
     unchanged = {t: p.unchanged_days for t, p in plan.tables.items() if p.unchanged_days}
-    written = audit.latest_before_run(spark, run.run_id)
+    written = audit.latest_before_run(spark, run.run_id, sorted({d for days in unchanged.values() for d in days}))
     audit.append(
         spark,
         [

@@ -407,7 +407,7 @@ def _commit_and_record(
 ) -> Iterator[tuple[str, Publication]]:
     """Commit the tables in the graph's order, yielding each one's publication as soon as it is committed; then the
     change's effects on held days and the audit trail (one append)."""
-    previous_content = audit.latest_before_run(spark, run.run_id)
+    previous_content = audit.latest_before_run(spark, run.run_id, change.every_day())
     held_at = datetime.now(UTC)
     held = _held_days(change, run, held_at)
     commits: dict[str, Commit] = {}

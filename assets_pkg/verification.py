@@ -53,7 +53,7 @@ def verify_published(spark: SparkSession, table: str, days: list[date], run: Run
     and row count against what the pipeline last wrote (a change behind its back fails them); up to date with the
     landing and late data outside the window, from the late-data detection."""
     verified = check_published(spark, table, days)
-    written = audit.latest_before_run(spark, run.run_id)
+    written = audit.latest_before_run(spark, run.run_id, days)
     recorded = {day: written[(table, day)] for day in days if (table, day) in written}
     holds: dict[date, control.HeldDay] = {}
     try:

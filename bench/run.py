@@ -43,6 +43,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from datetime import date, timedelta
 from pathlib import Path
 
@@ -54,11 +55,12 @@ FIRST_DAY, TPCH_LAST_DAY = date(1992, 1, 1), date(1998, 8, 2)
 
 class PeakMemory:
     """Peak resident memory of this process and all its descendants (Python, JVMs, dagster dev), sampled; with
-    `services`, of those processes and their descendants too (the cluster profile's Spark and PostgreSQL)."""
+    `services`, of the processes it names at each sample and their descendants too (the warm engine, the cluster
+    profile's Spark and PostgreSQL)."""
 
-    def __init__(self, interval: float = 0.5, services: list[int] = ()):
+    def __init__(self, interval: float = 0.5, services: Callable[[], list[int]] = list):
         self.peak_mb, self._stop = 0.0, threading.Event()
-        self._roots = [os.getpid(), *services]
+        self._services = services
         self._thread = threading.Thread(target=self._run, args=(interval,), daemon=True)
         self._thread.start()
 
@@ -73,7 +75,8 @@ class PeakMemory:
         for pid, ppid, rss in procs:
             children.setdefault(ppid, []).append((pid, rss))
         own = {pid: rss for pid, _, rss in procs}
-        total, stack = sum(own.get(pid, 0) for pid in self._roots), list(self._roots)
+        roots = [os.getpid(), *self._services()]
+        total, stack = sum(own.get(pid, 0) for pid in roots), list(roots)
         while stack:
             for pid, rss in children.get(stack.pop(), []):
                 total += rss
@@ -160,6 +163,7 @@ class Bench:
     def __init__(self, lake: Path, first: date, last: date, profile: str):
         self.lake, self.first, self.last, self.profile = lake, first, last, profile
         self.home = lake / "dagster_home"
+        self.engine_home = lake / "engine"
         # What a user gets: the default chunk size and sensor interval; only the lake, the instance and the days are
         # the bench's own.
         self.env = {
@@ -182,6 +186,9 @@ class Bench:
             self.env.pop(setting, None)
         if profile == "cluster":
             self.env.update(_cluster_profile())
+        else:  # a warm engine of the bench's own, started cold by its first step as a user's first command starts it
+            self.env.pop("SPARK_ENGINE", None)
+            self.env["SPARK_ENGINE_HOME"] = str(self.engine_home)
         if last < TPCH_LAST_DAY:  # --days: the landing still ends in 1998; keep the corrected days in the window
             self.env["RESTATEMENT_WINDOW_DAYS"] = str((TPCH_LAST_DAY - first).days + 2)
         # This process reads the same landing and instance (landing_state, the runs' records).
@@ -202,6 +209,18 @@ class Bench:
         if done.returncode != 0:
             raise RuntimeError(f"{' '.join(args)} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
         return time.monotonic() - t0, done.stdout
+
+    def engine_pids(self) -> list[int]:
+        """The warm engine's process, once a step has started it (it outlives the step that started it)."""
+        from resources import engine
+
+        running = engine.running(self.engine_home)
+        return [running.pid] if running else []
+
+    def stop_engine(self) -> None:
+        from resources import engine
+
+        engine.stop(self.engine_home)
 
     def instance(self):
         from bench.harness import instance_at
@@ -405,7 +424,15 @@ def main() -> int:
     lake = Path(args.lake or tempfile.mkdtemp(prefix="bench-"))
     lake.mkdir(parents=True, exist_ok=True)
     bench = Bench(lake, FIRST_DAY, last, args.profile)
-    memory = PeakMemory(services=_service_pids() if args.profile == "cluster" else [])
+    try:
+        return measure(args, bench, last)
+    finally:
+        bench.stop_engine()
+
+
+def measure(args: argparse.Namespace, bench: Bench, last: date) -> int:
+    """Every step of the bench (the module's docstring), in order; the figures to args.out."""
+    memory = PeakMemory(services=_service_pids if args.profile == "cluster" else bench.engine_pids)
     me = str(Path(__file__).resolve())
     from resources.settings import ENVIRONMENT
 
@@ -415,6 +442,8 @@ def main() -> int:
         "days": (last - FIRST_DAY).days + 1,
         "chunk_days": int(ENVIRONMENT["backfill_max_partitions_per_run"][1]),
         "cpus": os.cpu_count(),
+        # Where the embedded profile's Spark runs: the warm engine (the default), or a driver in each process.
+        "spark_engine": "connect" if args.profile == "cluster" else ENVIRONMENT["spark_engine"][1],
     }
 
     def step(name: str, seconds: float) -> None:

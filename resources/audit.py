@@ -9,7 +9,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.window import Window
 
-from resources.delta_io import is_delta_table
+from resources.delta_io import day_filter, is_delta_table
 from resources.lake import table_path
 
 AUDIT_TABLE = "backfill_audit"
@@ -77,14 +77,23 @@ def read(spark: SparkSession) -> DataFrame:
     return trail.select(*trail.columns, *[F.lit(None).cast(f.dataType).alias(f.name) for f in missing])
 
 
-# run id -> the audit trail's latest row per (asset, day) as that run found it.
-_found_by_run: dict[str, dict[tuple[str, date], DayContent]] = {}
+@dataclass
+class _Found:
+    """What a run found of the trail: the latest row per (asset, day) for the days it asked about."""
+
+    days: set[date]
+    latest: dict[tuple[str, date], DayContent]
 
 
-def latest_written(spark: SparkSession) -> DataFrame:
-    """The trail's latest row per (asset, day): what last wrote each published day."""
+# run id -> what that run found (a process runs one run at a time: only the current one's is kept).
+_found_by_run: dict[str, _Found] = {}
+
+
+def latest_written(spark: SparkSession, trail: DataFrame | None = None) -> DataFrame:
+    """The trail's latest row per (asset, day): what last wrote each published day (of `trail`, a part of it)."""
     latest = Window.partitionBy("asset", "partition").orderBy(F.col("ended_at").desc(), F.col("run_id").desc())
-    return read(spark).withColumn("_n", F.row_number().over(latest)).where("_n = 1").drop("_n")
+    rows = read(spark) if trail is None else trail
+    return rows.withColumn("_n", F.row_number().over(latest)).where("_n = 1").drop("_n")
 
 
 def built_by(spark: SparkSession) -> dict[str, dict[date, str | None]]:
@@ -95,13 +104,20 @@ def built_by(spark: SparkSession) -> dict[str, dict[date, str | None]]:
     return found
 
 
-def latest_before_run(spark: SparkSession, run_id: str) -> dict[tuple[str, date], DayContent]:
-    """Each (asset, day)'s rows and fingerprint as last written before run `run_id` started writing, to compare a
-    new write with. Read once per run: every read of the audit table after an append costs a new Delta snapshot,
-    and a run writes several tables (each one's previous state is the same whether read before or after the
-    others' writes). At most one row per asset per day, so small even for a full history."""
+def latest_before_run(spark: SparkSession, run_id: str, days: list[date]) -> dict[tuple[str, date], DayContent]:
+    """Each (asset, day)'s rows and fingerprint as last written before run `run_id`, for `days` (and any asked before
+    in the run), to compare a new write with. Read once per run and days: every read of the audit table after an
+    append costs a new Delta snapshot, and a run writes several tables (each one's previous state is the same whether
+    read before or after the others' writes); the run's own rows are left out, so a later ask still finds what was
+    there before it. At most one row per asset per day, so small even for a full history."""
     if run_id not in _found_by_run:
-        _found_by_run.clear()  # a process runs one run at a time: keep only the current one's
-        rows = latest_written(spark).select("asset", "partition", "rows_written", "fingerprint").collect()
-        _found_by_run[run_id] = {(r.asset, r.partition): DayContent(r.rows_written, r.fingerprint) for r in rows}
-    return _found_by_run[run_id]
+        _found_by_run.clear()
+        _found_by_run[run_id] = _Found(set(), {})
+    found = _found_by_run[run_id]
+    missing = sorted(set(days) - found.days)
+    if missing:
+        before = read(spark).where((F.col("run_id") != run_id) & day_filter("partition", missing))
+        rows = latest_written(spark, before).select("asset", "partition", "rows_written", "fingerprint").collect()
+        found.latest.update({(r.asset, r.partition): DayContent(r.rows_written, r.fingerprint) for r in rows})
+        found.days.update(missing)
+    return found.latest

@@ -176,6 +176,12 @@ def _start(home: Path, wanted: EngineSettings) -> Running:
     return started
 
 
+def _shown(value: object) -> str:
+    """A setting in a message: itself, or for a long one (a file's text) its digest."""
+    text = repr(value)
+    return text if len(text) <= 200 else f"text of SHA-256 {hashlib.sha256(text.encode()).hexdigest()[:12]}"
+
+
 def ensure(home: Path, wanted: EngineSettings) -> Running:
     """The engine of `home`, started now if it is not up; refused if it runs with other settings."""
     with _locked(home):
@@ -186,7 +192,8 @@ def ensure(home: Path, wanted: EngineSettings) -> Running:
             asked = json.loads(json.dumps(asdict(wanted)))  # as the running engine's were stored
             differ = {k: (found.settings.get(k), v) for k, v in asked.items() if found.settings.get(k) != v}
             details = "; ".join(
-                f"{k}: it runs with {was!r}, this process asks for {now!r}" for k, (was, now) in differ.items()
+                f"{k}: it runs with {_shown(was)}, this process asks for {_shown(now)}"
+                for k, (was, now) in differ.items()
             )
             raise EngineError(
                 f"the warm Spark engine in {home} runs with other settings ({details}): stop it with "
