@@ -2,10 +2,13 @@
 tests/test_dagster_private.py fails loudly when Dagster moves or changes any of them: that is the signal to look
 for the public API that replaces it.
 
-Most are the string constants Dagster itself reads from run tags and observations; one is a class. And five are
-changes of behaviour, in the event log storage classes (below): a pool slot claim that is atomic; for SQLite, one
-engine and open connection per database file; for PostgreSQL, one connection held open; a range run's planned
-materializations as one event per asset; a check result stored with one serialization and one write of the index."""
+Most are the string constants Dagster itself reads from run tags and observations; one is a class. The rest change
+what Dagster does, each for a cost measured in bench/ or a fault shown by a test, each beside its reason below:
+- in the event log storage classes: a pool slot claim that is atomic; for SQLite, one engine and open connection per
+  database file; for PostgreSQL, one connection held open; a range run's planned materializations as one event per
+  asset; a run's check results held until its next event and written together, each serialized once; a batch of
+  materializations written as one;
+- in a run: the event batch size set by the code location; a table's per-day metadata added for all its days at once."""
 
 # A check result recorded for a day of a range run must name the materialization it checked: that pointer is what
 # the UI compares to colour a day of the check's Partitions view. Dagster fills it in itself only in a
@@ -28,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy
-from dagster import AssetCheckEvaluation
+from dagster import AssetCheckEvaluation, AssetExecutionContext, AssetKey
 from dagster._core.definitions.asset_checks.asset_check_evaluation import (  # noqa: F401
     AssetCheckEvaluationTargetMaterializationData,
 )
@@ -39,6 +42,7 @@ from dagster._core.definitions.assets.job.asset_job import IMPLICIT_ASSET_JOB_NA
 # The tag an AssetObservation carries its data version in: an observable asset returns versions, but a restatement op
 # records the versions of the landing days its batches change as observations, which take it only as this tag.
 from dagster._core.definitions.data_version import DATA_VERSION_TAG  # noqa: F401
+from dagster._core.definitions.partitions.context import partition_loading_context
 
 # A step that failed only because a blocking check failed raises this: a checks-only run reports those checks itself,
 # so its step failures are not repeated. Dagster does not export the class.
@@ -52,6 +56,7 @@ from dagster._core.events.log import EventLogEntry
 # The status of a Dagster backfill, to see whether one is in progress: DagsterInstance.get_backfills takes it, and
 # Dagster exports neither it nor a filter that does without it.
 from dagster._core.execution.backfill import BulkActionStatus  # noqa: F401
+from dagster._core.execution.context.metadata_logging import AssetMetadataHandle, OutputMetadataAccumulator
 from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
 from dagster._core.storage.event_log import SqliteEventLogStorage
 from dagster._core.storage.event_log.schema import (
@@ -355,6 +360,35 @@ class _CheckResultsWrittenTogether:
         ]
         with self.index_connection() as conn:
             conn.execute(_INSERT_CHECK_EXECUTION, rows)
+
+
+# A range run's per-day figures on the materializations Dagster derives for a table's days, added for all its days at
+# once. Dagster's `add_asset_metadata` (the public way, one partition a call) lists the run's partitions and copies
+# every metadata added so far at each call: over thousands of days, quadratic, and most of a full-history run's time
+# after its first commit. The function below makes the same additions in one step: the same checks, the same
+# accumulated metadata, which Dagster then gives each day's materialization. tests/test_dagster_private.py compares
+# the materializations with those of `add_asset_metadata` day by day, and fails when the methods it stands for change.
+def add_asset_metadata_by_partition(
+    context: AssetExecutionContext, asset_key: AssetKey, by_partition: Mapping[str, Mapping[str, Any]]
+) -> None:
+    step = context._step_execution_context
+    assets = step.assets_def
+    if assets is None or asset_key not in assets.keys or assets.partitions_def is None:
+        raise DagsterInvariantViolationError(
+            f"Attempted to add metadata for asset key '{asset_key}' that is not being materialized."
+        )
+    with partition_loading_context(dynamic_partitions_store=step.instance):
+        targeted = set(assets.partitions_def.get_partition_keys_in_range(partition_key_range=step.partition_key_range))
+    outside = sorted(set(by_partition) - targeted)
+    if outside:
+        raise DagsterInvariantViolationError(
+            f"Attempted to add metadata for partition key '{outside[0]}' that is not being targeted."
+        )
+    merged = dict(step._metadata_accumulator.per_output_metadata)
+    for partition, metadata in by_partition.items():
+        handle = AssetMetadataHandle(asset_key=asset_key, partition_key=partition)
+        merged[handle] = {**merged.get(handle, {}), **metadata}
+    step._metadata_accumulator = OutputMetadataAccumulator(per_output_metadata=merged)
 
 
 # Dagster writes the materializations it derives from a partitioned output (one per day of a range run) in batches only

@@ -23,6 +23,7 @@ from dagster import (
 
 from assets_pkg import checks
 from assets_pkg.dagster_private import AssetCheckEvaluationTargetMaterializationData as CheckedMaterialization
+from assets_pkg.dagster_private import add_asset_metadata_by_partition
 from assets_pkg.publish import PartlyPublished, Publication, commit_metadata
 from assets_pkg.tables import BY_NAME
 
@@ -85,14 +86,14 @@ def publication_events(
     result; without it the run log reports the checks' outputs as missing).
 
     A table the step materializes (`selected`) gets Dagster's own materializations, one per day of the range, each
-    with the day's figures added as partition-scoped metadata; any other table written (a side table not selected, or
-    every table of a restatement) gets an AssetMaterialization per day. The results are made after those have been
-    yielded: Dagster stores a yielded event before the generator resumes, so the days' new materializations are their
-    latest when the results look them up."""
+    with the day's figures added as partition-scoped metadata (every day's at once: dagster_private.py); any other
+    table written (a side table not selected, or every table of a restatement) gets an AssetMaterialization per day.
+    The results are made after those have been yielded: Dagster stores a yielded event before the generator resumes,
+    so the days' new materializations are their latest when the results look them up."""
     for written, by_day in publication.metadata.items():
         if written in selected:
-            for day, metadata in by_day.items():
-                context.add_asset_metadata(metadata, asset_key=written, partition_key=day.isoformat())
+            by_partition = {day.isoformat(): metadata for day, metadata in by_day.items()}
+            add_asset_metadata_by_partition(context, AssetKey(written), by_partition)
             yield MaterializeResult(asset_key=written)
         else:
             for day, metadata in sorted(by_day.items()):

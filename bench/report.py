@@ -29,6 +29,7 @@ ROWS = [
         "then recording events while the others commit",
         "",
     ),
+    ("spark_engine", "where Spark runs: the embedded profile's warm engine, or the cluster's Connect server", ""),
     ("runs", "runs of the backfill", ""),
     ("chunk_days", "days per run (the default chunk)", ""),
     ("run_mean_s", "a run of the backfill, on average (launch to end)", ""),
@@ -36,6 +37,13 @@ ROWS = [
     ("short_run_s", "that run, its own process start to end", ""),
     ("run_per_day_s", "a run's cost per day, from the two run lengths above", ""),
     ("run_intercept_s", "a run's fixed cost: before its first day, from the same", "≤ 6 s embedded, ≤ 3 s warm"),
+    ("day_run_s", "a one-day backfill from the command line, its own process start to end", ""),
+    (
+        "day_run_phases_s",
+        "that run's life: until it starts, until its step starts, Spark until its first table is committed, then "
+        "recording events while the others commit",
+        "",
+    ),
     ("fact_rows_per_run", "line items in a run of the default chunk", ""),
     ("backfill_vs_bare", "backfill without the daemon's loop, against the bare job", "≤ 2"),
     ("run_fixed_cost_s", "the runs' time beyond the bare job's, per run (fixed part and Dagster's events)", ""),

@@ -349,19 +349,20 @@ def step_seconds(home: Path) -> dict[str, dict[str, float]]:
 
 def run_phases(home: Path, run_ids: list[str]) -> dict[str, float]:
     """Where the runs' time went, summed over `run_ids`, from the instance's event log: `planning`, from a run's
-    creation until it is queued (Dagster stores its planned check results); `starting`, until its step starts (the
-    queue, a process and its imports); `spark`, until the step's first output (every table built and checked, the
-    first committed); `events`, until the step ends (every table's days recorded in Dagster, while the tables after
-    each are committed)."""
+    creation until it is queued (Dagster stores its planned check results; a run the command line executes is not
+    queued: until it starts); `starting`, until its step starts (the queue, a process and its imports); `spark`, until
+    the step's first output (every table built and checked, the first committed); `events`, until the step ends
+    (every table's days recorded in Dagster, while the tables after each are committed)."""
     from dagster import DagsterEventType
 
     from bench.harness import instance_at
 
-    def first(instance, run_id: str, kind: DagsterEventType) -> float:
-        records = instance.get_records_for_run(run_id, of_type=kind, limit=1).records
-        if not records:
-            raise RuntimeError(f"run {run_id} has no {kind.value} event")
-        return records[0].event_log_entry.timestamp
+    def first(instance, run_id: str, *kinds: DagsterEventType) -> float:
+        for kind in kinds:
+            records = instance.get_records_for_run(run_id, of_type=kind, limit=1).records
+            if records:
+                return records[0].event_log_entry.timestamp
+        raise RuntimeError(f"run {run_id} has no {' or '.join(k.value for k in kinds)} event")
 
     phases = dict.fromkeys(("planning", "starting", "spark", "events"), 0.0)
     with instance_at(home) as instance:
@@ -370,14 +371,10 @@ def run_phases(home: Path, run_ids: list[str]) -> dict[str, float]:
             if record is None:
                 raise RuntimeError(f"no run {run_id}")
             created = record.create_timestamp.timestamp()
-            queued, started, output, ended = (
+            queued = first(instance, run_id, DagsterEventType.PIPELINE_ENQUEUED, DagsterEventType.PIPELINE_START)
+            started, output, ended = (
                 first(instance, run_id, kind)
-                for kind in (
-                    DagsterEventType.PIPELINE_ENQUEUED,
-                    DagsterEventType.STEP_START,
-                    DagsterEventType.STEP_OUTPUT,
-                    DagsterEventType.STEP_SUCCESS,
-                )
+                for kind in (DagsterEventType.STEP_START, DagsterEventType.STEP_OUTPUT, DagsterEventType.STEP_SUCCESS)
             )
             phases["planning"] += queued - created
             phases["starting"] += started - queued
@@ -517,6 +514,12 @@ def measure(args: argparse.Namespace, bench: Bench, last: date) -> int:
             str(short),
         )[0],
     )
+    # A one-day backfill, what an operator launches most, of a built day outside the run above: process start to end,
+    # and where its run's time went.
+    one_day = (rerun - timedelta(days=1) if rerun > FIRST_DAY else rerun + timedelta(days=short)).isoformat()
+    seconds, out = bench.run("-m", "assets_pkg", "backfill", "--start", one_day, "--end", one_day)
+    step("day_run_s", seconds)
+    result["day_run_phases_s"] = run_phases(bench.home, re.findall(r"\(run ([0-9a-f-]{36})\)", out))
 
     # Three old days inside the restatement window (counted back from the newest batch) and the partitions.
     n_days = result["days"]

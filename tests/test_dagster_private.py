@@ -399,3 +399,86 @@ def test_a_runs_events_reach_a_webserver_watching_the_run_as_they_are_written(tm
     finally:
         webserver.dispose()
         run_process.dispose()
+
+
+# The digests of the Dagster methods add_asset_metadata_by_partition stands for: a Dagster release that changes one
+# makes the test below fail, so the function is read again against it.
+DAGSTERS_ASSET_METADATA_SHA256 = {
+    ("StepExecutionContext", "add_asset_metadata"): "6dff312134cdce21",
+    ("StepExecutionContext", "get_asset_metadata"): "1ab86e143146d629",
+    ("OutputMetadataAccumulator", "_with_metadata"): "af001d6acf996c48",
+    ("OutputMetadataAccumulator", "with_additional_asset_metadata"): "8e5b3e1d29b42e1e",
+}
+
+
+def test_the_asset_metadata_methods_the_project_adds_to_at_once_are_still_dagsters_of_1_13():
+    import hashlib
+
+    from dagster._core.execution.context.metadata_logging import OutputMetadataAccumulator
+    from dagster._core.execution.context.system import StepExecutionContext
+
+    classes = {c.__name__: c for c in (StepExecutionContext, OutputMetadataAccumulator)}
+    for (owner, name), digest in DAGSTERS_ASSET_METADATA_SHA256.items():
+        source = inspect.getsource(getattr(classes[owner], name))
+        assert hashlib.sha256(source.encode()).hexdigest()[:16] == digest, (
+            f"Dagster changed {owner}.{name}: compare it with assets_pkg/dagster_private.py's "
+            "add_asset_metadata_by_partition, then update the digest"
+        )
+
+
+def _materializations_with_days_metadata(at_once: bool, days: tuple[str, str], outside: str | None = None):
+    """A range run of two assets, each day's metadata added day by day or at once: every materialization's asset,
+    day and metadata."""
+    from dagster import AssetKey, AssetSpec, MaterializeResult, multi_asset
+
+    from assets_pkg.dagster_private import add_asset_metadata_by_partition
+
+    partitions = DailyPartitionsDefinition(start_date="2025-01-01", end_date="2025-01-10")
+
+    @multi_asset(
+        specs=[AssetSpec("a"), AssetSpec("b")],
+        partitions_def=partitions,
+        backfill_policy=BackfillPolicy.single_run(),
+        can_subset=True,
+    )
+    def both(context: AssetExecutionContext):
+        for key in ("a", "b"):
+            by_day = {day: {"rows": i, "day": day, "asset": key} for i, day in enumerate(context.partition_keys)}
+            if outside:
+                by_day[outside] = {"rows": -1}
+            if at_once:
+                add_asset_metadata_by_partition(context, AssetKey(key), by_day)
+            else:
+                for day, metadata in by_day.items():
+                    context.add_asset_metadata(metadata, asset_key=key, partition_key=day)
+            yield MaterializeResult(asset_key=key, metadata={"run_figure": 1})
+
+    job = Definitions(assets=[both], jobs=[define_asset_job("j")]).resolve_job_def("j")
+    tags = {ASSET_PARTITION_RANGE_START_TAG: days[0], ASSET_PARTITION_RANGE_END_TAG: days[1]}
+    with DagsterInstance.ephemeral() as instance:
+        result = job.execute_in_process(instance=instance, tags=tags, raise_on_error=False)
+    if not result.success:
+        return [e.step_failure_data.error.message for e in result.all_events if e.is_step_failure]
+    return sorted(
+        (
+            m.asset_key.to_user_string(),
+            m.partition,
+            sorted((k, v.value) for k, v in m.metadata.items()),
+        )
+        for m in (
+            e.event_specific_data.materialization
+            for e in result.all_events
+            if e.event_type_value == "ASSET_MATERIALIZATION"
+        )
+    )
+
+
+def test_adding_a_tables_days_metadata_at_once_gives_each_days_materialization_what_adding_it_day_by_day_gives():
+    day_by_day = _materializations_with_days_metadata(at_once=False, days=("2025-01-02", "2025-01-05"))
+    at_once = _materializations_with_days_metadata(at_once=True, days=("2025-01-02", "2025-01-05"))
+    assert at_once == day_by_day and len(at_once) == 2 * 4
+    assert ("a", "2025-01-03", [("asset", "a"), ("day", "2025-01-03"), ("rows", 1), ("run_figure", 1)]) in at_once
+    # A day the run does not target is refused, as Dagster refuses it.
+    refused = _materializations_with_days_metadata(True, ("2025-01-02", "2025-01-05"), outside="2025-01-08")
+    dagsters = _materializations_with_days_metadata(False, ("2025-01-02", "2025-01-05"), outside="2025-01-08")
+    assert refused == dagsters and "'2025-01-08' that is not being targeted" in refused[0]
