@@ -616,13 +616,14 @@ def _record(
 def commit_metadata(commit: Commit, days: list[date]) -> dict[date, dict[str, Any]]:
     """Each day's figures of one commit (rows and files as Delta's log records them per partition)."""
     version = commit.version if commit.version is not None else -1
+    written_with = day_ranges(days)  # the change's days, which each day was written with
     return {
         day: {
             "rows_written": commit.by_day.get(day.isoformat(), {}).get("rows_written", 0),
             "files_added": commit.by_day.get(day.isoformat(), {}).get("files_added", 0),
             "files_removed": commit.by_day.get(day.isoformat(), {}).get("files_removed", 0),
             "delta_version": version,
-            "written_with_days": day_ranges(days),  # the change's days, which this day was written with
+            "written_with_days": written_with,
         }
         for day in days
     }

@@ -516,7 +516,10 @@ def measure(args: argparse.Namespace, bench: Bench, last: date) -> int:
     )
     # A one-day backfill, what an operator launches most, of a built day outside the run above: process start to end,
     # and where its run's time went.
-    one_day = (rerun - timedelta(days=1) if rerun > FIRST_DAY else rerun + timedelta(days=short)).isoformat()
+    if rerun > FIRST_DAY:
+        one_day = (rerun - timedelta(days=1)).isoformat()
+    else:  # the short run covered the first days: the day after it, or its last when it covered them all
+        one_day = (rerun + timedelta(days=min(short, result["days"] - 1))).isoformat()
     seconds, out = bench.run("-m", "assets_pkg", "backfill", "--start", one_day, "--end", one_day)
     step("day_run_s", seconds)
     result["day_run_phases_s"] = run_phases(bench.home, re.findall(r"\(run ([0-9a-f-]{36})\)", out))
