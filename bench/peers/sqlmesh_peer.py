@@ -87,6 +87,8 @@ def main() -> int:
         "PEER_DIR": str(peer),
         "DAGSTER_HOME": os.environ.get("DAGSTER_HOME", str(peer / "dagster_home")),
         "PYTHONPATH": os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]),
+        # SQLMesh's Spark engine starts a driver of its own: the project's settings for one, not a warm engine's.
+        "SPARK_ENGINE": "in-process",
     }
     env.pop("PEER_BATCH_SIZE", None)
     if args.batch_size:
