@@ -36,7 +36,7 @@ from dagster import (
 from dagster_pyspark import LazyPySparkResource
 from pyspark.sql import SparkSession
 
-from assets_pkg import checks, landing, late_data, liveness, recording
+from assets_pkg import checks, landing, landing_index, late_data, liveness, recording
 from assets_pkg.assets import all_assets_job, failed_publication
 from assets_pkg.dagster_names import (
     ALL_ASSETS_JOB,
@@ -67,12 +67,19 @@ from resources.spark import session_of, spark_resource
 
 
 def landing_observations(spark: SparkSession, detection: late_data.Detection) -> list[AssetObservation]:
-    """The new data version of each landing day the detected batches add rows to."""
+    """The new data version of each landing day the detected batches add rows to, read from the batches that can hold
+    those days only."""
     landed = detection.landed_days()
     return [
         AssetObservation(asset, partition=day.isoformat(), tags={DATA_VERSION_TAG: version})
         for asset, dataset in LANDING_DATASETS.items()
-        for day, version in landing.day_versions(spark, dataset, landed[dataset]).items()
+        if landed[dataset]
+        for day, version in landing.day_versions(
+            spark,
+            dataset,
+            landed[dataset],
+            landing_index.batches_holding(spark, dataset, landed[dataset], index_new=False),
+        ).items()
     ]
 
 

@@ -317,15 +317,18 @@ def event_day(dataset: str) -> Column:
     return F.greatest(F.to_date("updated_at"), F.lit(first_day()))
 
 
-def day_versions(spark: SparkSession, dataset: str, days: Iterable[date] | None = None) -> dict[date, str]:
+def day_versions(
+    spark: SparkSession, dataset: str, days: Iterable[date] | None = None, batches: list[str] | None = None
+) -> dict[date, str]:
     """The data version of each landed day (of `days`, or every day in the partitions): a SHA-256 of the batches that
     hold rows for the day and how many each holds. Batches are immutable and only ever added, so a day's version
     changes exactly when a batch adds rows to it, and observing twice gives the same versions. Reads the day column
-    only; rows with no valid day are quarantine's and have no landing day."""
-    if not batch_dirs(dataset):
+    only, of `batches` when given (they must include every batch holding rows of `days`); rows with no valid day are
+    quarantine's and have no landing day."""
+    if not batch_dirs(dataset) or batches == []:
         return {}
     day = event_day(dataset)
-    rows = read_landing(spark, dataset).where(day.between(first_day(), last_day()))
+    rows = read_landing(spark, dataset, batches).where(day.between(first_day(), last_day()))
     if days is not None:
         wanted = sorted(set(days))
         if not wanted:

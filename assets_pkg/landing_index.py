@@ -154,7 +154,17 @@ def index_read(spark: SparkSession, dataset: str, landed: DataFrame) -> None:
     update(spark, {dataset: landed})
 
 
-def batches_holding(spark: SparkSession, dataset: str, days: list[date]) -> list[str]:
-    """The batches of `dataset` that can hold rows of `days` (indexing any batch not indexed yet first)."""
+def holding(index: dict[str, set[date]], landed: list[str], days: list[date]) -> list[str]:
+    """Of the `landed` batches, those that can hold rows of `days`: the indexed ones holding them, and every one not
+    indexed yet (it may hold any day)."""
     wanted = set(days)
-    return sorted(b for b, indexed in update(spark)[dataset].items() if indexed & wanted)
+    return sorted(b for b in landed if b not in index or index[b] & wanted)
+
+
+def batches_holding(spark: SparkSession, dataset: str, days: list[date], index_new: bool = True) -> list[str]:
+    """The batches of `dataset` that can hold rows of `days`. With `index_new`, any batch not indexed yet is indexed
+    first (a build: the index then saves the next one from reading it whole); without, it is read whole and the index
+    is left as it is (a restatement observing a few days: indexing reads the key columns of the whole landing)."""
+    index = update(spark) if index_new else indexed(spark)
+    landed = [landing.batch_name(p) for p in landing.batch_dirs(dataset)]
+    return holding(index[dataset], landed, days)
