@@ -353,7 +353,9 @@ def _stage(spark: SparkSession, table: Table, change: Change, staged: dict[str, 
         result = table.restate(source.landed)(spark, days, read)
     else:
         result = table.build(spark, days, read)
-    result.table = result.table.persist()  # checked, read downstream and written from the same computed rows
+    # Checked, read downstream and written from the same computed rows. Checkpointed, not cached: a write to a table
+    # makes Spark recompute every cached frame whose plan reads it, so each commit would rebuild the tables after it.
+    result.table = result.table.localCheckpoint()
     result.scans = [*result.scans, *scans]
     return result
 
