@@ -3,9 +3,10 @@ day), written when a build first sees a batch. A build of a few days then reads 
 landing (what each read scans is recorded in its materializations: see delta_io.Scan).
 
 A batch of order items can hold rows of day D when
-- one of its rows is dated D (a valid order date), or would be quarantined on D: a row breaking the contract is filed
-  on its order date or on its batch's day clamped into the partitions (quarantine.py), so a batch always indexes that
-  day;
+- one of its rows is dated D, or would be quarantined on D: a row breaking the contract is filed on its order date or
+  on its batch's day clamped into the partitions (quarantine.py), so a batch always indexes its own day and that one.
+  Days outside the partitions are indexed too: should PARTITION_START_DATE or PARTITION_END_DATE later widen them,
+  a narrowed build of a newly covered day still finds every batch holding its rows;
 - it holds a version of an order item that has a version dated D in any batch: staging takes an item's latest version
   wherever it is, so building D needs every batch holding the item, the one that moved it away from D included.
 A batch of products can hold the days its versions take effect on (and, like any batch, its own day).
@@ -40,14 +41,13 @@ def _clamped(batch: str) -> date:
 def _order_item_days(
     spark: SparkSession, new: list[str], known: list[str], landed: DataFrame | None, cached: list[DataFrame]
 ) -> DataFrame:
-    in_partitions = F.col("order_date").between(F.lit(first_day()), F.lit(last_day()))
     # The batches listed now only: one landing meanwhile is indexed, whole, by the next update.
     dated = (
         (landed if landed is not None else landing.read_landing(spark, landing.ORDER_ITEMS))
         .select(
             *ORDER_ITEM_KEY,
             F.col("ingest_date").alias("batch"),
-            F.when(in_partitions, F.col("order_date")).alias("day"),
+            F.col("order_date").alias("day"),
         )
         .where(F.col("batch").isin([date.fromisoformat(b) for b in known]))
     )
@@ -125,7 +125,8 @@ def _index_new(
         new = sorted(set(known) - set(index[dataset]))
         if new:
             own_days = spark.createDataFrame(
-                [(date.fromisoformat(b), _clamped(b)) for b in new], "batch date, day date"
+                [(date.fromisoformat(b), day) for b in new for day in {date.fromisoformat(b), _clamped(b)}],
+                "batch date, day date",
             )
             parts.append(
                 days_of(spark, new, known, landed, cached).unionByName(own_days).withColumn("dataset", F.lit(dataset))

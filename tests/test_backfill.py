@@ -2,7 +2,7 @@
 
 import stat
 from collections import defaultdict
-from datetime import date
+from datetime import date, timedelta
 from decimal import Decimal
 from pathlib import Path
 
@@ -195,6 +195,29 @@ def test_a_build_that_reads_the_whole_landing_indexes_its_batches_as_a_narrowed_
     for day in (START, date(2025, 1, 20), END):
         holding = set(landing_index.batches_holding(spark, landing.ORDER_ITEMS, [day]))
         assert holding == {d.isoformat() for d in batches_that_can_hold(spark, day)}, day
+
+
+def test_a_batch_indexed_while_its_days_were_past_the_partitions_is_found_for_them_once_the_partitions_widen(
+    spark, built
+):
+    """Widening PARTITION_END_DATE later must not hide landed rows from a narrowed build of a newly covered day: the
+    index holds every day of a batch, not only the days inside the partitions when it was indexed."""
+    import shutil
+
+    from assets_pkg import landing_index
+    from tests.support.lake import environment
+
+    index_path = Path(table_path(landing_index.INDEX_TABLE))
+    day = date(2025, 1, 20)
+    shutil.rmtree(index_path)
+    try:
+        with environment(PARTITION_END_DATE=(day - timedelta(days=3)).isoformat()):
+            landing_index.update(spark)  # `day` and the days before it are past the partitions' end
+        for later in (day - timedelta(days=1), day):
+            holding = set(landing_index.batches_holding(spark, landing.ORDER_ITEMS, [later]))
+            assert holding == {d.isoformat() for d in batches_that_can_hold(spark, later)}, later
+    finally:
+        shutil.rmtree(index_path)  # indexed afresh by the next build
 
 
 def test_a_backfill_says_what_it_will_write_and_read_and_how_long_it_should_take_and_a_dry_run_writes_nothing(
