@@ -81,9 +81,6 @@ def test_with_nothing_landed_since_the_watermark_and_nothing_unread_no_batch_is_
     assert batches_to_read(batches(0, 1, 2), watermark, timedelta(hours=72)) == []
 
 
-# Where the restatement window starts.
-
-
 def test_the_batches_that_can_hold_a_day_are_those_indexed_with_it_and_every_one_not_indexed_yet():
     index = {"2025-01-01": {D}, "2025-01-02": {D + timedelta(days=1)}, "2025-01-03": {D, D + timedelta(days=2)}}
     landed = ["2025-01-01", "2025-01-02", "2025-01-03", "2025-01-04"]
@@ -91,6 +88,9 @@ def test_the_batches_that_can_hold_a_day_are_those_indexed_with_it_and_every_one
     assert holding(index, landed, [D + timedelta(days=5)]) == ["2025-01-04"]
     assert holding({}, landed, [D]) == landed  # nothing indexed: every batch
     assert holding(index, ["2025-01-02"], [D]) == []  # an indexed batch no longer landed is not read
+
+
+# Where the restatement window starts.
 
 
 def test_the_window_counts_back_from_the_newest_landed_batch_not_from_the_clock():
