@@ -36,7 +36,18 @@ from pyspark.sql import functions as F
 from assets_pkg import checks, code_versions
 from assets_pkg.dagster_names import CLI_BACKFILL_TAG, RELEASE_TAG
 from assets_pkg.dagster_private import BACKFILL_ID_TAG
-from assets_pkg.tables import BY_NAME, DAY_COLUMN, PUBLISH_ORDER, LandedBatches, Read, Staged, Table
+from assets_pkg.tables import (
+    BY_NAME,
+    DAY_COLUMN,
+    PUBLISH_ORDER,
+    SIDE_TABLE_OF,
+    LandedBatches,
+    Read,
+    Staged,
+    Table,
+    narrowed,
+    with_side_tables,
+)
 from resources import audit, control
 from resources.delta_io import (
     Commit,
@@ -219,7 +230,7 @@ class PartlyPublished(RuntimeError):
 
     def __init__(self, change: Change, commits: dict[str, Commit], cause: BaseException):
         # Side tables have their table's days.
-        self.plan = {name: change.days[_table_of(name)] for name in _with_side_tables(change.tables())}
+        self.plan = {name: change.days[SIDE_TABLE_OF.get(name, name)] for name in with_side_tables(change.tables())}
         self.operation, self.commits, self.cause = change.operation, commits, cause
         self.not_committed = [t for t in self.plan if t not in commits]
         committed = ", ".join(
@@ -232,16 +243,6 @@ class PartlyPublished(RuntimeError):
             f"{', '.join(self.not_committed) or 'none'} ({type(cause).__name__}: {first}). These days are published in "
             f"some tables only until the same {self.operation.value} is run again."
         )
-
-
-def _with_side_tables(tables: list[str]) -> list[str]:
-    return [name for t in tables for name in [*(s.name for s in BY_NAME[t].side_tables), t]]
-
-
-def _table_of(name: str) -> str:
-    return (
-        name if name in BY_NAME else next(t.name for t in BY_NAME.values() if name in {s.name for s in t.side_tables})
-    )
 
 
 # For the fault-injection tests: EXACT_BACKFILLS_KILL_AT=<point> kills this process with SIGKILL when it reaches that
@@ -353,11 +354,29 @@ def _stage(spark: SparkSession, table: Table, change: Change, staged: dict[str, 
         result = table.restate(source.landed)(spark, days, read)
     else:
         result = table.build(spark, days, read)
-    # Checked, read downstream and written from the same computed rows. Checkpointed, not cached: a write to a table
-    # makes Spark recompute every cached frame whose plan reads it, so each commit would rebuild the tables after it.
-    result.table = result.table.localCheckpoint()
     result.scans = [*result.scans, *scans]
+    # Checked, read downstream and written from the same computed rows.
+    result.table = (
+        result.table.localCheckpoint() if checkpointed(table, change, result.scans) else result.table.persist()
+    )
     return result
+
+
+def checkpointed(table: Table, change: Change, scans: list[Scan]) -> bool:
+    """Whether a table's staged rows are held as a local checkpoint (computed at once, stored as rows, the plan cut)
+    rather than cached (computed by their first use, stored compressed by column).
+
+    A write to a table makes Spark recompute every cached frame computed from it, so rows computed from a table the
+    change writes are checkpointed: its own rows (a restatement's build reads what the table holds, a restore an
+    earlier version of it) or an upstream's published days (`scans`). Of the others, a narrowed build's (a few days)
+    are checkpointed too, which costs less than caching few rows; the rows of most of the history are cached, which
+    takes a fraction of the memory."""
+    source = change.source(table.name)
+    if isinstance(source, Restored) or (isinstance(source, Restated) and table.restate is not None):
+        return True
+    if not {scan.source for scan in scans}.isdisjoint(with_side_tables(change.tables())):
+        return True
+    return narrowed(change.days[table.name])
 
 
 def rows_as_of(spark: SparkSession, table: str, version: int, days: list[date]) -> DataFrame:

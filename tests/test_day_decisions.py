@@ -21,21 +21,33 @@ from assets_pkg.late_data import (
     plan_restatement,
     window_start,
 )
-from assets_pkg.partitions import chunks, days
-from assets_pkg.publish import Change, Hold, Operation, Rebuilt, Refused, Restated, Restored, day_ranges
+from assets_pkg.partitions import chunks, days, first_day, last_day
+from assets_pkg.publish import (
+    Change,
+    Hold,
+    Operation,
+    Rebuilt,
+    Refused,
+    Restated,
+    Restored,
+    checkpointed,
+    day_ranges,
+)
 from assets_pkg.rollback import RollbackPlan, rollback_plan
 from assets_pkg.tables import (
+    BY_NAME,
     CUSTOMER_DAILY_FEATURES,
     DAILY_CATEGORY_REVENUE,
     DAILY_REVENUE,
     DIM_PRODUCT,
     FACT_ORDER_ITEM,
+    PUBLISH_ORDER,
     QUARANTINE_ORDER_ITEMS,
     STG_ORDER_ITEMS,
     LandedBatches,
 )
 from resources.control import HeldDay, Watermark
-from resources.delta_io import day_predicate, day_runs
+from resources.delta_io import Scan, day_predicate, day_runs
 from tests.support.lake import environment
 
 D = date(2025, 1, 1)
@@ -256,6 +268,47 @@ def test_a_restatement_with_nothing_changed_writes_nothing_and_only_advances_the
     plan = plan_restatement(found)
     assert plan.change.days == {} and plan.change.tables() == [] and plan.exceptions == [] and plan.pending == []
     assert plan.watermark == Watermark(at(21, 2), batches(0, 20, 21), [])
+
+
+# How a change holds a table's staged rows: checkpointed (the plan cut) when computed from a table the change writes,
+# since a write makes Spark recompute every cached frame computed from it, or when they are a few days' rows; cached
+# (compressed by column) when they are most of the history's.
+
+
+def _published_read_of(table: str) -> Scan:
+    return Scan(table, files=1, files_total=1, bytes=1, bytes_total=1)
+
+
+def _every_day() -> list[date]:
+    return days(first_day(), last_day())
+
+
+def test_the_whole_historys_staged_rows_are_cached_unless_computed_from_a_table_the_same_change_writes():
+    whole = Change(Operation.BACKFILL, dict.fromkeys(PUBLISH_ORDER, _every_day()))
+    fact = BY_NAME[FACT_ORDER_ITEM]
+    # Built from the staged rows of staging and the dimension only.
+    assert not checkpointed(fact, whole, [])
+    # Joined with the dimension's days read as published, which the change writes.
+    assert checkpointed(fact, whole, [_published_read_of(DIM_PRODUCT)])
+    # A mart rebuilt alone reads the fact, which the change leaves alone.
+    alone = Change(Operation.BACKFILL, {DAILY_REVENUE: _every_day()})
+    assert not checkpointed(BY_NAME[DAILY_REVENUE], alone, [_published_read_of(FACT_ORDER_ITEM)])
+    # A side table the change writes counts as written.
+    staging = Change(Operation.BACKFILL, {STG_ORDER_ITEMS: _every_day()})
+    assert checkpointed(BY_NAME[STG_ORDER_ITEMS], staging, [_published_read_of(QUARANTINE_ORDER_ITEMS)])
+
+
+def test_a_few_days_staged_rows_are_checkpointed_whatever_they_are_computed_from():
+    few = Change(Operation.BACKFILL, dict.fromkeys(PUBLISH_ORDER, [first_day(), first_day() + timedelta(days=1)]))
+    assert all(checkpointed(BY_NAME[t], few, []) for t in PUBLISH_ORDER)
+
+
+def test_a_restatements_staging_and_a_restored_table_read_their_own_rows_and_are_checkpointed():
+    landed = LandedBatches(batches(21), rows=None, staged=None)
+    restated = Change(Operation.RESTATEMENT, {STG_ORDER_ITEMS: _every_day()}, {STG_ORDER_ITEMS: Restated(landed)})
+    assert checkpointed(BY_NAME[STG_ORDER_ITEMS], restated, [])
+    restored = Change(Operation.ROLLBACK, {DIM_PRODUCT: _every_day()}, {DIM_PRODUCT: Restored(3)})
+    assert checkpointed(BY_NAME[DIM_PRODUCT], restored, [])
 
 
 # What a rollback restores and rebuilds.
