@@ -174,7 +174,7 @@ def _files_by_day(spark: SparkSession, table: str) -> Counter[date | None]:
     """The published table's live files, counted by the day folder they sit in (None: not in one)."""
     folder = f"{DAY_COLUMN[table]}="
     found: Counter[date | None] = Counter()
-    if table_exists(spark, table):
+    if table_exists(table):
         for path in spark.read.format("delta").load(table_path(table)).inputFiles():
             part = next((p for p in path.split("/") if p.startswith(folder)), None)
             found[date.fromisoformat(part[len(folder) :]) if part else None] += 1

@@ -90,7 +90,7 @@ _DAYS_OF_NEW_BATCHES = {landing.ORDER_ITEMS: _order_item_days, landing.PRODUCTS:
 def indexed(spark: SparkSession) -> dict[str, dict[str, set[date]]]:
     """dataset -> batch -> its days, as indexed (batches not indexed yet are not in it)."""
     index: dict[str, dict[str, set[date]]] = defaultdict(lambda: defaultdict(set))
-    if table_exists(spark, INDEX_TABLE):
+    if table_exists(INDEX_TABLE):
         for r in spark.read.format("delta").load(table_path(INDEX_TABLE)).collect():
             index[r.dataset][r.batch.isoformat()].add(r.day)
     return index

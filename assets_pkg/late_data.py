@@ -234,7 +234,7 @@ def _order_item_changes(
         _tally(changed.where("old_day IS NOT NULL AND old_day != order_date"), "old_day", "moved_out", days)
 
         unseen = rejected
-        if table_exists(spark, QUARANTINE):
+        if table_exists(QUARANTINE):
             quarantined = read_table(spark, QUARANTINE).select(_row_id(ORDER_ITEM_VERSION_COLUMNS).alias("_id"))
             unseen = rejected.withColumn("_id", _row_id(ORDER_ITEM_VERSION_COLUMNS)).join(
                 quarantined, "_id", "left_anti"
@@ -269,7 +269,7 @@ def _product_changes(
         return
     versions = landing.read_landing(spark, landing.PRODUCTS, batches)
     dated = versions.withColumn("valid_from", landing.event_day(landing.PRODUCTS))
-    if table_exists(spark, DIMENSION.name):  # new unless the day already has this version or a later one
+    if table_exists(DIMENSION.name):  # new unless the day already has this version or a later one
         known = read_table(spark, DIMENSION.name).select(
             "product_id", "valid_from", F.col("updated_at").alias("known_at")
         )
@@ -302,7 +302,7 @@ def _product_changes(
 def detect(spark: SparkSession, keep_landed: bool = False) -> Detection:
     """What the batches landed since the watermark change, day by day, without writing anything. With
     `keep_landed`, what it read of the order item batches stays cached in `landed` until the caller's `unpersist`."""
-    if not table_exists(spark, STAGING.name):
+    if not table_exists(STAGING.name):
         raise NothingPublished(f"{STAGING.name} is not materialized: backfill the tables before restating late data")
     wm = control.read_watermark(spark, PIPELINE)
     landed = {

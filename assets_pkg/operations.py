@@ -56,7 +56,7 @@ def report(
     other = None
     if against is not None:
         path = table_path(table, against)
-        if not is_delta_table(spark, path):
+        if not is_delta_table(path):
             raise TableNotMaterialized(f"no Delta table {table!r} at {path}")
         other = checks.day_contents(_range(spark.read.format("delta").load(path), table, start, end), column)
     elif version is not None:
@@ -72,7 +72,7 @@ def report(
 
 def check_version(spark: SparkSession, table: str, version: int) -> None:
     """A ValueError naming the table's versions unless `version` is one of them."""
-    if not table_exists(spark, table):
+    if not table_exists(table):
         raise TableNotMaterialized(f"Delta table {table!r} does not exist at {table_path(table)}: materialize it first")
     versions = [h.version for h in history(spark, table_path(table))]
     if version not in versions:
@@ -100,9 +100,7 @@ def landing_lag(spark: SparkSession) -> dict:
     tables = {}
     for table in TABLES:
         newest = (
-            scalar(read_table(spark, table.name).agg(F.max(table.day_column)))
-            if table_exists(spark, table.name)
-            else None
+            scalar(read_table(spark, table.name).agg(F.max(table.day_column))) if table_exists(table.name) else None
         )
         tables[table.name] = {
             "stale_days": len(stale.get(table.name, [])) if detection else None,
@@ -195,7 +193,7 @@ def withdraw(spark: SparkSession, file: str, reason: str) -> Withdrawal:
             (staging.name, staging.day_column),
             *((s.name, s.day_column) for s in staging.side_tables),
         ]:
-            if table_exists(spark, table):
+            if table_exists(table):
                 rows = read_table(spark, table).where(F.col("source_file") == rel).select(column).distinct().collect()
                 affected |= {r[0] for r in rows}
         landed = landing.read_landing(spark, dataset)

@@ -338,7 +338,7 @@ def _stage(spark: SparkSession, table: Table, change: Change, staged: dict[str, 
         mine, rest = sorted(set(days) & ours), sorted(set(days) - ours)
         built = staged[upstream].table
         parts = [built if set(mine) == ours else built.where(day_filter(DAY_COLUMN[upstream], mine))] if mine else []
-        if rest and table_exists(spark, upstream):
+        if rest and table_exists(upstream):
             parts.append(published(upstream, rest))
         if not parts:
             return built.limit(0)

@@ -64,7 +64,7 @@ def version_before(
 ) -> int | None:
     """The table's version just before the first commit written by `run_id` (or by any run of `backfill_id`), found
     in the commits' userMetadata; None when it wrote nothing in the table."""
-    if not table_exists(spark, table):
+    if not table_exists(table):
         return None
     ours = sorted(
         h.version

@@ -70,7 +70,7 @@ def append(spark: SparkSession, rows: list[AuditRow]) -> None:
 
 def read(spark: SparkSession) -> DataFrame:
     path = table_path(AUDIT_TABLE)
-    if not is_delta_table(spark, path):
+    if not is_delta_table(path):
         return spark.createDataFrame([], SCHEMA)
     trail = spark.read.format("delta").load(path)
     missing = [f for f in SCHEMA.fields if f.name not in trail.columns]

@@ -73,7 +73,7 @@ class Watermark:
 
 
 def read_watermark(spark: SparkSession, pipeline: str) -> Watermark:
-    if not table_exists(spark, WATERMARK_TABLE):
+    if not table_exists(WATERMARK_TABLE):
         return Watermark()
     rows = spark.read.format("delta").load(table_path(WATERMARK_TABLE)).where(F.col("pipeline") == pipeline).collect()
     if not rows:
@@ -98,7 +98,7 @@ def _upsert_open(spark: SparkSession, table: str, new: DataFrame, updated: list[
     """Add `new`'s rows to `table` (one row per day): a day's open row (not resolved) gets the `updated` columns of
     its new row instead of a second row."""
     path = table_path(table)
-    if not table_exists(spark, table):
+    if not table_exists(table):
         new.write.format("delta").save(path)
         return
     view = f"{table}_{uuid.uuid4().hex[:12]}"
@@ -114,7 +114,7 @@ def _upsert_open(spark: SparkSession, table: str, new: DataFrame, updated: list[
 
 def _open(spark: SparkSession, table: str, days: list[date] | None) -> list:
     """A control table's open rows (not resolved), oldest day first (only those of `days` when given)."""
-    if not table_exists(spark, table):
+    if not table_exists(table):
         return []
     df = spark.read.format("delta").load(table_path(table)).where("resolved_at IS NULL")
     if days is not None:
@@ -123,7 +123,7 @@ def _open(spark: SparkSession, table: str, days: list[date] | None) -> list:
 
 
 def _resolve(spark: SparkSession, table: str, days: list[date], run_id: str, now: datetime) -> None:
-    if not days or not table_exists(spark, table):
+    if not days or not table_exists(table):
         return
     # Literals, not parameters: Delta's UPDATE does not take parameters in SET. The session's time zone is UTC.
     at = now.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
@@ -210,7 +210,7 @@ def record_plan(spark: SparkSession, plan_id: str, document: str, now: datetime)
 
 def read_plan(spark: SparkSession, plan_id: str) -> tuple[str, str] | None:
     """(document, status) of a plan, None when there is no such plan."""
-    if not table_exists(spark, PLANS_TABLE):
+    if not table_exists(PLANS_TABLE):
         return None
     rows = spark.read.format("delta").load(table_path(PLANS_TABLE)).where(F.col("plan_id") == plan_id).collect()
     return (rows[0].document, rows[0].status) if rows else None

@@ -6,6 +6,7 @@ Delta's Python table API needs a server plugin."""
 
 import json
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import date, timedelta
@@ -102,16 +103,22 @@ def delta_path(path: str) -> str:
     return "delta.`" + path.replace("`", "``") + "`"
 
 
-def is_delta_table(spark: SparkSession, path: str) -> bool:
+# A file of a Delta table's log that only a commit writes: a version's entry or a checkpoint of the versions before.
+_COMMITTED = re.compile(r"^\d{20}\.(json|checkpoint\b)")
+
+
+def is_delta_table(path: str) -> bool:
+    """Whether `path` holds a Delta table: its log has a commit. Looked up on the file system this process sees the
+    lake on, without asking Spark, which would load the table's snapshot to answer."""
     try:
-        spark.sql(f"DESCRIBE DETAIL {delta_path(path)}").collect()
-        return True
-    except AnalysisException:  # DELTA_MISSING_DELTA_TABLE, or no such path
+        with os.scandir(os.path.join(path, "_delta_log")) as log:
+            return any(_COMMITTED.match(entry.name) for entry in log)
+    except (FileNotFoundError, NotADirectoryError):
         return False
 
 
-def table_exists(spark: SparkSession, table: str) -> bool:
-    return is_delta_table(spark, table_path(table))
+def table_exists(table: str) -> bool:
+    return is_delta_table(table_path(table))
 
 
 def history(spark: SparkSession, path: str, limit: int | None = None) -> list:
@@ -120,7 +127,7 @@ def history(spark: SparkSession, path: str, limit: int | None = None) -> list:
 
 
 def read_table(spark: SparkSession, table: str) -> DataFrame:
-    if not table_exists(spark, table):
+    if not table_exists(table):
         raise TableNotMaterialized(
             f"Delta table {table!r} does not exist at {table_path(table)}: materialize it (or its upstream) first"
         )
@@ -143,7 +150,7 @@ def read_path(
 
 def current_version(spark: SparkSession, table: str) -> int | None:
     """The table's latest Delta version (None: not materialized)."""
-    if not table_exists(spark, table):
+    if not table_exists(table):
         return None
     return int(history(spark, table_path(table), 1)[0].version)
 
