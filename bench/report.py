@@ -2,6 +2,7 @@
 
 bench/sf1.json, bench/sf1-cluster.json   python bench/run.py --scale 1 [--profile cluster] --out ... --docs
 bench/event_log.json                      python bench/event_log.py --days 31 --checks 5 --out bench/event_log.json
+bench/commit_floor.json                   python bench/commit_floor.py --out bench/commit_floor.json (each profile)
 
 python bench/report.py            # rewrite the generated part of docs/performance.md
 python bench/report.py --print [--json FILE ...]   # print it instead (of other bench/run.py outputs)
@@ -163,6 +164,24 @@ def tables(runs: list[Path] | None = None) -> str:
         out += [
             f"| {name} | {_cell(s.get('events'))} | {_cell(s['seconds'])} | {_cell(s['ms_per_event'])} |"
             for name, s in e["storages"].items()
+        ]
+        out.append("")
+    commit_floor = REPO / "bench" / "commit_floor.json"
+    if commit_floor.exists():
+        by_profile = json.loads(commit_floor.read_text())
+        first = next(iter(by_profile.values()))
+        out += [
+            f"Delta's commits alone (`bench/commit_floor.json`): {first['tables']} day-partitioned tables of "
+            f"{first['days']:,} days, one day of each replaced by `replaceWhere`, as a one-day run of the graph "
+            "commits.",
+            "",
+            "| profile | one commit (s) | every table, one after another (s) "
+            "| every table at once, one thread each (s) |",
+            "|---|---|---|---|",
+        ]
+        out += [
+            f"| {name} | {_cell(f['commit_s'])} | {_cell(f['sequential_s'])} | {_cell(f['parallel_s'])} |"
+            for name, f in sorted(by_profile.items(), key=lambda item: list(PROFILES).index(item[0]))
         ]
         out.append("")
     return "\n".join(out) if out else "No benchmark JSON in bench/ yet."
