@@ -2,7 +2,8 @@
 
 Every Delta operation goes through Spark SQL and the DataFrame API (`DESCRIBE DETAIL`, `DESCRIBE HISTORY`, `MERGE`,
 `UPDATE`, `versionAsOf`), never `delta.tables`: the same code runs on a classic session and over Spark Connect, where
-Delta's Python table API needs a server plugin."""
+Delta's Python table API needs a server plugin. Whether a table exists is read from its log's folder, on the file
+system this process sees the lake on."""
 
 import json
 import os
