@@ -369,8 +369,8 @@ def checkpointed(table: Table, change: Change, scans: list[Scan]) -> bool:
     A write to a table makes Spark recompute every cached frame computed from it, so rows computed from a table the
     change writes are checkpointed: its own rows (a restatement's build reads what the table holds, a restore an
     earlier version of it) or an upstream's published days (`scans`). Of the others, a narrowed build's (a few days)
-    are checkpointed too, which costs less than caching few rows; the rows of most of the history are cached, which
-    takes a fraction of the memory."""
+    are checkpointed too, which costs less than caching few rows; the rows of most of the history are cached, held in
+    less memory than as rows."""
     source = change.source(table.name)
     if isinstance(source, Restored) or (isinstance(source, Restated) and table.restate is not None):
         return True
