@@ -1,5 +1,5 @@
 """The pure logic, without Spark: the publish order, the landing contract's verdict on a file, what a failure between
-commits says, the settings (the day decisions: tests/test_day_decisions.py)."""
+commits says, the settings, when a folder is a Delta table (the day decisions: tests/test_day_decisions.py)."""
 
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
@@ -12,7 +12,7 @@ from assets_pkg import landing
 from assets_pkg.dagster_names import PREVIEW_JOB
 from assets_pkg.publish import Change, Operation, PartlyPublished
 from assets_pkg.tables import BY_NAME, PUBLISH_ORDER, TABLES, downstream
-from resources.delta_io import Commit
+from resources.delta_io import Commit, is_delta_table
 from tests.support.landing_files import ORDER_ITEM_ARROW_TYPES
 
 D = date(2025, 1, 1)
@@ -202,3 +202,18 @@ def test_a_command_whose_connect_server_or_database_is_down_fails_in_seconds_nam
     assert f"cannot reach the Spark Connect server at sc://127.0.0.1:{spark_port} (SPARK_REMOTE)" in err
     assert f"cannot reach the Dagster instance's PostgreSQL at 127.0.0.1:{postgres_port} (DAGSTER_POSTGRES_URL)" in err
     assert "Traceback" not in err
+
+
+def test_a_folder_is_a_delta_table_once_its_log_holds_a_commit_or_a_checkpoint(tmp_path):
+    table = tmp_path / "t"
+    assert not is_delta_table(str(table))  # no folder
+    log = table / "_delta_log"
+    log.mkdir(parents=True)
+    (log / ".00000000000000000000.json.3f2a.tmp").write_text("")  # a commit being written, not made
+    (log / "_last_checkpoint").write_text("")
+    assert not is_delta_table(str(table))
+    (log / "00000000000000000000.json").write_text("{}")
+    assert is_delta_table(str(table))
+    (log / "00000000000000000000.json").unlink()  # log cleanup keeps the checkpoint of the versions before
+    (log / "00000000000000000010.checkpoint.parquet").write_text("")
+    assert is_delta_table(str(table))
