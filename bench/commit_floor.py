@@ -47,36 +47,37 @@ def main() -> int:
     from resources.lake import table_path
     from resources.spark import get_spark
 
-    spark = get_spark()
-    first = date(1992, 1, 1)
-    names = [f"table_{i}" for i in range(args.tables)]
-    every_day = spark.range(args.days).select(F.date_add(F.lit(first), F.col("id").cast("int")).alias(DAY), "id")
-    for name in names:
-        every_day.write.format("delta").partitionBy(DAY).save(table_path(name))
-
-    def one_day(name: str, n: int) -> float:
-        day = first + timedelta(days=n % args.days)
-        rows = spark.range(1).select(F.lit(day).alias(DAY), F.lit(n).cast("long").alias("id"))
-        t0 = time.monotonic()
-        overwrite_days(rows, name, DAY, [day], {"commit_floor": n, "table": name})
-        return time.monotonic() - t0
-
-    for n in range(args.history):
+    try:
+        spark = get_spark()
+        first = date(1992, 1, 1)
+        names = [f"table_{i}" for i in range(args.tables)]
+        every_day = spark.range(args.days).select(F.date_add(F.lit(first), F.col("id").cast("int")).alias(DAY), "id")
         for name in names:
-            one_day(name, n)
+            every_day.write.format("delta").partitionBy(DAY).save(table_path(name))
 
-    sequential, parallel = [], []
-    with ThreadPoolExecutor(max_workers=len(names)) as pool:
-        for r in range(args.rounds):
-            n = args.history + 2 * r
+        def one_day(name: str, n: int) -> float:
+            day = first + timedelta(days=n % args.days)
+            rows = spark.range(1).select(F.lit(day).alias(DAY), F.lit(n).cast("long").alias("id"))
             t0 = time.monotonic()
-            commits = [one_day(name, n) for name in names]
-            sequential.append((time.monotonic() - t0, commits))
-            t0 = time.monotonic()
-            list(pool.map(one_day, names, [n + 1] * len(names)))
-            parallel.append(time.monotonic() - t0)
+            overwrite_days(rows, name, DAY, [day], {"commit_floor": n, "table": name})
+            return time.monotonic() - t0
 
-    shutil.rmtree(lake)
+        for n in range(args.history):
+            for name in names:
+                one_day(name, n)
+
+        sequential, parallel = [], []
+        with ThreadPoolExecutor(max_workers=len(names)) as pool:
+            for r in range(args.rounds):
+                n = args.history + 2 * r
+                t0 = time.monotonic()
+                commits = [one_day(name, n) for name in names]
+                sequential.append((time.monotonic() - t0, commits))
+                t0 = time.monotonic()
+                list(pool.map(one_day, names, [n + 1] * len(names)))
+                parallel.append(time.monotonic() - t0)
+    finally:
+        shutil.rmtree(lake, ignore_errors=True)
     result = {
         "profile": "cluster" if os.environ.get("SPARK_REMOTE") else "embedded",
         "cpus": os.cpu_count(),
