@@ -100,7 +100,7 @@ ENVIRONMENT = {
     "backfill_max_partitions_per_run": ("BACKFILL_MAX_PARTITIONS_PER_RUN", "3660"),
     "watermark_reprocess_hours": ("WATERMARK_REPROCESS_HOURS", "72"),
     "restatement_window_days": ("RESTATEMENT_WINDOW_DAYS", "90"),
-    "late_data_sensor_interval_s": ("LATE_DATA_SENSOR_INTERVAL_S", "30"),
+    "late_data_sensor_interval_s": ("LATE_DATA_SENSOR_INTERVAL_S", "10"),
     "check_row_count_tolerance": ("CHECK_ROW_COUNT_TOLERANCE", "0.5"),
     "check_events_max_days": ("CHECK_EVENTS_MAX_DAYS", "3660"),
     "freshness_fail_window_h": ("FRESHNESS_FAIL_WINDOW_H", "26"),
