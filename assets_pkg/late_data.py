@@ -43,7 +43,7 @@ from assets_pkg.publish import (
 )
 from assets_pkg.tables import BY_NAME, PUBLISH_ORDER, LandedBatches, Role, built_from_landing
 from resources import control
-from resources.delta_io import read_table, scalar, table_exists
+from resources.delta_io import day_filter, read_table, scalar, table_exists
 from resources.settings import settings
 
 PIPELINE = "order_items"
@@ -209,13 +209,27 @@ def _order_item_changes(
     try:
         valid, rejected = quarantine.split(candidates, first_day(), last_day())
         new = valid.select(*ORDER_ITEM_VERSION_COLUMNS).withColumn("_published", F.lit(False))
-        # Staging is scanned whole (a correction may carry another order date) but once: the staged rows of the
-        # landed keys are kept for the comparison, the old days and the restatement's staging build. Checkpointed,
-        # not cached: Spark recomputes a cached read of a table after every write to that table, and every table the
-        # restatement writes after staging is built on these rows, so each write would scan staging whole again.
+        # A correction may carry another order date, so the landed keys are looked for in the whole of staging, but
+        # in their columns alone: then only the days that hold them are read whole. The staged rows of the landed
+        # keys are kept for the comparison, the old days and the restatement's staging build. Checkpointed, not
+        # cached: Spark recomputes a cached read of a table after every write to that table, and every table the
+        # restatement writes after staging is built on these rows, so each write would read staging again.
+        keys = new.select(*ORDER_ITEM_KEY).distinct().persist()
+        cached.append(keys)
+        day = STAGING.day_column
+        holding = [
+            r[day]
+            for r in read_table(spark, STAGING.name)
+            .select(*ORDER_ITEM_KEY, day)
+            .join(keys, ORDER_ITEM_KEY, "left_semi")
+            .select(day)
+            .distinct()
+            .collect()
+        ]
         staged = (
             read_table(spark, STAGING.name)
-            .join(new.select(*ORDER_ITEM_KEY).distinct(), ORDER_ITEM_KEY, "left_semi")
+            .where(day_filter(day, holding) if holding else F.lit(False))
+            .join(keys, ORDER_ITEM_KEY, "left_semi")
             .select(*ORDER_ITEM_VERSION_COLUMNS)
             .localCheckpoint()
         )
