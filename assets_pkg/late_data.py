@@ -200,39 +200,36 @@ def _row_id(columns: list[str]) -> Column:
 
 
 def _order_item_changes(
-    spark: SparkSession, batches: list[str], days: dict[date, DayChange], keep: bool
+    spark: SparkSession, batches: list[str], every_batch: bool, days: dict[date, DayChange], keep: bool
 ) -> tuple[datetime | None, LandedBatches | None]:
-    """Add the days the order item batches change to `days`; return the batches' highest load time, and what was
-    read of them when `keep`."""
+    """Add the days the order item batches change to `days` (`every_batch`: they are every batch landed); return the
+    batches' highest load time, and what was read of them when `keep`."""
     candidates = landing.read_landing(spark, landing.ORDER_ITEMS, batches).persist()
     cached = [candidates]
     try:
         valid, rejected = quarantine.split(candidates, first_day(), last_day())
         new = valid.select(*ORDER_ITEM_VERSION_COLUMNS).withColumn("_published", F.lit(False))
         # A correction may carry another order date, so the landed keys are looked for in the whole of staging, but
-        # in their columns alone: then only the days that hold them are read whole. The staged rows of the landed
-        # keys are kept for the comparison, the old days and the restatement's staging build. Checkpointed, not
-        # cached: Spark recomputes a cached read of a table after every write to that table, and every table the
-        # restatement writes after staging is built on these rows, so each write would read staging again.
+        # in their columns alone: then only the days that hold them are read whole. When every batch is read, every
+        # staged key is a landed key: staging is read whole, once. The staged rows of the landed keys are kept for
+        # the comparison, the old days and the restatement's staging build. Checkpointed, not cached: Spark
+        # recomputes a cached read of a table after every write to that table, and every table the restatement
+        # writes after staging is built on these rows, so each write would read staging again.
         keys = new.select(*ORDER_ITEM_KEY).distinct().persist()
         cached.append(keys)
-        day = STAGING.day_column
-        holding = [
-            r[day]
-            for r in read_table(spark, STAGING.name)
-            .select(*ORDER_ITEM_KEY, day)
-            .join(keys, ORDER_ITEM_KEY, "left_semi")
-            .select(day)
-            .distinct()
-            .collect()
-        ]
-        staged = (
-            read_table(spark, STAGING.name)
-            .where(day_filter(day, holding) if holding else F.lit(False))
-            .join(keys, ORDER_ITEM_KEY, "left_semi")
-            .select(*ORDER_ITEM_VERSION_COLUMNS)
-            .localCheckpoint()
-        )
+        staging = read_table(spark, STAGING.name)
+        if not every_batch:
+            day = STAGING.day_column
+            holding = [
+                r[day]
+                for r in staging.select(*ORDER_ITEM_KEY, day)
+                .join(keys, ORDER_ITEM_KEY, "left_semi")
+                .select(day)
+                .distinct()
+                .collect()
+            ]
+            staging = staging.where(day_filter(day, holding) if holding else F.lit(False))
+        staged = staging.join(keys, ORDER_ITEM_KEY, "left_semi").select(*ORDER_ITEM_VERSION_COLUMNS).localCheckpoint()
         published = staged.withColumn("_published", F.lit(True))
         # The published version wins a tie with an identical landed row: re-reading a batch changes nothing.
         winners = transforms.latest_versions(
@@ -327,7 +324,13 @@ def detect(spark: SparkSession, keep_landed: bool = False) -> Detection:
     product_days: dict[date, DayChange] = {}
     new_ts, kept = None, None
     if batches[landing.ORDER_ITEMS]:
-        new_ts, kept = _order_item_changes(spark, batches[landing.ORDER_ITEMS], order_days, keep_landed)
+        new_ts, kept = _order_item_changes(
+            spark,
+            batches[landing.ORDER_ITEMS],
+            batches[landing.ORDER_ITEMS] == landed[landing.ORDER_ITEMS],
+            order_days,
+            keep_landed,
+        )
     _product_changes(spark, batches[landing.PRODUCTS], product_days, order_days)
     start = window_start(landed[landing.ORDER_ITEMS], restatement_window_days())
     holds = control.open_holds(spark)
