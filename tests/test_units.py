@@ -187,6 +187,21 @@ def test_the_instance_is_on_postgresql_exactly_when_its_url_is_set_and_a_users_o
     assert "resources.event_log" not in write_config(stale).read_text()
 
 
+def test_the_run_queue_launches_one_run_at_a_time_and_looks_for_a_queued_run_every_second(tmp_path, monkeypatch):
+    from dagster import DagsterInstance, QueuedRunCoordinator
+    from dagster._daemon.controller import create_daemon_of_type
+
+    from assets_pkg.instance import POSTGRES_URL, write_config
+
+    monkeypatch.delenv(POSTGRES_URL, raising=False)
+    home = write_config(tmp_path / "home").parent
+    with DagsterInstance.from_config(str(home)) as instance:
+        assert isinstance(instance.run_coordinator, QueuedRunCoordinator)
+        assert instance.get_concurrency_config().run_queue_config.max_concurrent_runs == 1
+        # The daemon that launches queued runs sleeps this long between looks.
+        assert create_daemon_of_type("QUEUED_RUN_COORDINATOR", instance).interval_seconds == 1
+
+
 def test_a_command_whose_connect_server_or_database_is_down_fails_in_seconds_naming_it(monkeypatch, capsys):
     import time
 
