@@ -34,10 +34,13 @@ def tpch_dir(scale: float) -> Path:
     return lake_root() / "tpch" / f"sf{scale:g}"
 
 
-def import_tpch(spark: SparkSession, scale: float) -> dict:
+def import_tpch(spark: SparkSession, scale: float, through: date | None = None) -> dict:
+    """Land TPC-H at `scale`: every order, or those placed up to `through` (a short history lands in fewer batches)."""
     src = generate_tpch(scale, tpch_dir(scale))
     read = lambda t: spark.read.parquet(str(src / f"{t}.parquet"))  # noqa: E731
     lineitem, orders, part, partsupp = (read(t) for t in TABLES)
+    if through is not None:
+        orders = orders.where(F.col("o_orderdate") <= F.lit(through))
 
     ingest_date = F.date_add("o_orderdate", 1)
     items = (

@@ -90,6 +90,7 @@ def test_backfill_outside_the_partitions_is_refused(capsys):
         (["generate", "--bad-rate", "1.5"], "argument --bad-rate: not a share between 0 and 1: '1.5'"),
         (["generate", "--rows-per-day", "-1"], "argument --rows-per-day: not a whole number above 0: '-1'"),
         (["import-tpch", "--scale", "0"], "argument --scale: not a number above 0: '0'"),
+        (["import-tpch", "--through", "1998-02-30"], "argument --through: not a YYYY-MM-DD date: '1998-02-30'"),
         (["no-such-command"], "invalid choice: 'no-such-command'"),
     ],
 )
