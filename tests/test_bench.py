@@ -17,10 +17,11 @@ pytestmark = pytest.mark.slow  # a small lake, `dagster dev` and every step of t
 
 
 def test_the_bench_runs_every_step_at_a_tiny_scale_and_its_report_shows_every_figure(tmp_path):
-    out = tmp_path / "bench-tiny.json"
+    out, lake = tmp_path / "bench-tiny.json", tmp_path / "lake"
+    tiny = ["--scale", "0.01", "--days", "10", "--no-peers", "--lake", str(lake)]
 
     bench = subprocess.run(
-        [sys.executable, "bench/run.py", "--scale", "0.01", "--days", "10", "--no-peers", "--out", str(out)],
+        [sys.executable, "bench/run.py", *tiny, "--out", str(out)],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
@@ -47,5 +48,8 @@ def test_the_bench_runs_every_step_at_a_tiny_scale_and_its_report_shows_every_fi
     # A fix to one mart rewrites that mart alone, in one commit; a change of code that alters no row writes nothing.
     assert set(figures["plan_days_changed"]) == {"customer_daily_features"} and figures["promote_commits"] == 1
     assert figures["plan_unchanged_days_changed"] == figures["promote_unchanged_commits"] == 0
+    # Its 10 days' orders alone landed, a batch the day after each, then the bench's two correcting batches.
+    batches = sorted(p.name for p in (lake / "landing" / "order_items").glob("ingest_date=*"))
+    assert batches[0] == "ingest_date=1992-01-02" and batches[-1] <= "ingest_date=1992-01-13", batches
     for _, what, _ in ROWS:
         assert what in report.stdout, what
