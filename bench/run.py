@@ -179,6 +179,7 @@ class Bench:
             "SPARK_REMOTE",
             "DAGSTER_POSTGRES_URL",
             "DAGSTER_EVENT_BATCH_SIZE",
+            "SPARK_CODEGEN",
             # PySpark's own flags of a process with a Spark Connect session: each step decides for itself.
             "SPARK_CONNECT_MODE_ENABLED",
             "SPARK_LOCAL_REMOTE",

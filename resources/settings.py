@@ -60,6 +60,10 @@ class Settings(ConfigurableResource):
         description="SPARK_SHORT_RUNS: 1 starts every local driver as for a short run (its JVM's quick compiler "
         "only), as the tests do: for small lakes"
     )
+    spark_codegen: bool = Field(
+        description="SPARK_CODEGEN: 0 has Spark evaluate expressions interpreted instead of compiling Java code for "
+        "each query, as the tests do: for small lakes, where compiling costs more than the rows"
+    )
     spark_engine: str = Field(
         description="SPARK_ENGINE: warm (a local Spark Connect server kept running between processes: "
         "resources/engine.py) or in-process (a local driver started by each process)"
@@ -110,6 +114,7 @@ ENVIRONMENT = {
     "spark_conf": ("SPARK_CONF", "{}"),
     "spark_verbose": ("SPARK_VERBOSE", "0"),
     "spark_short_runs": ("SPARK_SHORT_RUNS", "0"),
+    "spark_codegen": ("SPARK_CODEGEN", "1"),
     "spark_engine": ("SPARK_ENGINE", "warm"),
     "spark_engine_home": ("SPARK_ENGINE_HOME", str(REPO_ROOT / ".engine")),
     "delta_jars_dir": ("DELTA_JARS_DIR", str(REPO_ROOT / ".jars")),
@@ -152,6 +157,7 @@ def _parsed(field: str, raw: str) -> Any:
             "spark_conf": "a JSON object",
             "spark_verbose": "0 or 1",
             "spark_short_runs": "0 or 1",
+            "spark_codegen": "0 or 1",
             "spark_engine": " or ".join(ENGINES),
         }.get(field, f"a{'n integer' if kind is int else ' number'}")
         raise SettingsError(f"{variable}={raw!r} is not {expected}") from None

@@ -160,6 +160,11 @@ def _session_config() -> dict[str, str]:
     }
 
 
+# SPARK_CODEGEN=0: expressions evaluated interpreted (Spark's internal factory mode, which its own tests use). Spark
+# compiles Java code for the stages and expressions of a query; on a small lake that compiling is most of the work.
+INTERPRETED_CONFIG = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
+
+
 def spark_config(configured: Settings | None = None, short_runs: bool = False) -> dict[str, str]:
     """The session's settings from the project's (`configured`, the environment's when not given)."""
     conf = _session_config()
@@ -189,6 +194,8 @@ def spark_config(configured: Settings | None = None, short_runs: bool = False) -
             conf["spark.jars"] = jars
         else:
             conf["spark.jars.packages"] = DELTA_PACKAGE
+    if not configured.spark_codegen:
+        conf.update(INTERPRETED_CONFIG)
     conf.update(configured.extra_spark_conf)
     return conf
 

@@ -3,6 +3,7 @@ it instead of starting a JVM of its own, processes starting at once share one, a
 settings is refused rather than given an engine that is not what it asked for. Each test here uses an engine of its
 own, in a folder of its own, stopped at the end."""
 
+import json
 import os
 import subprocess
 import sys
@@ -26,11 +27,11 @@ print(json.dumps({"own_jvm": SparkContext._gateway is not None}))
 """
 
 
-def _process(home, **env: str) -> subprocess.CompletedProcess:
+def _process(home, code: str = _USES_SPARK, **env: str) -> subprocess.CompletedProcess:
     unset = ("SPARK_REMOTE", "SPARK_MASTER", "SPARK_CONF", "SPARK_ENGINE")
     base = {k: v for k, v in os.environ.items() if k not in unset}
     return subprocess.run(
-        [sys.executable, "-c", _USES_SPARK],
+        [sys.executable, "-c", code],
         cwd=REPO_ROOT,
         env={**base, "SPARK_ENGINE_HOME": str(home), **env},
         capture_output=True,
@@ -90,3 +91,44 @@ def test_in_process_mode_starts_a_driver_of_its_own_and_no_engine(home):
     done = _process(home, SPARK_ENGINE="in-process")
     assert done.returncode == 0, done.stderr
     assert '"own_jvm": true' in done.stdout and engine.running(home) is None
+
+
+# A process that fingerprints a few days' rows as the checks do, and says whether Spark planned compiled stages.
+_FINGERPRINTS = """
+import io, json, re
+from contextlib import redirect_stdout
+from datetime import date
+from pyspark.sql import functions as F
+from assets_pkg.checks import day_fingerprints
+from resources.spark import get_spark
+spark = get_spark()
+rows = spark.range(300).select(
+    F.date_add(F.lit(date(2025, 1, 1)), (F.col("id") % 3).cast("int")).alias("order_date"),
+    F.col("id").alias("order_id"),
+    (F.col("id") * 7 % 11).cast("decimal(12,2)").alias("amount"),
+    F.when(F.col("id") % 5 == 0, None).otherwise(F.concat(F.lit("c"), F.col("id").cast("string"))).alias("customer"),
+)
+fingerprints = day_fingerprints(rows, "order_date")
+plan = io.StringIO()
+spark.conf.set("spark.sql.adaptive.enabled", "false")  # the plan as it runs, not adaptive execution's initial one
+with redirect_stdout(plan):
+    fingerprints.explain(mode="codegen")
+spark.conf.unset("spark.sql.adaptive.enabled")
+print(json.dumps({
+    "compiled_stages": int(re.search(r"Found (\\d+) WholeStageCodegen subtrees", plan.getvalue()).group(1)),
+    "expressions": spark.conf.get("spark.sql.codegen.factoryMode"),
+    "days": sorted([str(r.day), r.rows, r.fingerprint] for r in fingerprints.collect()),
+}))
+"""
+
+
+def test_with_spark_codegen_off_expressions_run_interpreted_and_the_fingerprints_are_the_same(home):
+    """SPARK_CODEGEN=0 (the tests' small lakes) changes how Spark evaluates, never what: the same days' fingerprints."""
+    found = {}
+    for codegen in ("1", "0"):
+        done = _process(home, _FINGERPRINTS, SPARK_CODEGEN=codegen)
+        assert done.returncode == 0, done.stderr[-3000:]
+        found[codegen] = json.loads(done.stdout.strip().splitlines()[-1])
+    assert found["1"]["compiled_stages"] > 0 and found["1"]["expressions"] == "FALLBACK"
+    assert found["0"]["compiled_stages"] == 0 and found["0"]["expressions"] == "NO_CODEGEN"
+    assert len(found["1"]["days"]) == 3 and found["0"]["days"] == found["1"]["days"]
