@@ -161,7 +161,7 @@ def _session_config() -> dict[str, str]:
 
 
 # SPARK_CODEGEN=0: expressions evaluated interpreted (Spark's internal factory mode, which its own tests use). Spark
-# compiles Java code for the stages and expressions of a query; on a small lake that compiling is most of the work.
+# compiles Java code for the stages and expressions of a query: on a small lake, a large share of the work.
 INTERPRETED_CONFIG = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
 
 

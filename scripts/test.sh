@@ -7,6 +7,9 @@ source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
 # Every process of the tests connects to one warm Spark engine of their own (resources/engine.py), stopped when they
 # end. The tests that start a driver in their own process (SPARK_ENGINE=in-process) start it as for a short run
 # (SPARK_SHORT_RUNS): their lakes are small, so the JVM's optimizing compiler costs two cores more than it gives back.
+# For the same reason Spark evaluates their expressions interpreted (SPARK_CODEGEN=0): compiling each query's Java code
+# took a large share of the engine's CPU. The bench's test runs the bench with the default, which compiles.
 export SPARK_ENGINE_HOME="${SPARK_ENGINE_HOME:-$ROOT/.engine/tests}" SPARK_SHORT_RUNS="${SPARK_SHORT_RUNS:-1}"
+export SPARK_CODEGEN="${SPARK_CODEGEN:-0}"
 trap 'python -m assets_pkg engine stop >/dev/null' EXIT
 python -m pytest -n 2 --dist loadfile --no-loadscope-reorder "$@"
