@@ -118,6 +118,12 @@ def _spark_home() -> str:
     return os.path.dirname(pyspark.__file__)
 
 
+# Starts a process with SIGTERM at its default, so that `stop` can end it. Dagster's execution maps SIGTERM to
+# SIGINT's handler (dagster._utils.interrupts): in a process started with SIGINT ignored (nohup, a background job), a
+# run leaves SIGTERM ignored too, and every process it starts afterwards inherits that.
+STOPPABLE = ["env", "--default-signal=TERM"]
+
+
 def _command(wanted: EngineSettings, port: int) -> list[str]:
     spark_home = _spark_home()
     connect_jar = next(Path(spark_home, "jars").glob("spark-connect_*.jar"))
@@ -129,6 +135,7 @@ def _command(wanted: EngineSettings, port: int) -> list[str]:
         ("spark.driver.host", HOST),
     ]
     return [
+        *STOPPABLE,
         str(Path(spark_home, "bin", "spark-submit")),
         "--class",
         "org.apache.spark.sql.connect.service.SparkConnectServer",

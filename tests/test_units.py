@@ -233,3 +233,34 @@ def test_a_folder_is_a_delta_table_once_its_log_holds_a_commit_or_a_checkpoint(t
     (log / "00000000000000000000.json").unlink()  # log cleanup keeps the checkpoint of the versions before
     (log / "00000000000000000010.checkpoint.parquet").write_text("")
     assert is_delta_table(str(table))
+
+
+def test_a_process_started_after_dagster_ran_in_a_process_ignoring_sigint_still_stops_on_sigterm():
+    """Dagster's execution copies SIGINT's handler to SIGTERM: in a process started with SIGINT ignored (nohup, a
+    background job), SIGTERM is then ignored, and so in every process it starts. The engine, the cluster's services
+    and `dagster dev` start through STOPPABLE, which gives them SIGTERM back. When the first assertion fails, Dagster
+    no longer does this: STOPPABLE can go."""
+    import subprocess
+    import sys
+
+    started_after_dagster = """
+import signal, subprocess, sys, time
+from dagster._utils.interrupts import capture_interrupts
+from resources.engine import STOPPABLE
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+with capture_interrupts():
+    pass
+assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN, signal.getsignal(signal.SIGTERM)
+for command in (["sleep", "30"], [*STOPPABLE, "sleep", "30"]):
+    child = subprocess.Popen(command)
+    time.sleep(0.2)
+    child.terminate()
+    try:
+        print(command[0], child.wait(timeout=3))
+    except subprocess.TimeoutExpired:
+        print(command[0], "still running")
+        child.kill()
+"""
+    done = subprocess.run([sys.executable, "-c", started_after_dagster], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines() == ["sleep still running", "env -15"]
