@@ -245,11 +245,19 @@ def test_a_process_started_after_dagster_ran_in_a_process_ignoring_sigint_still_
 
     started_after_dagster = """
 import signal, subprocess, sys, time
-from dagster._utils.interrupts import capture_interrupts
+from dagster import job, op
 from resources.engine import STOPPABLE
 signal.signal(signal.SIGINT, signal.SIG_IGN)
-with capture_interrupts():
+
+@op
+def nothing():
     pass
+
+@job
+def runs_in_process():
+    nothing()
+
+assert runs_in_process.execute_in_process().success
 assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN, signal.getsignal(signal.SIGTERM)
 for command in (["sleep", "30"], [*STOPPABLE, "sleep", "30"]):
     child = subprocess.Popen(command)
