@@ -27,7 +27,6 @@ from assets_pkg import landing
 from assets_pkg.instance import write_config
 from assets_pkg.tables import built_from_landing
 from resources.delta_io import read_days
-from resources.engine import STOPPABLE
 from resources.lake import REPO_ROOT
 
 # A real `dagster dev`, driven through GraphQL.
@@ -97,17 +96,7 @@ class DagsterDev:
         dagster = str(Path(sys.executable).parent / "dagster")
         self.proc = subprocess.Popen(
             # As scripts/demo.sh serves it: from the instance's folder.
-            [
-                *STOPPABLE,
-                dagster,
-                "dev",
-                "-w",
-                str(REPO_ROOT / "workspace.yaml"),
-                "-h",
-                "127.0.0.1",
-                "-p",
-                str(self.port),
-            ],
+            [dagster, "dev", "-w", str(REPO_ROOT / "workspace.yaml"), "-h", "127.0.0.1", "-p", str(self.port)],
             cwd=dagster_home,
             env={**os.environ, **env, "DAGSTER_HOME": str(dagster_home)},
             stdout=self.log,
