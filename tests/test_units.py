@@ -237,8 +237,8 @@ def test_a_folder_is_a_delta_table_once_its_log_holds_a_commit_or_a_checkpoint(t
 
 def test_a_process_started_after_dagster_ran_in_a_process_ignoring_sigint_still_stops_on_sigterm():
     """Dagster's execution copies SIGINT's handler to SIGTERM: in a process started with SIGINT ignored (nohup, a
-    background job), SIGTERM is then ignored, and so in every process it starts. The engine, the cluster's services
-    and `dagster dev` start through STOPPABLE, which gives them SIGTERM back. When the first assertion fails, Dagster
+    background job), SIGTERM is then ignored, and so in every process it starts. The engine and the cluster's
+    services start through STOPPABLE, which gives them SIGTERM back. When the first assertion fails, Dagster
     no longer does this: STOPPABLE can go."""
     import subprocess
     import sys
