@@ -24,6 +24,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime
 from enum import Enum
@@ -62,6 +63,8 @@ from resources.delta_io import (
     table_exists,
 )
 from resources.lake import shadow_path, table_path
+from resources.settings import Codegen, settings
+from resources.spark import evaluation_for, interpreted
 
 
 class Operation(Enum):
@@ -275,9 +278,13 @@ def publishing(spark: SparkSession, change: Change, run: RunInfo) -> Iterator[tu
     if holds and change.operation in (Operation.BACKFILL, Operation.RESTATEMENT, Operation.PROMOTION):
         raise Refused(change, holds=holds)
     staged: dict[str, Staged] = {}
+    evaluation = ExitStack()
     try:
         for table in change.tables():
-            staged[table] = _stage(spark, BY_NAME[table], change, staged)
+            built = _built(spark, BY_NAME[table], change, staged)
+            if len(staged) == 0 and _interpreted(built.scans):
+                evaluation.enter_context(interpreted(spark))
+            staged[table] = _held(built, BY_NAME[table], change)
         verified = {table: _verify(staged[table], BY_NAME[table], change.days[table]) for table in change.tables()}
         failing = {table: v.failing for table, v in verified.items() if v.failing}
         if failing:
@@ -286,6 +293,15 @@ def publishing(spark: SparkSession, change: Change, run: RunInfo) -> Iterator[tu
     finally:
         for built in staged.values():
             built.unpersist()
+        evaluation.close()
+
+
+def _interpreted(scans: list[Scan]) -> bool:
+    """Whether a change whose first table reads `scans` is evaluated interpreted: SPARK_CODEGEN=auto chooses from what
+    that table reads (the landing, or the published days of its upstream), which bounds the rows the change flows."""
+    if not scans or settings().codegen is not Codegen.AUTO:  # a plan's rows, an earlier version's: as configured
+        return False
+    return evaluation_for(sum(scan.bytes for scan in scans)) is Codegen.INTERPRETED
 
 
 @dataclass(frozen=True)
@@ -321,8 +337,8 @@ def _ahead(items: Callable[[], Iterator[T]]) -> Iterator[T]:
         worker.join()
 
 
-def _stage(spark: SparkSession, table: Table, change: Change, staged: dict[str, Staged]) -> Staged:
-    """The table's rows for the change's days, from its source."""
+def _built(spark: SparkSession, table: Table, change: Change, staged: dict[str, Staged]) -> Staged:
+    """The table's rows for the change's days, from its source, not computed yet."""
     scans: list[Scan] = []
 
     def published(upstream: str, days: list[date]) -> DataFrame:
@@ -355,11 +371,13 @@ def _stage(spark: SparkSession, table: Table, change: Change, staged: dict[str, 
     else:
         result = table.build(spark, days, read)
     result.scans = [*result.scans, *scans]
-    # Checked, read downstream and written from the same computed rows.
-    result.table = (
-        result.table.localCheckpoint() if checkpointed(table, change, result.scans) else result.table.persist()
-    )
     return result
+
+
+def _held(built: Staged, table: Table, change: Change) -> Staged:
+    """`built`, its rows held so that they are checked, read downstream and written from the same computed rows."""
+    built.table = built.table.localCheckpoint() if checkpointed(table, change, built.scans) else built.table.persist()
+    return built
 
 
 def checkpointed(table: Table, change: Change, scans: list[Scan]) -> bool:

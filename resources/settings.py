@@ -9,6 +9,7 @@ import functools
 import json
 import os
 from datetime import date
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,15 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 
 class SettingsError(ValueError):
     pass
+
+
+class Codegen(Enum):
+    """How Spark evaluates expressions (SPARK_CODEGEN): compiled to Java code per query, interpreted, or chosen per
+    write from what it reads."""
+
+    AUTO = "auto"
+    COMPILED = "1"
+    INTERPRETED = "0"
 
 
 class Settings(ConfigurableResource):
@@ -60,9 +70,10 @@ class Settings(ConfigurableResource):
         description="SPARK_SHORT_RUNS: 1 starts every local driver as for a short run (its JVM's quick compiler "
         "only), as the tests do: for small lakes"
     )
-    spark_codegen: bool = Field(
-        description="SPARK_CODEGEN: 0 has Spark evaluate expressions interpreted instead of compiling Java code for "
-        "each query, as the tests do: for small lakes, where compiling costs more than the rows"
+    spark_codegen: str = Field(
+        description="SPARK_CODEGEN: auto has Spark evaluate a write's expressions interpreted when it reads little "
+        "(compiling Java code for each query then costs more than its rows) and compiled otherwise; 1 always compiles; "
+        "0 never does, as the tests' small lakes"
     )
     spark_engine: str = Field(
         description="SPARK_ENGINE: warm (a local Spark Connect server kept running between processes: "
@@ -92,6 +103,10 @@ class Settings(ConfigurableResource):
         return "cluster" if self.spark_remote or not self.spark_master.startswith("local") else "embedded"
 
     @property
+    def codegen(self) -> Codegen:
+        return Codegen(self.spark_codegen)
+
+    @property
     def extra_spark_conf(self) -> dict[str, str]:
         return json.loads(self.spark_conf)
 
@@ -114,7 +129,7 @@ ENVIRONMENT = {
     "spark_conf": ("SPARK_CONF", "{}"),
     "spark_verbose": ("SPARK_VERBOSE", "0"),
     "spark_short_runs": ("SPARK_SHORT_RUNS", "0"),
-    "spark_codegen": ("SPARK_CODEGEN", "1"),
+    "spark_codegen": ("SPARK_CODEGEN", "auto"),
     "spark_engine": ("SPARK_ENGINE", "warm"),
     "spark_engine_home": ("SPARK_ENGINE_HOME", str(REPO_ROOT / ".engine")),
     "delta_jars_dir": ("DELTA_JARS_DIR", str(REPO_ROOT / ".jars")),
@@ -145,6 +160,8 @@ def _parsed(field: str, raw: str) -> Any:
             return raw == "1"
         if field == "spark_engine" and raw not in ENGINES:
             raise ValueError
+        if field == "spark_codegen":
+            return Codegen(raw).value
         if field == "spark_conf":
             if not isinstance(json.loads(raw), dict):
                 raise ValueError
@@ -157,7 +174,7 @@ def _parsed(field: str, raw: str) -> Any:
             "spark_conf": "a JSON object",
             "spark_verbose": "0 or 1",
             "spark_short_runs": "0 or 1",
-            "spark_codegen": "0 or 1",
+            "spark_codegen": " or ".join(c.value for c in Codegen),
             "spark_engine": " or ".join(ENGINES),
         }.get(field, f"a{'n integer' if kind is int else ' number'}")
         raise SettingsError(f"{variable}={raw!r} is not {expected}") from None

@@ -8,6 +8,8 @@ each process instead, `SPARK_MASTER` points at a cluster, `SPARK_REMOTE` at a Sp
 
 import os
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from dagster_pyspark import LazyPySparkResource
@@ -17,7 +19,7 @@ from pyspark.java_gateway import launch_gateway
 from pyspark.sql import SparkSession
 
 from resources import engine
-from resources.settings import Settings, settings
+from resources.settings import Codegen, Settings, settings
 
 DELTA_PACKAGE = "io.delta:delta-spark_4.2_2.13:4.4.0"
 LOG4J2_PROPERTIES = Path(__file__).with_name("log4j2.properties")
@@ -160,9 +162,35 @@ def _session_config() -> dict[str, str]:
     }
 
 
-# SPARK_CODEGEN=0: expressions evaluated interpreted (Spark's internal factory mode, which its own tests use). Spark
-# compiles Java code for the stages and expressions of a query: on a small lake, a large share of the work.
+# Expressions evaluated interpreted (Spark's internal factory mode, which its own tests use). Spark compiles Java code
+# for the stages and expressions of each query: for a few days' rows, a large share of the work.
 INTERPRETED_CONFIG = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
+
+# Under SPARK_CODEGEN=auto, a write reading at most this much (about two weeks of a TPC-H SF1 landing) is evaluated
+# interpreted: below it, compiling its queries costs more than evaluating its rows without (docs/performance.md).
+INTERPRETED_UP_TO_BYTES = 2**20
+
+
+def evaluation_for(read_bytes: int) -> Codegen:
+    """How a write reading `read_bytes` of files is evaluated under SPARK_CODEGEN=auto."""
+    return Codegen.INTERPRETED if read_bytes <= INTERPRETED_UP_TO_BYTES else Codegen.COMPILED
+
+
+@contextmanager
+def interpreted(spark: SparkSession) -> Iterator[None]:
+    """The session's queries evaluated interpreted inside, as before after (the settings are the session's own: a warm
+    engine's other clients keep theirs)."""
+    before = {key: spark.conf.get(key) for key in INTERPRETED_CONFIG}
+    for key, value in INTERPRETED_CONFIG.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, was in before.items():
+            if was is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, was)
 
 
 def spark_config(configured: Settings | None = None, short_runs: bool = False) -> dict[str, str]:
@@ -194,7 +222,7 @@ def spark_config(configured: Settings | None = None, short_runs: bool = False) -
             conf["spark.jars"] = jars
         else:
             conf["spark.jars.packages"] = DELTA_PACKAGE
-    if not configured.spark_codegen:
+    if configured.codegen is Codegen.INTERPRETED:
         conf.update(INTERPRETED_CONFIG)
     conf.update(configured.extra_spark_conf)
     return conf

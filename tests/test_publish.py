@@ -143,3 +143,24 @@ def test_a_tables_days_are_recorded_in_dagster_while_the_next_table_is_committed
     run = instance.get_runs(limit=1)[0]
     assert instance.get_latest_materialization_event(AssetKey(STG_ORDER_ITEMS)).run_id == run.run_id
     assert content(spark) == expected  # the same inputs: the same rows
+
+
+def test_a_change_reading_little_is_evaluated_interpreted_and_one_reading_more_compiled(spark, built, monkeypatch):
+    """SPARK_CODEGEN=auto chooses per change from what its first table reads, and leaves the session as it found it
+    (the tests' session is created interpreted: here it starts as a compiled one would)."""
+    from resources import spark as spark_module
+
+    factory_mode = "spark.sql.codegen.factoryMode"
+    tests_mode = spark.conf.get(factory_mode)
+    monkeypatch.setenv("SPARK_CODEGEN", "auto")
+    change = Change(Operation.BACKFILL, {t: [START] for t in PUBLISH_ORDER})
+    modes = {}
+    spark.conf.set(factory_mode, "FALLBACK")
+    try:
+        for reads, up_to in (("little", spark_module.INTERPRETED_UP_TO_BYTES), ("more", -1)):
+            monkeypatch.setattr(spark_module, "INTERPRETED_UP_TO_BYTES", up_to)
+            modes[reads] = {spark.conf.get(factory_mode) for _ in publishing.publishing(spark, change, RunInfo("t"))}
+            assert spark.conf.get(factory_mode) == "FALLBACK"
+    finally:
+        spark.conf.set(factory_mode, tests_mode)
+    assert modes == {"little": {"NO_CODEGEN"}, "more": {"FALLBACK"}}

@@ -105,6 +105,7 @@ def test_a_failure_between_commits_names_the_operation_and_what_was_committed_wi
         ("BACKFILL_MAX_PARTITIONS_PER_RUN", "0", "BACKFILL_MAX_PARTITIONS_PER_RUN='0' must be above 0"),
         ("BACKFILL_MAX_PARTITIONS_PER_RUN", "a week", "BACKFILL_MAX_PARTITIONS_PER_RUN='a week' is not an integer"),
         ("SPARK_CONF", "[1]", "SPARK_CONF='[1]' is not a JSON object"),
+        ("SPARK_CODEGEN", "yes", "SPARK_CODEGEN='yes' is not auto or 1 or 0"),
     ],
 )
 def test_a_bad_setting_is_refused_naming_the_variable_and_what_it_must_be(monkeypatch, variable, value, said):
@@ -123,6 +124,15 @@ def test_the_settings_are_read_typed_and_shown_to_dagster_as_a_resource(monkeypa
     monkeypatch.setenv("RESTATEMENT_WINDOW_DAYS", "30")
     assert settings().restatement_window_days == 30 and settings().first_day == D
     assert isinstance(defs.resources["settings"], Settings)
+
+
+def test_a_write_reading_a_few_days_is_evaluated_interpreted_and_one_reading_more_is_compiled():
+    from resources.settings import Codegen
+    from resources.spark import INTERPRETED_UP_TO_BYTES, evaluation_for
+
+    assert evaluation_for(0) is Codegen.INTERPRETED
+    assert evaluation_for(INTERPRETED_UP_TO_BYTES) is Codegen.INTERPRETED
+    assert evaluation_for(INTERPRETED_UP_TO_BYTES + 1) is Codegen.COMPILED
 
 
 def test_the_command_line_says_which_setting_is_wrong_instead_of_a_traceback(monkeypatch, capsys):
