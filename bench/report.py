@@ -45,6 +45,12 @@ ROWS = [
         "recording events while the others commit",
         "",
     ),
+    (
+        "day_run_compiled_s",
+        "the same day again, with its expressions compiled as a large run's are (SPARK_CODEGEN=1; the default "
+        "evaluates a run reading this little interpreted)",
+        "",
+    ),
     ("fact_rows_per_run", "line items in a run of the default chunk", ""),
     ("backfill_vs_bare", "backfill without the daemon's loop, against the bare job", "≤ 2"),
     ("run_fixed_cost_s", "the runs' time beyond the bare job's, per run (fixed part and Dagster's events)", ""),

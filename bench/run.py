@@ -196,11 +196,11 @@ class Bench:
                 os.environ[key] = self.env[key]
         self.spark_apps = 0
 
-    def run(self, *args: str, project: Path = REPO) -> tuple[float, str]:
+    def run(self, *args: str, project: Path = REPO, **settings: str) -> tuple[float, str]:
         """One process that starts one Spark application, with the code of `project` (a copy of the project whose
-        code differs, or the repository's); returns (seconds, stdout)."""
+        code differs, or the repository's) and `settings` beside the bench's; returns (seconds, stdout)."""
         t0 = time.monotonic()
-        env = self.env
+        env = {**self.env, **settings}
         if project != REPO:  # its modules imported from the copy; the jars stay the repository's
             env = {**env, "PYTHONPATH": str(project), "DELTA_JARS_DIR": str(REPO / ".jars")}
         done = subprocess.run([sys.executable, *args], cwd=project, env=env, capture_output=True, text=True)
@@ -524,6 +524,11 @@ def measure(args: argparse.Namespace, bench: Bench, last: date) -> int:
     seconds, out = bench.run("-m", "assets_pkg", "backfill", "--start", one_day, "--end", one_day)
     step("day_run_s", seconds)
     result["day_run_phases_s"] = run_phases(bench.home, re.findall(r"\(run ([0-9a-f-]{36})\)", out))
+    # The same day again, compiled as a large run is: what evaluating a small run interpreted buys (SPARK_CODEGEN).
+    step(
+        "day_run_compiled_s",
+        bench.run("-m", "assets_pkg", "backfill", "--start", one_day, "--end", one_day, SPARK_CODEGEN="1")[0],
+    )
 
     # Three old days inside the restatement window (counted back from the newest batch) and the partitions.
     n_days = result["days"]
