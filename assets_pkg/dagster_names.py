@@ -29,6 +29,9 @@ LANDING_STATE_TAG = "exact_backfills/landing_state"  # on a restatement run: the
 REPAIR_OF_TAG = "exact_backfills/repair_of"  # on a run launched to repair a failed one: the failed run's id
 PROCESS_TAG = "exact_backfills/process"  # host:pid:start time of the process executing the run
 PROFILE_TAG = "exact_backfills/profile"  # where the run ran (Settings.profile): costs are fitted per profile
+# The table-days a run has published so far (its materializations), which costs are fitted on: read with the run's
+# record, where counting its materializations opens the run's own event log.
+TABLE_DAYS_TAG = "exact_backfills/table_days"
 # Set on a writing run that fails: PUBLISHED_NOTHING when it committed nothing (a blocking check, held days),
 # PUBLISHED_PARTLY when it committed some tables (late_data_sensor runs it again). A run killed has neither.
 PUBLISHED_TAG = "exact_backfills/published"

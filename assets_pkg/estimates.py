@@ -14,7 +14,7 @@ from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 from pyspark.sql import SparkSession
 
 from assets_pkg import landing, landing_index
-from assets_pkg.dagster_names import PROFILE_TAG
+from assets_pkg.dagster_names import PROFILE_TAG, TABLE_DAYS_TAG
 from assets_pkg.partitions import days as day_range
 from assets_pkg.tables import BY_NAME, DAY_COLUMN, Role, narrowed
 from assets_pkg.verification import stale_code_days
@@ -165,7 +165,10 @@ def recorded_costs(instance: DagsterInstance, profile: str, limit: int = FITTED_
     for record in records:
         if record.start_time is None or record.end_time is None:
             continue
-        published = instance.get_run_stats(record.dagster_run.run_id).materializations
+        tagged = record.dagster_run.tags.get(TABLE_DAYS_TAG)
+        published = (
+            int(tagged) if tagged is not None else instance.get_run_stats(record.dagster_run.run_id).materializations
+        )
         costs.append(RunCost(published, record.end_time - record.start_time))
     return costs
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from dagster import AssetExecutionContext, DagsterInstance, DagsterRun, DagsterRunStatus, OpExecutionContext, RunsFilter
 
-from assets_pkg.dagster_names import PROCESS_TAG, PROFILE_TAG
+from assets_pkg.dagster_names import PROCESS_TAG, PROFILE_TAG, TABLE_DAYS_TAG
 from resources.settings import settings
 
 ACTIVE = [
@@ -45,10 +45,12 @@ _recorded: set[str] = set()  # runs whose process this process recorded
 
 def record(context: AssetExecutionContext | OpExecutionContext) -> None:
     """Record the run's process on the run, once (called where a step starts), with the profile it runs on (whose
-    recorded runs estimates.py fits costs from)."""
+    recorded runs estimates.py fits costs from) and the table-days it has published: none yet."""
     run_id = context.run.run_id
     if run_id not in _recorded and context.run.tags.get(PROCESS_TAG) != this_process():
-        context.instance.add_run_tags(run_id, {PROCESS_TAG: this_process(), PROFILE_TAG: settings().profile})
+        context.instance.add_run_tags(
+            run_id, {PROCESS_TAG: this_process(), PROFILE_TAG: settings().profile, TABLE_DAYS_TAG: "0"}
+        )
     _recorded.add(run_id)
 
 

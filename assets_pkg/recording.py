@@ -6,6 +6,7 @@ Dagster ties an `AssetCheckResult` to a materialization only in a single-partiti
 no partition at all. So results are recorded as `AssetCheckEvaluation`s naming their day and the storage id of the
 day's latest materialization, which is what the UI compares to decide whether a day's result is current."""
 
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from collections.abc import Set as AbstractSet
 from datetime import date
@@ -22,6 +23,7 @@ from dagster import (
 )
 
 from assets_pkg import checks
+from assets_pkg.dagster_names import TABLE_DAYS_TAG
 from assets_pkg.dagster_private import AssetCheckEvaluationTargetMaterializationData as CheckedMaterialization
 from assets_pkg.dagster_private import add_asset_metadata_by_partition
 from assets_pkg.publish import PartlyPublished, Publication, commit_metadata
@@ -74,6 +76,9 @@ def check_evaluations(
     ]
 
 
+_published: Counter[str] = Counter()  # run id -> table-days its publications have materialized in this process
+
+
 def publication_events(
     context: Any,
     table: str,
@@ -90,6 +95,9 @@ def publication_events(
     table written (a side table not selected, or every table of a restatement) gets an AssetMaterialization per day.
     The results are made after those have been yielded: Dagster stores a yielded event before the generator resumes,
     so the days' new materializations are their latest when the results look them up."""
+    if publication.metadata:
+        _published[context.run.run_id] += sum(len(by_day) for by_day in publication.metadata.values())
+        context.instance.add_run_tags(context.run.run_id, {TABLE_DAYS_TAG: str(_published[context.run.run_id])})
     for written, by_day in publication.metadata.items():
         if written in selected:
             by_partition = {day.isoformat(): metadata for day, metadata in by_day.items()}

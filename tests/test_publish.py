@@ -164,3 +164,15 @@ def test_a_change_reading_little_is_evaluated_interpreted_and_one_reading_more_c
     finally:
         spark.conf.set(factory_mode, tests_mode)
     assert modes == {"little": {"NO_CODEGEN"}, "more": {"FALLBACK"}}
+
+
+def test_a_run_carries_the_table_days_it_published_as_many_as_its_materializations(built):
+    """What estimates fit a run's cost on, read with the run's record instead of counted in its event log."""
+    from dagster import DagsterRunStatus, RunsFilter
+
+    from assets_pkg.dagster_names import TABLE_DAYS_TAG
+
+    records = built.get_run_records(RunsFilter(statuses=[DagsterRunStatus.SUCCESS]))
+    tagged = {r.dagster_run.run_id: r.dagster_run.tags.get(TABLE_DAYS_TAG) for r in records}
+    counted = {run_id: str(built.get_run_stats(run_id).materializations) for run_id in tagged}
+    assert tagged == counted and any(n != "0" for n in counted.values())
