@@ -27,6 +27,7 @@ from assets_pkg import landing
 from assets_pkg.instance import write_config
 from assets_pkg.tables import built_from_landing
 from resources.delta_io import read_days
+from resources.engine import STOPPABLE
 from resources.lake import REPO_ROOT
 
 # A real `dagster dev`, driven through GraphQL.
@@ -95,8 +96,18 @@ class DagsterDev:
         self.log = open(dagster_home / "dagster_dev.log", "w")
         dagster = str(Path(sys.executable).parent / "dagster")
         self.proc = subprocess.Popen(
-            # As scripts/demo.sh serves it: from the instance's folder.
-            [dagster, "dev", "-w", str(REPO_ROOT / "workspace.yaml"), "-h", "127.0.0.1", "-p", str(self.port)],
+            # As scripts/demo.sh serves it: from the instance's folder; able to stop on SIGTERM (STOPPABLE).
+            [
+                *STOPPABLE,
+                dagster,
+                "dev",
+                "-w",
+                str(REPO_ROOT / "workspace.yaml"),
+                "-h",
+                "127.0.0.1",
+                "-p",
+                str(self.port),
+            ],
             cwd=dagster_home,
             env={**os.environ, **env, "DAGSTER_HOME": str(dagster_home)},
             stdout=self.log,

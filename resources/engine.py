@@ -118,10 +118,11 @@ def _spark_home() -> str:
     return os.path.dirname(pyspark.__file__)
 
 
-# Starts a process with SIGTERM at its default, so that `stop` can end it. Dagster's execution maps SIGTERM to
-# SIGINT's handler (dagster._utils.interrupts): in a process started with SIGINT ignored (nohup, a background job), a
-# run leaves SIGTERM ignored too, and every process it starts afterwards inherits that.
-STOPPABLE = ["env", "--default-signal=TERM"]
+# Starts a process with SIGINT and SIGTERM at their defaults, so that `stop` can end it. Dagster's execution maps
+# SIGTERM to SIGINT's handler (dagster._utils.interrupts): in a process started with SIGINT ignored (nohup, a background
+# job), a run leaves SIGTERM ignored too, and every process it starts afterwards inherits that; a Dagster process
+# started so (`dagster dev`) maps its own SIGTERM likewise unless SIGINT is back at its default.
+STOPPABLE = ["env", "--default-signal=INT,TERM"]
 
 
 def _command(wanted: EngineSettings, port: int) -> list[str]:

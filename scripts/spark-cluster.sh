@@ -42,7 +42,7 @@ wait_for_port() {  # name port seconds
 launch() {  # name command...: in a process group of its own, so that stop takes every child with it
   local name="$1"; shift
   # SIGTERM at its default: a process that ran Dagster in-process may have left it ignored (resources/engine.py).
-  setsid env --default-signal=TERM "$@" >"$STATE/logs/$name.log" 2>&1 < /dev/null &
+  setsid env --default-signal=INT,TERM "$@" >"$STATE/logs/$name.log" 2>&1 < /dev/null &
   echo $! >"$STATE/$name.pid"
 }
 

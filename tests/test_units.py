@@ -248,8 +248,9 @@ def test_a_folder_is_a_delta_table_once_its_log_holds_a_commit_or_a_checkpoint(t
 def test_a_process_started_after_dagster_ran_in_a_process_ignoring_sigint_still_stops_on_sigterm():
     """Dagster's execution copies SIGINT's handler to SIGTERM: in a process started with SIGINT ignored (nohup, a
     background job), SIGTERM is then ignored, and so in every process it starts. The engine and the cluster's
-    services start through STOPPABLE, which gives them SIGTERM back. When the first assertion fails, Dagster
-    no longer does this: STOPPABLE can go."""
+    services start through STOPPABLE, which gives them SIGTERM back, and so does the bench's `dagster dev`, a Dagster
+    process that maps its own SIGTERM likewise unless SIGINT is back at its default too. When the first assertion
+    fails, Dagster no longer does this: STOPPABLE can go."""
     import subprocess
     import sys
 
@@ -269,16 +270,40 @@ def runs_in_process():
 
 assert runs_in_process.execute_in_process().success
 assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN, signal.getsignal(signal.SIGTERM)
-for command in (["sleep", "30"], [*STOPPABLE, "sleep", "30"]):
-    child = subprocess.Popen(command)
-    time.sleep(0.2)
+# A Dagster process of its own (as `dagster dev` is): it maps its SIGTERM to SIGINT's handler once it has run.
+dagster_child = [sys.executable, "-c", sys.argv[1]]
+for name, command in (
+    ("sleep", ["sleep", "30"]),
+    ("stoppable sleep", [*STOPPABLE, "sleep", "30"]),
+    ("stoppable dagster", [*STOPPABLE, *dagster_child]),
+):
+    child = subprocess.Popen(command, stderr=subprocess.DEVNULL)
+    time.sleep(0.2 if "dagster" not in name else 8)
     child.terminate()
     try:
-        print(command[0], child.wait(timeout=3))
+        child.wait(timeout=3)
+        print(name, "stopped")
     except subprocess.TimeoutExpired:
-        print(command[0], "still running")
+        print(name, "still running")
         child.kill()
 """
-    done = subprocess.run([sys.executable, "-c", started_after_dagster], capture_output=True, text=True, timeout=60)
+    dagster_child = """
+import time
+from dagster import job, op
+
+@op
+def nothing():
+    pass
+
+@job
+def runs_in_process():
+    nothing()
+
+assert runs_in_process.execute_in_process().success
+time.sleep(30)
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", started_after_dagster, dagster_child], capture_output=True, text=True, timeout=90
+    )
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.splitlines() == ["sleep still running", "env -15"]
+    assert done.stdout.splitlines() == ["sleep still running", "stoppable sleep stopped", "stoppable dagster stopped"]
