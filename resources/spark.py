@@ -166,8 +166,8 @@ def _session_config() -> dict[str, str]:
 # for the stages and expressions of each query: for a few days' rows, a large share of the work.
 INTERPRETED_CONFIG = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
 
-# Under SPARK_CODEGEN=auto, a write reading at most this much (about two weeks of a TPC-H SF1 landing) is evaluated
-# interpreted: below it, compiling its queries costs more than evaluating its rows without (docs/performance.md).
+# Under SPARK_CODEGEN=auto, a write reading at most this much is evaluated interpreted: below it, compiling its
+# queries costs more than evaluating its rows without (docs/performance.md says where it was measured).
 INTERPRETED_UP_TO_BYTES = 2**20
 
 
