@@ -254,11 +254,8 @@ def test_a_process_started_after_dagster_ran_in_a_process_ignoring_sigint_still_
     import subprocess
     import sys
 
-    started_after_dagster = """
-import signal, subprocess, sys, time
+    runs_a_job = """
 from dagster import job, op
-from resources.engine import STOPPABLE
-signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 @op
 def nothing():
@@ -269,6 +266,12 @@ def runs_in_process():
     nothing()
 
 assert runs_in_process.execute_in_process().success
+"""
+    started_after_dagster = f"""
+import signal, subprocess, sys, time
+from resources.engine import STOPPABLE
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+{runs_a_job}
 assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN, signal.getsignal(signal.SIGTERM)
 # A Dagster process of its own (as `dagster dev` is): it maps its SIGTERM to SIGINT's handler once it has run.
 dagster_child = [sys.executable, "-c", sys.argv[1]]
@@ -277,8 +280,11 @@ for name, command in (
     ("stoppable sleep", [*STOPPABLE, "sleep", "30"]),
     ("stoppable dagster", [*STOPPABLE, *dagster_child]),
 ):
-    child = subprocess.Popen(command, stderr=subprocess.DEVNULL)
-    time.sleep(0.2 if "dagster" not in name else 8)
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    if "dagster" in name:
+        assert child.stdout.readline() == "ran\\n"  # its job has run: SIGTERM is mapped now
+    else:
+        time.sleep(0.2)
     child.terminate()
     try:
         child.wait(timeout=3)
@@ -287,19 +293,10 @@ for name, command in (
         print(name, "still running")
         child.kill()
 """
-    dagster_child = """
+    dagster_child = f"""
 import time
-from dagster import job, op
-
-@op
-def nothing():
-    pass
-
-@job
-def runs_in_process():
-    nothing()
-
-assert runs_in_process.execute_in_process().success
+{runs_a_job}
+print("ran", flush=True)
 time.sleep(30)
 """
     done = subprocess.run(
