@@ -282,7 +282,7 @@ def publishing(spark: SparkSession, change: Change, run: RunInfo) -> Iterator[tu
     try:
         for table in change.tables():
             built = _built(spark, BY_NAME[table], change, staged)
-            if len(staged) == 0 and _interpreted(built.scans):
+            if not staged and _interpreted(built.scans):
                 evaluation.enter_context(interpreted(spark))
             staged[table] = _held(built, BY_NAME[table], change)
         verified = {table: _verify(staged[table], BY_NAME[table], change.days[table]) for table in change.tables()}
