@@ -13,7 +13,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from assets_pkg.partitions import first_day, last_day
-from resources.delta_io import Scan, file_bytes
+from resources.delta_io import Scan
 from resources.lake import landing_path
 
 ORDER_ITEMS = "order_items"
@@ -215,10 +215,46 @@ def read_landing(spark: SparkSession, dataset: str, batches: list[str] | None = 
     column null and `refused` saying why, which quarantine keeps (nothing disappears without a trace)."""
     if not batch_dirs(dataset):
         raise LandingError(f"no landed batches under {landing_path(dataset)}: run `python -m assets_pkg generate`")
+    return _rows(spark, dataset, batches, landed_files(dataset, batches))
+
+
+@dataclass
+class LandingRead:
+    """A build's read of the landing: its rows (as read_landing reads them), and the batches and bytes it reads, taken
+    from the files listed for the read. Not from the rows' plan (`DataFrame.inputFiles`): once an equal read is cached
+    (on a warm engine, by any of its sessions), Spark plans the cache instead, and the plan names no file."""
+
+    rows: DataFrame
+    batches: list[str]  # the batches of the files read
+    scan: Scan
+
+
+def landing_read(spark: SparkSession, dataset: str, batches: list[str] | None = None) -> LandingRead:
+    """read_landing's rows of `batches` (every batch when None), with what they read."""
+    if not batch_dirs(dataset):
+        raise LandingError(f"no landed batches under {landing_path(dataset)}: run `python -m assets_pkg generate`")
+    files = landed_files(dataset, batches)
+    read = [*files.plain, *(f for paths in files.nanos.values() for f in paths)]
+    dirs = batch_dirs(dataset)
+    every = [p for d in dirs for p in d.rglob("*") if p.is_file() and not p.name.startswith((".", "_"))]
+    read_batches = sorted({_batch_of_file(f) for f in read})
+    scan = Scan(
+        f"landing/{dataset}",
+        len(read),
+        len(every),
+        sum(Path(f).stat().st_size for f in read),
+        sum(p.stat().st_size for p in every),
+        len(read_batches),
+        len(dirs),
+    )
+    return LandingRead(_rows(spark, dataset, batches, files), read_batches, scan)
+
+
+def _rows(spark: SparkSession, dataset: str, batches: list[str] | None, files: LandedFiles) -> DataFrame:
+    """The rows of read_landing, from `files`, the listing of the batches read."""
     root = landing_path(dataset)
     contract = SCHEMAS[dataset]
     schema = T.StructType([*contract.fields, T.StructField("ingest_date", T.DateType())])
-    files = landed_files(dataset, batches)
 
     def with_file(df: DataFrame) -> DataFrame:
         # The file name relative to the dataset's folder, so the same landing copied to another lake gives the same
@@ -259,28 +295,6 @@ def read_landing(spark: SparkSession, dataset: str, batches: list[str] | None = 
 
 def _batch_of_file(file: str) -> str:
     return next(p for p in Path(file).parts if p.startswith(BATCH_PREFIX))[len(BATCH_PREFIX) :]
-
-
-def batches_of(df: DataFrame) -> list[str]:
-    """The batches a read of the landing (read_landing) reads: those of its files."""
-    return sorted({_batch_of_file(f) for f in df.inputFiles()})
-
-
-def scan_of_landing(df: DataFrame, dataset: str) -> Scan:
-    """The scan of `df`, a read of the landing (read_landing), against every file landed: files, bytes and batches."""
-    files = df.inputFiles()
-    batches = {_batch_of_file(f) for f in files}
-    dirs = batch_dirs(dataset)
-    every = [p for d in dirs for p in d.rglob("*") if p.is_file() and not p.name.startswith((".", "_"))]
-    return Scan(
-        f"landing/{dataset}",
-        len(files),
-        len(every),
-        sum(file_bytes(f) for f in files),
-        sum(p.stat().st_size for p in every),
-        len(batches),
-        len(dirs),
-    )
 
 
 def assert_new_batches(df: DataFrame, dataset: str) -> list[str]:

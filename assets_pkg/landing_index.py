@@ -24,7 +24,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from assets_pkg import landing
-from assets_pkg.landing import ORDER_ITEM_KEY
+from assets_pkg.landing import ORDER_ITEM_KEY, LandingRead
 from assets_pkg.partitions import first_day, last_day
 from resources.delta_io import table_exists
 from resources.lake import table_path
@@ -96,7 +96,7 @@ def indexed(spark: SparkSession) -> dict[str, dict[str, set[date]]]:
     return index
 
 
-def update(spark: SparkSession, read: dict[str, DataFrame] | None = None) -> dict[str, dict[str, set[date]]]:
+def update(spark: SparkSession, read: dict[str, LandingRead] | None = None) -> dict[str, dict[str, set[date]]]:
     """Index the batches not indexed yet (one commit, none when every batch is), and return the whole index. `read`:
     per dataset, every batch of it as a build has just read it (read_landing, whole), whose batches are indexed from
     those rows instead of reading the landing again."""
@@ -111,16 +111,19 @@ def update(spark: SparkSession, read: dict[str, DataFrame] | None = None) -> dic
 def _index_new(
     spark: SparkSession,
     index: dict[str, dict[str, set[date]]],
-    read: dict[str, DataFrame],
+    read: dict[str, LandingRead],
     cached: list[DataFrame],
 ) -> dict[str, dict[str, set[date]]]:
     """`update`, given the index so far; frames it caches are added to `cached`."""
     parts = []
     for dataset, days_of in _DAYS_OF_NEW_BATCHES.items():
-        landed = read.get(dataset)
+        build_read = read.get(dataset)
+        landed = build_read.rows if build_read is not None else None
         # The batches listed now, or those the build read: any landed since is indexed by the next update.
-        known = sorted(
-            landing.batches_of(landed) if landed is not None else map(landing.batch_name, landing.batch_dirs(dataset))
+        known = (
+            build_read.batches
+            if build_read is not None
+            else sorted(map(landing.batch_name, landing.batch_dirs(dataset)))
         )
         new = sorted(set(known) - set(index[dataset]))
         if new:
@@ -150,7 +153,7 @@ def _index_new(
     return index
 
 
-def index_read(spark: SparkSession, dataset: str, landed: DataFrame) -> None:
+def index_read(spark: SparkSession, dataset: str, landed: LandingRead) -> None:
     """Index the batches of `landed`, a build's read of every batch of `dataset`, from its rows (see `update`)."""
     update(spark, {dataset: landed})
 

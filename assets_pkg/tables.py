@@ -6,7 +6,7 @@ A build turns the days to write into rows, `build(spark, days, read) -> Staged`,
 through `read(table, days)`: the rows the same change builds for them, or what is published (see publish.py)."""
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import date
 from enum import Enum
 
@@ -118,15 +118,16 @@ def narrowed(days: list[date]) -> bool:
     return len(days) <= NARROWED_UP_TO_DAYS and len(days) < (last_day() - first_day()).days + 1
 
 
-def _landed(spark: SparkSession, dataset: str, days: list[date]) -> DataFrame:
+def _landed(spark: SparkSession, dataset: str, days: list[date]) -> landing.LandingRead:
     """The landed rows a build of `days` reads: the batches that can hold them, or, for most of the history, all."""
     batches = landing_index.batches_holding(spark, dataset, days) if narrowed(days) else None
-    return landing.read_landing(spark, dataset, batches)
+    return landing.landing_read(spark, dataset, batches)
 
 
 def build_stg_order_items(spark: SparkSession, days: list[date], read: Read) -> Staged:
-    landed = _landed(spark, landing.ORDER_ITEMS, days)
-    scans = [landing.scan_of_landing(landed, landing.ORDER_ITEMS)]
+    landing_read = _landed(spark, landing.ORDER_ITEMS, days)
+    landed = landing_read.rows
+    scans = [landing_read.scan]
     if narrowed(days):
         # Up to a year: only the items with a version on the days can be on them. Their versions are kept for the build
         # and checks, with every row breaking the contract, which quarantine files by a day of its own: one scan
@@ -138,7 +139,7 @@ def build_stg_order_items(spark: SparkSession, days: list[date], read: Read) -> 
         landed = scanned.drop(transforms.ITEM_ON_DAYS)
     else:
         scanned = items = landed = landed.persist()  # most of the history: read once, and indexed from that read
-        landing_index.index_read(spark, landing.ORDER_ITEMS, landed)
+        landing_index.index_read(spark, landing.ORDER_ITEMS, replace(landing_read, rows=landed))
     versions, _ = quarantine.split(items, first_day(), last_day())
     _, rejected = quarantine.split(landed, first_day(), last_day())  # by quarantine day, whatever the row's key
     stg = transforms.stg_order_items(versions, days)
@@ -188,8 +189,8 @@ def restate_stg_order_items(landed: LandedBatches) -> Build:
 def build_dim_product(spark: SparkSession, days: list[date], read: Read) -> Staged:
     versions = _landed(spark, landing.PRODUCTS, days)
     return Staged(
-        table=transforms.dim_product_changes(versions, first_day(), days),
-        scans=[landing.scan_of_landing(versions, landing.PRODUCTS)],
+        table=transforms.dim_product_changes(versions.rows, first_day(), days),
+        scans=[versions.scan],
     )
 
 

@@ -116,6 +116,7 @@ def _bare() -> None:
         for side, side_df in built.side_tables.items():
             write(side_df, side)
         write(built.table, table)
+        built.unpersist()  # a warm engine's cache is shared: a later equal read would plan this one's
         rows[table] = spark.read.format("delta").load(str(out / table)).count()
     print(json.dumps(rows))
 

@@ -197,6 +197,22 @@ def test_a_build_that_reads_the_whole_landing_indexes_its_batches_as_a_narrowed_
         assert holding == {d.isoformat() for d in batches_that_can_hold(spark, day)}, day
 
 
+def test_a_read_of_the_landing_measures_the_files_it_reads_even_when_an_equal_read_is_cached(spark, built):
+    """Once a read is cached (on a warm engine, by any session), Spark plans later equal reads as that cache, whose
+    plan names no file. What a build reads, which decides how its change is evaluated, what its materializations say
+    it scanned and which batches it indexes, comes from the files listed for the read: the same with or without it."""
+    uncached = landing.landing_read(spark, landing.ORDER_ITEMS)
+    assert uncached.scan.bytes > 0 and uncached.batches
+    cached = landing.read_landing(spark, landing.ORDER_ITEMS).persist()
+    try:
+        cached.count()
+        assert landing.read_landing(spark, landing.ORDER_ITEMS).inputFiles() == []  # Spark's own view of it
+        again = landing.landing_read(spark, landing.ORDER_ITEMS)
+        assert (again.scan, again.batches) == (uncached.scan, uncached.batches)
+    finally:
+        cached.unpersist()
+
+
 def test_a_batch_indexed_while_its_days_were_past_the_partitions_is_found_for_them_once_the_partitions_widen(
     spark, built
 ):
