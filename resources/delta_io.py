@@ -40,9 +40,9 @@ class Commit:
 
 @dataclass(frozen=True)
 class Scan:
-    """What one read scans: the files its plan selects once the days are pruned (`DataFrame.inputFiles`, the list
-    the scan then reads), against every file of the source. A read of a few days of a table partitioned by day
-    selects only those days' files."""
+    """What one read scans: the files it reads, against every file of the source. A read of a few days of a table
+    partitioned by day reads only those days' files (its plan's, `DataFrame.inputFiles`, once the days are pruned);
+    a read of the landing, the files listed for it (landing.landing_read)."""
 
     source: str
     files: int
