@@ -213,9 +213,16 @@ def read_landing(spark: SparkSession, dataset: str, batches: list[str] | None = 
     folder). With `batches`, only those batch folders are read (a restatement reads what landed lately, not the
     history). Files the contract refuses are not read; for order items each is one row of its batch, with every
     column null and `refused` saying why, which quarantine keeps (nothing disappears without a trace)."""
-    if not batch_dirs(dataset):
-        raise LandingError(f"no landed batches under {landing_path(dataset)}: run `python -m assets_pkg generate`")
+    _landed_batch_dirs(dataset)
     return _rows(spark, dataset, batches, landed_files(dataset, batches))
+
+
+def _landed_batch_dirs(dataset: str) -> list[Path]:
+    """The dataset's batch folders; refused when there is none, since a build would then read nothing."""
+    dirs = batch_dirs(dataset)
+    if not dirs:
+        raise LandingError(f"no landed batches under {landing_path(dataset)}: run `python -m assets_pkg generate`")
+    return dirs
 
 
 @dataclass
@@ -231,11 +238,9 @@ class LandingRead:
 
 def landing_read(spark: SparkSession, dataset: str, batches: list[str] | None = None) -> LandingRead:
     """read_landing's rows of `batches` (every batch when None), with what they read."""
-    if not batch_dirs(dataset):
-        raise LandingError(f"no landed batches under {landing_path(dataset)}: run `python -m assets_pkg generate`")
+    dirs = _landed_batch_dirs(dataset)
     files = landed_files(dataset, batches)
     read = [*files.plain, *(f for paths in files.nanos.values() for f in paths)]
-    dirs = batch_dirs(dataset)
     every = [p for d in dirs for p in d.rglob("*") if p.is_file() and not p.name.startswith((".", "_"))]
     read_batches = sorted({_batch_of_file(f) for f in read})
     scan = Scan(

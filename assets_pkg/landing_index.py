@@ -98,7 +98,7 @@ def indexed(spark: SparkSession) -> dict[str, dict[str, set[date]]]:
 
 def update(spark: SparkSession, read: dict[str, LandingRead] | None = None) -> dict[str, dict[str, set[date]]]:
     """Index the batches not indexed yet (one commit, none when every batch is), and return the whole index. `read`:
-    per dataset, every batch of it as a build has just read it (read_landing, whole), whose batches are indexed from
+    per dataset, every batch of it as a build has just read it (landing_read, whole), whose batches are indexed from
     those rows instead of reading the landing again."""
     cached: list[DataFrame] = []
     try:
@@ -117,14 +117,12 @@ def _index_new(
     """`update`, given the index so far; frames it caches are added to `cached`."""
     parts = []
     for dataset, days_of in _DAYS_OF_NEW_BATCHES.items():
+        # The batches the build read, or those listed now: any landed since is indexed by the next update.
         build_read = read.get(dataset)
-        landed = build_read.rows if build_read is not None else None
-        # The batches listed now, or those the build read: any landed since is indexed by the next update.
-        known = (
-            build_read.batches
-            if build_read is not None
-            else sorted(map(landing.batch_name, landing.batch_dirs(dataset)))
-        )
+        if build_read is not None:
+            landed, known = build_read.rows, build_read.batches
+        else:
+            landed, known = None, sorted(map(landing.batch_name, landing.batch_dirs(dataset)))
         new = sorted(set(known) - set(index[dataset]))
         if new:
             own_days = spark.createDataFrame(

@@ -125,9 +125,9 @@ def _landed(spark: SparkSession, dataset: str, days: list[date]) -> landing.Land
 
 
 def build_stg_order_items(spark: SparkSession, days: list[date], read: Read) -> Staged:
-    landing_read = _landed(spark, landing.ORDER_ITEMS, days)
-    landed = landing_read.rows
-    scans = [landing_read.scan]
+    landed_read = _landed(spark, landing.ORDER_ITEMS, days)
+    landed = landed_read.rows
+    scans = [landed_read.scan]
     if narrowed(days):
         # Up to a year: only the items with a version on the days can be on them. Their versions are kept for the build
         # and checks, with every row breaking the contract, which quarantine files by a day of its own: one scan
@@ -139,7 +139,7 @@ def build_stg_order_items(spark: SparkSession, days: list[date], read: Read) -> 
         landed = scanned.drop(transforms.ITEM_ON_DAYS)
     else:
         scanned = items = landed = landed.persist()  # most of the history: read once, and indexed from that read
-        landing_index.index_read(spark, landing.ORDER_ITEMS, replace(landing_read, rows=landed))
+        landing_index.index_read(spark, landing.ORDER_ITEMS, replace(landed_read, rows=landed))
     versions, _ = quarantine.split(items, first_day(), last_day())
     _, rejected = quarantine.split(landed, first_day(), last_day())  # by quarantine day, whatever the row's key
     stg = transforms.stg_order_items(versions, days)
@@ -187,10 +187,10 @@ def restate_stg_order_items(landed: LandedBatches) -> Build:
 
 
 def build_dim_product(spark: SparkSession, days: list[date], read: Read) -> Staged:
-    versions = _landed(spark, landing.PRODUCTS, days)
+    landed_read = _landed(spark, landing.PRODUCTS, days)
     return Staged(
-        table=transforms.dim_product_changes(versions.rows, first_day(), days),
-        scans=[versions.scan],
+        table=transforms.dim_product_changes(landed_read.rows, first_day(), days),
+        scans=[landed_read.scan],
     )
 
 
