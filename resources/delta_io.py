@@ -14,14 +14,10 @@ from datetime import date, timedelta
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from resources.lake import table_path
-
-# Set by Delta on every commit made through this session: the version it committed.
-_LAST_COMMIT_VERSION = "spark.databricks.delta.lastCommitVersionInSession"
 
 
 class TableNotMaterialized(RuntimeError):
@@ -118,6 +114,19 @@ def is_delta_table(path: str) -> bool:
         return False
 
 
+# A version's entry in a Delta table's log.
+_ENTRY = re.compile(r"^(\d{20})\.json$")
+
+
+def latest_version(path: str) -> int:
+    """The newest version in the log of the Delta table at `path` (-1: none), from its folder."""
+    try:
+        with os.scandir(os.path.join(path, "_delta_log")) as log:
+            return max((int(m.group(1)) for entry in log if (m := _ENTRY.match(entry.name))), default=-1)
+    except FileNotFoundError:
+        return -1
+
+
 def table_exists(table: str) -> bool:
     return is_delta_table(table_path(table))
 
@@ -171,10 +180,9 @@ def overwrite_days(df: DataFrame, table: str, column: str, days: Sequence[date],
     write can never delete or add anything outside its days. Partitioning by the day keeps each day in files of its
     own, so files of other days are never rewritten.
     """
-    spark = df.sparkSession
     path = table_path(table)
     metadata = json.dumps(commit_info, sort_keys=True, default=str)
-    spark.conf.unset(_LAST_COMMIT_VERSION)  # set again by Delta only if this write commits
+    before = latest_version(path)
     (
         df.repartition(column)  # one file per day instead of one per day per task
         .write.format("delta")
@@ -184,20 +192,19 @@ def overwrite_days(df: DataFrame, table: str, column: str, days: Sequence[date],
         .partitionBy(column)
         .save(path)
     )
-    version = spark.conf.get(_LAST_COMMIT_VERSION, None)
-    if version is None:  # Delta records no commit with no actions (an empty range written empty)
+    # Our commit is the new version that carries our metadata, whatever else this session commits meanwhile (tables
+    # are committed at once from several threads). None: Delta records no commit with no actions (an empty range
+    # written empty).
+    entry = next(
+        (
+            e
+            for v in range(latest_version(path), before, -1)
+            if (e := _commit_entry(path, v)).get("userMetadata") == metadata
+        ),
+        None,
+    )
+    if entry is None:
         return Commit(table=table, version=None, rows_written=0, files_added=0, files_removed=0)
-    # Our commit's own log entry (one small file, not the table's history), checked by its metadata: in case another
-    # writer in this session committed in between, the recent history tells which commit is ours.
-    entry = _commit_entry(spark, path, int(version))
-    if entry.get("userMetadata") != metadata:
-        ours = next(
-            (e.version for e in history(spark, path, 20) if e.userMetadata == metadata),
-            None,
-        )
-        if ours is None:
-            raise RuntimeError(f"{table}: the commit of this write ({metadata}) is not in the table's last 20 commits")
-        entry = _commit_entry(spark, path, ours)
     metrics = entry.get("operationMetrics") or {}
     return Commit(
         table=table,
@@ -209,16 +216,15 @@ def overwrite_days(df: DataFrame, table: str, column: str, days: Sequence[date],
     )
 
 
-def _commit_entry(spark: SparkSession, path: str, version: int) -> dict:
+def _commit_entry(path: str, version: int) -> dict:
     """Commit `version` of the table at `path`: its commitInfo action with its version, and per day partition the
-    rows and files it added and the files it removed (from its add and remove actions)."""
+    rows and files it added and the files it removed (from its add and remove actions). Read from the log's file on
+    the file system this process sees the lake on: a Spark job would cost a commit more than the file's few lines."""
     entry: dict = {"version": version, "by_day": {}}
-    try:
-        lines = spark.read.text(f"{path}/_delta_log/{version:020d}.json").collect()
-    except AnalysisException:  # the session's last commit was to another table
-        return entry
+    with open(os.path.join(path, "_delta_log", f"{version:020d}.json")) as log:
+        lines = log.read().splitlines()
     for line in lines:
-        action = json.loads(line.value)
+        action = json.loads(line)
         if "commitInfo" in action:
             entry.update({**action["commitInfo"], "version": version})
         for kind in ("add", "remove"):
