@@ -9,7 +9,7 @@ earlier Delta version. `publish` takes it through four stages, the whole graph a
 - verify: every blocking check of every table on every day. One failing day and nothing at all is written
   (reconcile before publish, across the graph): `Refused`;
 - commit: replace exactly the days (`overwrite_days`, the one call site of the package), one Delta commit per table,
-  in the graph's order, a side table just before its table;
+  a side table just before its table: all at once for a change of a few days (`at_once`), else in the graph's order;
 - record: as each table is committed, its check results and each day's figures for Dagster (fingerprints, row-count
   changes; a table that publishes late rows settles their exceptions), handed to the caller at once (`publishing`);
   once every table is committed, the effects the change declares (a rollback holds its days, a release releases
@@ -24,6 +24,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime
@@ -279,18 +280,31 @@ def publishing(spark: SparkSession, change: Change, run: RunInfo) -> Iterator[tu
         raise Refused(change, holds=holds)
     staged: dict[str, Staged] = {}
     evaluation = ExitStack()
+    # Spark jobs that do not depend on each other go to the engine from this pool's threads: a change of a few days
+    # checks and commits its tables at once (`at_once`), another one table after the other; both read the audit trail
+    # while the tables are built.
+    workers = len(with_side_tables(change.tables())) + 1 if at_once(change) else 1
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="publish")
     try:
+        # What each day held before this run, read while the tables are built (this run's own rows are left out).
+        previous_content = pool.submit(audit.latest_before_run, spark, run.run_id, change.every_day())
         for table in change.tables():
             built = _built(spark, BY_NAME[table], change, staged)
             if not staged and _interpreted(built.scans):
                 evaluation.enter_context(interpreted(spark))
             staged[table] = _held(built, BY_NAME[table], change)
-        verified = {table: _verify(staged[table], BY_NAME[table], change.days[table]) for table in change.tables()}
+        checking = {t: pool.submit(_verify, staged[t], BY_NAME[t], change.days[t]) for t in change.tables()}
+        verified = {table: checking[table].result() for table in change.tables()}
         failing = {table: v.failing for table, v in verified.items() if v.failing}
         if failing:
             raise Refused(change, failing)
-        yield from _ahead(lambda: _commit_and_record(spark, staged, change, run, verified, holds, started, t0))
+        yield from _ahead(
+            lambda: _commit_and_record(
+                spark, staged, change, run, verified, holds, previous_content.result(), started, t0, pool
+            )
+        )
     finally:
+        pool.shutdown(wait=True, cancel_futures=True)
         for built in staged.values():
             built.unpersist()
         evaluation.close()
@@ -441,32 +455,62 @@ def _commit_and_record(
     run: RunInfo,
     verified: dict[str, checks.Verified],
     holds: list[control.HeldDay],
+    previous_content: dict[tuple[str, date], audit.DayContent],
     started: datetime,
     t0: float,
+    pool: ThreadPoolExecutor,
 ) -> Iterator[tuple[str, Publication]]:
-    """Commit the tables in the graph's order, yielding each one's publication as soon as it is committed; then the
-    change's effects on held days and the audit trail (one append)."""
-    previous_content = audit.latest_before_run(spark, run.run_id, change.every_day())
+    """Commit the tables, yielding each one's publication in the graph's order as soon as it is committed; then the
+    change's effects on held days and the audit trail (one append).
+
+    A change of a few days commits its tables at once (`at_once`), another one in the graph's order. After a failed
+    commit no other commit starts; those already under way end, and every table committed is named
+    (PartlyPublished)."""
     held_at = datetime.now(UTC)
     held = _held_days(change, run, held_at)
     commits: dict[str, Commit] = {}
     audit_rows: list[audit.AuditRow] = []
     fault_point("before-commits")
+    tables = change.tables()
+    if at_once(change):
+        committing = {table: pool.submit(_commit, staged, change, run, table) for table in tables}
+    else:
+        committing = {}
+    failure: Exception | None = None
     try:
-        for table in change.tables():
-            commits.update(_commit(staged, change, run, table))
-            fault_point(f"commit:{table}")
+        for table in tables:
+            if failure is not None and table not in committing:
+                break
+            try:
+                if table not in committing:
+                    committing[table] = pool.submit(_commit, staged, change, run, table)
+                commits.update(committing[table].result())
+            except Exception as e:
+                failure = failure or e
+                for pending in committing.values():
+                    pending.cancel()  # not started yet: it never will
+                continue
             publication, rows = _record(
                 spark, staged, change, run, verified[table], commits, table, previous_content, held, started, t0
             )
             audit_rows += rows
             yield table, publication
+        if failure is not None:
+            raise failure
         _hold_or_release(spark, change, run, holds, held_at)
         audit.append(spark, audit_rows)
     except Exception as e:
         if commits:
             raise PartlyPublished(change, commits, e) from e
         raise
+
+
+def at_once(change: Change) -> bool:
+    """Whether the change checks and commits its tables at once: when each has a few days (`narrowed`), its checks and
+    commits cost mostly Spark's and Delta's own steps (scheduling, the log's replay, a version's files), which wait on
+    each other less side by side; many days' are work on rows, which would share the same cores. Every table's rows
+    are staged and checked before the first commit, so no commit needs another's."""
+    return all(narrowed(change.days[table]) for table in change.tables())
 
 
 def _commit(staged: dict[str, Staged], change: Change, run: RunInfo, table: str) -> dict[str, Commit]:
@@ -495,6 +539,7 @@ def _commit(staged: dict[str, Staged], change: Change, run: RunInfo, table: str)
     commits[table] = overwrite_days(
         staged[table].table, table, DAY_COLUMN[table], days, {**info, "asset": table, **restored}
     )
+    fault_point(f"commit:{table}")
     return commits
 
 

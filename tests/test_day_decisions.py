@@ -30,6 +30,7 @@ from assets_pkg.publish import (
     Refused,
     Restated,
     Restored,
+    at_once,
     checkpointed,
     day_ranges,
 )
@@ -309,6 +310,13 @@ def test_a_restatements_staging_and_a_restored_table_read_their_own_rows_and_are
     assert checkpointed(BY_NAME[STG_ORDER_ITEMS], restated, [])
     restored = Change(Operation.ROLLBACK, {DIM_PRODUCT: _every_day()}, {DIM_PRODUCT: Restored(3)})
     assert checkpointed(BY_NAME[DIM_PRODUCT], restored, [])
+
+
+def test_a_change_of_a_few_days_commits_its_tables_at_once_and_one_over_every_day_in_the_graphs_order():
+    few = Change(Operation.BACKFILL, dict.fromkeys(PUBLISH_ORDER, [first_day(), first_day() + timedelta(days=1)]))
+    assert at_once(few)
+    every_day = Change(Operation.BACKFILL, {**few.days, FACT_ORDER_ITEM: _every_day()})
+    assert not at_once(every_day)  # one table of many days is enough
 
 
 # What a rollback restores and rebuilds.
