@@ -24,7 +24,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime
@@ -288,12 +288,17 @@ def publishing(spark: SparkSession, change: Change, run: RunInfo) -> Iterator[tu
     try:
         # What each day held before this run, read while the tables are built (this run's own rows are left out).
         previous_content = pool.submit(audit.latest_before_run, spark, run.run_id, change.every_day())
+        checking: dict[str, Future[checks.Verified]] = {}
         for table in change.tables():
             built = _built(spark, BY_NAME[table], change, staged)
             if not staged and _interpreted(built.scans):
                 evaluation.enter_context(interpreted(spark))
             staged[table] = _held(built, BY_NAME[table], change)
-        checking = {t: pool.submit(_verify, staged[t], BY_NAME[t], change.days[t]) for t in change.tables()}
+            if at_once(change):  # its rows are computed (a few days' are checkpointed): checked while the next builds
+                checking[table] = pool.submit(_verify, staged[table], BY_NAME[table], change.days[table])
+        for table in change.tables():
+            if table not in checking:
+                checking[table] = pool.submit(_verify, staged[table], BY_NAME[table], change.days[table])
         verified = {table: checking[table].result() for table in change.tables()}
         failing = {table: v.failing for table, v in verified.items() if v.failing}
         if failing:
