@@ -37,7 +37,11 @@ ROWS = [
     ("short_run_days", "days of a short run, re-running built days from the command line", ""),
     ("short_run_s", "that run, its own process start to end", ""),
     ("run_per_day_s", "a run's cost per day, from the two run lengths above", ""),
-    ("run_intercept_s", "a run's fixed cost: before its first day, from the same", "≤ 6 s embedded, ≤ 3 s warm"),
+    (
+        "run_intercept_s",
+        "a run's fixed cost: the one-day run below, less its day at the cost per day between it and the short run",
+        "≤ 6 s embedded, ≤ 3 s warm",
+    ),
     ("day_run_s", "a one-day backfill from the command line, its own process start to end", ""),
     (
         "day_run_phases_s",
@@ -92,14 +96,17 @@ def _cell(value, key: str = "") -> str:
 
 
 def derived(run: dict) -> dict:
-    """The figures computed from measured ones: a run's cost as a line through its two lengths (a short run and the
-    default chunk's runs), and the rows a run of the default chunk holds."""
+    """The figures computed from measured ones: a run's cost per day as the slope between a short run and the default
+    chunk's runs; its fixed cost as what a one-day run pays beyond its day, the day costing what the slope between it
+    and the short run says (a few days' cost per day is not a long run's, so a line through the long runs would not
+    say what a small run pays); and the rows a run of the default chunk holds."""
     run = dict(run)
     chunk, short = min(run["chunk_days"], run["days"]), run.get("short_run_days")
     mean_days = run["days"] / run["runs"] if run.get("runs") else 0  # the last run of a backfill may be shorter
     if short and run.get("run_mean_s") is not None and mean_days > short:
         run["run_per_day_s"] = round((run["run_mean_s"] - run["short_run_s"]) / (mean_days - short), 3)
-        run["run_intercept_s"] = round(run["short_run_s"] - short * run["run_per_day_s"], 1)
+    if short and short > 1 and run.get("short_run_s") is not None and run.get("day_run_s") is not None:
+        run["run_intercept_s"] = round(run["day_run_s"] - (run["short_run_s"] - run["day_run_s"]) / (short - 1), 1)
     rows = run.get("rows_by_table", {}).get("fact_order_item")
     if rows is not None:
         run["fact_rows_per_run"] = round(rows / run["days"] * chunk)
