@@ -8,8 +8,8 @@ shadow is compared with what is published: rows added, removed and changed by na
 each measure's total before and after, fingerprints before and after. A day whose content is unchanged is marked so,
 and the days downstream of unchanged days only are not rebuilt at all (early cutoff).
 
-`promote` writes the changed days from the shadow through the one write path (publish.py: one commit per table, in
-the graph's order, whole graph or nothing) and records the unchanged days as current under the new code without
+`promote` writes the changed days from the shadow through the one write path (publish.py: one commit per table,
+whole graph or nothing) and records the unchanged days as current under the new code without
 rewriting them. It is refused, naming what, when a published table moved since the plan pinned it, a blocking check
 failed in the shadow, or the code loaded is not the code the plan was built with."""
 
