@@ -505,6 +505,9 @@ def _commit_and_record(
         _hold_or_release(spark, change, run, holds, held_at)
         audit.append(spark, audit_rows)
     except Exception as e:
+        for table, pending in committing.items():  # those under way end before the failure says what is committed
+            if table not in commits and not pending.cancel() and pending.exception() is None:
+                commits.update(pending.result())
         if commits:
             raise PartlyPublished(change, commits, e) from e
         raise
