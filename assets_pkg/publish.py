@@ -283,7 +283,8 @@ def publishing(spark: SparkSession, change: Change, run: RunInfo) -> Iterator[tu
     # Spark jobs that do not depend on each other go to the engine from this pool's threads: a change of a few days
     # checks and commits its tables at once (`at_once`), another one table after the other; both read the audit trail
     # while the tables are built.
-    workers = len(with_side_tables(change.tables())) + 1 if at_once(change) else 1
+    together = at_once(change)
+    workers = len(with_side_tables(change.tables())) + 1 if together else 1
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="publish")
     try:
         # What each day held before this run, read while the tables are built (this run's own rows are left out).
@@ -294,7 +295,7 @@ def publishing(spark: SparkSession, change: Change, run: RunInfo) -> Iterator[tu
             if not staged and _interpreted(built.scans):
                 evaluation.enter_context(interpreted(spark))
             staged[table] = _held(built, BY_NAME[table], change)
-            if at_once(change):  # its rows are computed (a few days' are checkpointed): checked while the next builds
+            if together:  # its rows are computed (a few days' are checkpointed): checked while the next builds
                 checking[table] = pool.submit(_verify, staged[table], BY_NAME[table], change.days[table])
         for table in change.tables():
             if table not in checking:
@@ -305,7 +306,7 @@ def publishing(spark: SparkSession, change: Change, run: RunInfo) -> Iterator[tu
             raise Refused(change, failing)
         yield from _ahead(
             lambda: _commit_and_record(
-                spark, staged, change, run, verified, holds, previous_content.result(), started, t0, pool
+                spark, staged, change, run, verified, holds, previous_content.result(), started, t0, pool, together
             )
         )
     finally:
@@ -464,12 +465,13 @@ def _commit_and_record(
     started: datetime,
     t0: float,
     pool: ThreadPoolExecutor,
+    together: bool,
 ) -> Iterator[tuple[str, Publication]]:
     """Commit the tables, yielding each one's publication in the graph's order as soon as it is committed; then the
     change's effects on held days and the audit trail (one append).
 
-    A change of a few days commits its tables at once (`at_once`), another one in the graph's order. After a failed
-    commit no other commit starts; those already under way end, and every table committed is named
+    `together` (`at_once`): every table is committed at once, else one after another in the graph's order. After a
+    failed commit no other commit starts; those already under way end, and every table committed is named
     (PartlyPublished)."""
     held_at = datetime.now(UTC)
     held = _held_days(change, run, held_at)
@@ -477,10 +479,7 @@ def _commit_and_record(
     audit_rows: list[audit.AuditRow] = []
     fault_point("before-commits")
     tables = change.tables()
-    if at_once(change):
-        committing = {table: pool.submit(_commit, staged, change, run, table) for table in tables}
-    else:
-        committing = {}
+    committing = {table: pool.submit(_commit, staged, change, run, table) for table in tables} if together else {}
     failure: Exception | None = None
     try:
         for table in tables:
