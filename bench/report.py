@@ -189,11 +189,15 @@ def tables(runs: list[Path] | None = None) -> str:
             "commits.",
             "",
             "| profile | one commit (s) | every table, one after another (s) "
-            "| every table at once, one thread each (s) |",
-            "|---|---|---|---|",
+            "| every table at once, one thread each (s) | the same with Delta's own write (s) "
+            f"| the same on tables of {first.get('short_days', '?')} days (s) "
+            "| a new process importing the code location (s) |",
+            "|---|---|---|---|---|---|---|",
         ]
         out += [
-            f"| {name} | {_cell(f['commit_s'])} | {_cell(f['sequential_s'])} | {_cell(f['parallel_s'])} |"
+            f"| {name} | {_cell(f['commit_s'])} | {_cell(f['sequential_s'])} | {_cell(f['parallel_s'])} "
+            f"| {_cell(f.get('bare_parallel_s'))} | {_cell(f.get('short_history_parallel_s'))} "
+            f"| {_cell(f.get('imports_s'))} |"
             for name, f in sorted(by_profile.items(), key=lambda item: list(PROFILES).index(item[0]))
         ]
         out.append("")
