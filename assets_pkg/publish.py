@@ -297,9 +297,8 @@ def publishing(spark: SparkSession, change: Change, run: RunInfo) -> Iterator[tu
             staged[table] = _held(built, BY_NAME[table], change)
             if together:  # its rows are computed (a few days' are checkpointed): checked while the next builds
                 checking[table] = pool.submit(_verify, staged[table], BY_NAME[table], change.days[table])
-        for table in change.tables():
-            if table not in checking:
-                checking[table] = pool.submit(_verify, staged[table], BY_NAME[table], change.days[table])
+        if not together:  # checked once every table is built
+            checking = {t: pool.submit(_verify, staged[t], BY_NAME[t], change.days[t]) for t in change.tables()}
         verified = {table: checking[table].result() for table in change.tables()}
         failing = {table: v.failing for table, v in verified.items() if v.failing}
         if failing:
