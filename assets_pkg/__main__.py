@@ -1,5 +1,5 @@
 import sys
 
-from assets_pkg.cli import main
+from exact_backfills.cli import main
 
 sys.exit(main())

@@ -14,7 +14,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql import types as T
 
-from assets_pkg import landing
+from exact_backfills import landing
 
 CHANNELS = ["web", "app", "store", "partner"]
 CATEGORIES = ["books", "garden", "toys", "kitchen", "sports"]

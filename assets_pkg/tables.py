@@ -13,11 +13,12 @@ from enum import Enum
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from assets_pkg import landing, landing_index, quarantine, transforms
-from assets_pkg.checks import NothingLost, Reconciliation, TableChecks
-from assets_pkg.landing import ORDER_ITEM_KEY, ORDER_ITEM_VERSION_COLUMNS
-from assets_pkg.partitions import days as all_days
-from assets_pkg.partitions import first_day, last_day
+from assets_pkg import transforms
+from exact_backfills import landing, landing_index, quarantine
+from exact_backfills.checks import NothingLost, Reconciliation, TableChecks
+from exact_backfills.landing import ORDER_ITEM_KEY, ORDER_ITEM_VERSION_COLUMNS
+from exact_backfills.partitions import days as all_days
+from exact_backfills.partitions import first_day, last_day
 from resources.delta_io import Scan, read_days
 
 LANDING_ORDER_ITEMS = "landing_order_items"

@@ -9,8 +9,8 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from assets_pkg import landing
-from assets_pkg.landing import MONEY
+from exact_backfills import landing
+from exact_backfills.landing import MONEY
 from resources.lake import lake_root
 
 TABLES = ["lineitem", "orders", "part", "partsupp"]

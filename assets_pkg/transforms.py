@@ -6,7 +6,7 @@ from datetime import date
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from assets_pkg.landing import MONEY, ORDER_ITEM_KEY, ORDER_ITEM_SCHEMA, ORDER_ITEM_VERSION_COLUMNS, PRODUCT_KEY
+from exact_backfills.landing import MONEY, ORDER_ITEM_KEY, ORDER_ITEM_SCHEMA, ORDER_ITEM_VERSION_COLUMNS, PRODUCT_KEY
 from resources.delta_io import day_filter
 
 

@@ -9,7 +9,7 @@ warm engine, or the cluster's Connect server with SPARK_REMOTE set).
 
 Beside it, what sets the floor: the same commits at once as Delta's own `replaceWhere` write with nothing of the
 project around it; the same again on tables of a few days, to tell the history's share from the commit's own; and a
-new process importing the code location (`assets_pkg.definitions`), which every run's process pays before its first
+new process importing the code location (`exact_backfills.definitions`), which every run's process pays before its first
 Spark job.
 
     python bench/commit_floor.py --out bench/commit_floor.json [--rounds 5]
@@ -124,7 +124,7 @@ def main() -> int:
 def _imports_s() -> float:
     """A new process importing the code location, as each run's process does first."""
     t0 = time.monotonic()
-    subprocess.run([sys.executable, "-c", "import assets_pkg.definitions"], cwd=REPO, check=True)
+    subprocess.run([sys.executable, "-c", "import exact_backfills.definitions"], cwd=REPO, check=True)
     return time.monotonic() - t0
 
 

@@ -36,7 +36,7 @@ from dagster import (  # noqa: E402
 from dagster._core.execution.api import create_execution_plan  # noqa: E402
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG  # noqa: E402
 
-from assets_pkg.dagster_private import EVENT_BATCH_SIZE, EVENT_BATCH_SIZE_VARIABLE  # noqa: E402
+from exact_backfills.dagster_private import EVENT_BATCH_SIZE, EVENT_BATCH_SIZE_VARIABLE  # noqa: E402
 
 warnings.filterwarnings("ignore")  # partitioned checks and BackfillPolicy are preview/beta in Dagster 1.13
 
@@ -65,12 +65,12 @@ STORAGES = {
     "sharded": None,
     "sharded-planned-per-run": None,
     # The same files, through the class assets_pkg/instance.py configures (assets_pkg/dagster_private.py).
-    "project": ("assets_pkg.dagster_private", "AtomicClaimSqliteEventLogStorage"),
+    "project": ("exact_backfills.dagster_private", "AtomicClaimSqliteEventLogStorage"),
     "consolidated": ("dagster._core.storage.event_log", "ConsolidatedSqliteEventLogStorage"),  # one SQLite file
     "postgres": "postgres",  # the production profile's: DAGSTER_POSTGRES_URL (scripts/postgres.sh start)
     "postgres-direct": "postgres",  # DAGSTER_POSTGRES_DIRECT_URL: the server's own port, no PgBouncer
-    "postgres-batched": ("assets_pkg.dagster_private", "AtomicClaimPostgresEventLogStorage"),
-    "postgres-async": ("assets_pkg.dagster_private", "AtomicClaimPostgresEventLogStorage"),
+    "postgres-batched": ("exact_backfills.dagster_private", "AtomicClaimPostgresEventLogStorage"),
+    "postgres-async": ("exact_backfills.dagster_private", "AtomicClaimPostgresEventLogStorage"),
 }
 
 

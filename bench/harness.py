@@ -23,9 +23,9 @@ from typing import NamedTuple
 from dagster import DagsterInstance
 from pyspark.sql import types as T
 
-from assets_pkg import landing
-from assets_pkg.instance import write_config
 from assets_pkg.tables import built_from_landing
+from exact_backfills import landing
+from exact_backfills.instance import write_config
 from resources.delta_io import read_days
 from resources.engine import STOPPABLE
 from resources.lake import REPO_ROOT
@@ -268,7 +268,7 @@ FACT_NET_REWRITTEN = Edit(
 
 def project_with(copy: Path, edit: Edit, base: Path = REPO_ROOT) -> Path:
     """A copy at `copy` of the project at `base` (the repository's by default) with `edit` made."""
-    for package in ("assets_pkg", "resources"):
+    for package in ("exact_backfills", "assets_pkg", "resources"):
         shutil.copytree(base / package, copy / package, ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("dagster.yaml", "dagster-postgres.yaml", "workspace.yaml", "pyproject.toml"):  # the instance's
         shutil.copy(base / name, copy / name)

@@ -92,9 +92,9 @@ class PeakMemory:
 def _bare() -> None:
     """One Spark application: the rows of every table of the project, built from the same landing with the same
     transforms, each written by day in one Delta overwrite: no checks, no audit, no orchestration."""
-    from assets_pkg.partitions import days as day_range
-    from assets_pkg.partitions import first_day, last_day
     from assets_pkg.tables import BY_NAME, DAY_COLUMN, PUBLISH_ORDER
+    from exact_backfills.partitions import days as day_range
+    from exact_backfills.partitions import first_day, last_day
     from resources.lake import lake_root
     from resources.spark import get_spark
 
@@ -235,7 +235,7 @@ class Bench:
 
     def restatement(self, dev, state: str, timeout: float = 3600) -> dict:
         """The sensor's restatement run for landing `state`, once it has finished."""
-        from assets_pkg.dagster_names import LANDING_STATE_TAG, RESTATE_JOB
+        from exact_backfills.dagster_names import LANDING_STATE_TAG, RESTATE_JOB
 
         run = dev.wait_for_run(RESTATE_JOB, (LANDING_STATE_TAG, state), timeout=timeout)
         if run["status"] != "SUCCESS":
@@ -458,9 +458,9 @@ def measure(args: argparse.Namespace, bench: Bench, last: date) -> int:
 
     from dagster import AssetSelection
 
-    from assets_pkg.automation import landing_state
-    from assets_pkg.definitions import defs
     from bench.harness import DagsterDev
+    from exact_backfills.automation import landing_state
+    from exact_backfills.definitions import defs
 
     dev = DagsterDev(bench.home, env=bench.env)
     try:

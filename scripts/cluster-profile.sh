@@ -22,7 +22,7 @@ export DAGSTER_HOME=$STATE/dagster_home
 export LAKE_ROOT=$STATE/lake
 ENV
   # The instance's dagster.yaml: the project's, with runs, events and schedules in PostgreSQL.
-  (source "$STATE/profile.env" && .venv/bin/python -c 'from assets_pkg.instance import write_config; write_config()')
+  (source "$STATE/profile.env" && .venv/bin/python -c 'from exact_backfills.instance import write_config; write_config()')
   echo "cluster-profile: up; its environment: source $STATE/profile.env"
 }
 

@@ -57,5 +57,5 @@ fi
 export DAGSTER_HOME="${DAGSTER_HOME:-$ROOT/.dagster_home}"
 mkdir -p "$DAGSTER_HOME"
 # The instance's dagster.yaml: the repository's, plus PostgreSQL storage when DAGSTER_POSTGRES_URL is set.
-.venv/bin/python -c 'from assets_pkg.instance import write_config; write_config()' 
+.venv/bin/python -c 'from exact_backfills.instance import write_config; write_config()' 
 export PATH="$ROOT/.venv/bin:$PATH"

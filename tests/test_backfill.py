@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from assets_pkg import landing
-from assets_pkg.backfill import run_backfill, runs_url, selected_keys
 from assets_pkg.generate import generate
 from assets_pkg.tables import DAY_COLUMN
+from exact_backfills import landing
+from exact_backfills.backfill import run_backfill, runs_url, selected_keys
 from resources.delta_io import read_table
 from resources.lake import table_path
 from resources.spark import LOCAL_FS_CLASS, LOCAL_FS_CONTEXT_CLASS
@@ -110,7 +110,7 @@ def test_day_folders_data_and_commit_files_get_the_usual_permissions_from_the_pr
 
 
 def test_a_command_line_backfill_links_to_its_runs_reports_each_chunk_and_is_audited_under_its_id(spark, built, capsys):
-    from assets_pkg.cli import main
+    from exact_backfills.cli import main
     from resources import audit
 
     assert main(["backfill", "--start", "2025-01-10", "--end", "2025-01-12", "--max-partitions-per-run", "2"]) == 0
@@ -178,8 +178,9 @@ def test_a_build_that_reads_the_whole_landing_indexes_its_batches_as_a_narrowed_
     narrowed build after it does not read the whole landing again; the index is the one a narrowed build makes."""
     import shutil
 
-    from assets_pkg import landing_index, tables
-    from assets_pkg.partitions import days, first_day, last_day
+    from assets_pkg import tables
+    from exact_backfills import landing_index
+    from exact_backfills.partitions import days, first_day, last_day
 
     index_path = Path(table_path(landing_index.INDEX_TABLE))
     made_by_a_narrowed_build = landing_index.update(spark)
@@ -220,7 +221,7 @@ def test_a_batch_indexed_while_its_days_were_past_the_partitions_is_found_for_th
     index holds every day of a batch, not only the days inside the partitions when it was indexed."""
     import shutil
 
-    from assets_pkg import landing_index
+    from exact_backfills import landing_index
     from tests.support.lake import environment
 
     index_path = Path(table_path(landing_index.INDEX_TABLE))
@@ -239,7 +240,7 @@ def test_a_batch_indexed_while_its_days_were_past_the_partitions_is_found_for_th
 def test_a_backfill_says_what_it_will_write_and_read_and_how_long_it_should_take_and_a_dry_run_writes_nothing(
     spark, built, capsys
 ):
-    from assets_pkg.cli import main
+    from exact_backfills.cli import main
 
     days = ["--start", "2025-01-20", "--end", "2025-01-21", "--select", "daily_revenue"]
     fact_files = files_by_day(spark, "fact_order_item", "order_date")

@@ -4,7 +4,7 @@ from datetime import date
 
 import pytest
 
-from assets_pkg.cli import main
+from exact_backfills.cli import main
 
 
 @pytest.fixture(autouse=True)
@@ -108,7 +108,7 @@ def test_a_mistyped_command_is_one_line_naming_the_mistake_and_exit_2(capsys, ar
 def test_every_commands_help_renders():
     import argparse
 
-    from assets_pkg.cli import build_parser
+    from exact_backfills.cli import build_parser
 
     parser = build_parser()
     commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
@@ -133,8 +133,8 @@ def test_landing_is_append_only_a_landed_batch_is_never_rewritten(capsys, lake):
 
 
 def test_generate_is_deterministic_for_a_seed(spark, tmp_path, monkeypatch):
-    from assets_pkg import landing
     from assets_pkg.generate import generate
+    from exact_backfills import landing
 
     def land(root):
         monkeypatch.setenv("LAKE_ROOT", str(root))

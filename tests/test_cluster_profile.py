@@ -12,12 +12,12 @@ from datetime import date, timedelta
 import pytest
 from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 
-from assets_pkg.automation import landing_state
-from assets_pkg.checks import day_fingerprints
-from assets_pkg.dagster_names import CLI_BACKFILL_TAG, LAKE_WRITES_POOL, LANDING_STATE_TAG, RESTATE_JOB
-from assets_pkg.dagster_private import AtomicClaimPostgresEventLogStorage
-from assets_pkg.instance import write_config
 from assets_pkg.tables import DAY_COLUMN, FACT_ORDER_ITEM, PUBLISH_ORDER, QUARANTINE_ORDER_ITEMS, STG_ORDER_ITEMS
+from exact_backfills.automation import landing_state
+from exact_backfills.checks import day_fingerprints
+from exact_backfills.dagster_names import CLI_BACKFILL_TAG, LAKE_WRITES_POOL, LANDING_STATE_TAG, RESTATE_JOB
+from exact_backfills.dagster_private import AtomicClaimPostgresEventLogStorage
+from exact_backfills.instance import write_config
 from resources.delta_io import read_days, read_table
 from resources.lake import REPO_ROOT, table_path
 from tests.support.event_storage import assert_records_as_dagsters_own
@@ -107,7 +107,7 @@ def _postgres_instance(tmp_path, storage: str):
             part: {"module": module, "class": cls, "config": {"postgres_url": url}}
             for part, (module, cls) in {
                 "run_storage": ("dagster_postgres", "PostgresRunStorage"),
-                "event_log_storage": ("assets_pkg.dagster_private", "AtomicClaimPostgresEventLogStorage"),
+                "event_log_storage": ("exact_backfills.dagster_private", "AtomicClaimPostgresEventLogStorage"),
                 "schedule_storage": ("dagster_postgres", "PostgresScheduleStorage"),
             }.items()
         }

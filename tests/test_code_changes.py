@@ -15,16 +15,16 @@ from typing import NamedTuple
 import pytest
 from dagster import RunRequest, SkipReason, build_sensor_context
 
-from assets_pkg import code_versions
-from assets_pkg.backfill import run_backfill
-from assets_pkg.checks import BUILT_BY_CURRENT_CODE
-from assets_pkg.code_changes import code_version_sensor
-from assets_pkg.dagster_names import CODE_CHECK_JOB
-from assets_pkg.definitions import defs
 from assets_pkg.generate import generate
-from assets_pkg.partitions import days
 from assets_pkg.tables import DAY_COLUMN, PUBLISH_ORDER
 from bench.harness import corrections, land_batch, next_batch_day
+from exact_backfills import code_versions
+from exact_backfills.backfill import run_backfill
+from exact_backfills.checks import BUILT_BY_CURRENT_CODE
+from exact_backfills.code_changes import code_version_sensor
+from exact_backfills.dagster_names import CODE_CHECK_JOB
+from exact_backfills.definitions import defs
+from exact_backfills.partitions import days
 from resources.delta_io import history
 from resources.lake import lake_root, table_path
 from tests.support.lake import environment, files_by_day, rows, versions
@@ -64,7 +64,7 @@ def built(spark, lake):
 
 
 def test_with_the_code_that_built_the_lake_nothing_is_stale_by_code_and_every_day_passes(built, capsys):
-    from assets_pkg.cli import main
+    from exact_backfills.cli import main
 
     assert main(["stale", "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == {}
@@ -77,7 +77,7 @@ def test_with_the_code_that_built_the_lake_nothing_is_stale_by_code_and_every_da
 
 def test_a_fixed_mart_transform_makes_every_day_of_that_mart_stale_and_no_other(built, tmp_path):
     fixed = project_with(tmp_path / "fixed", FEATURE_ROUNDING_FIX)
-    versions = "from assets_pkg.code_versions import current; import json; print(json.dumps(current()))"
+    versions = "from exact_backfills.code_versions import current; import json; print(json.dumps(current()))"
     loaded, as_json, said, _ = run_commands(
         fixed, {"python": versions}, ["stale", "--json"], ["stale"], CHECK_CODE_VERSIONS
     )
@@ -301,7 +301,7 @@ def test_a_restatement_between_the_plan_and_its_promotion_makes_promote_refuse_n
     # Last: the late batch changes the landing the from-scratch build above was made from. Landed before the plan, it
     # is restated after it, by the fixed code's restatement, as the sensor would launch it once the fix is deployed.
     land_batch(spark, corrections(spark, START, 2), next_batch_day())
-    restate = {"python": "from assets_pkg.backfill import run_restatement; assert run_restatement().success"}
+    restate = {"python": "from exact_backfills.backfill import run_restatement; assert run_restatement().success"}
 
     planned, after_plan, restated, after_restatement, promoted = run_commands(
         fixed, PLAN, PUBLISHED_VERSIONS, restate, PUBLISHED_VERSIONS, ["promote", "{plan_id}"]

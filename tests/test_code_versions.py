@@ -8,16 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from assets_pkg.code_staleness import stale_by_code
-from assets_pkg.code_versions import code_versions
 from assets_pkg.tables import PUBLISH_ORDER
+from exact_backfills.code_staleness import stale_by_code
+from exact_backfills.code_versions import code_versions
 from resources.lake import REPO_ROOT
 
 
 @pytest.fixture
 def project(tmp_path) -> Path:
     """A copy of the project's sources, to edit."""
-    for package in ("assets_pkg", "resources"):
+    for package in ("exact_backfills", "assets_pkg", "resources"):
         shutil.copytree(REPO_ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__", "java"))
     return tmp_path
 

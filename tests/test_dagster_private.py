@@ -15,8 +15,8 @@ from dagster import (
     define_asset_job,
 )
 
-from assets_pkg.dagster_names import LAKE_WRITES_POOL, PUBLISH_STEP
-from assets_pkg.dagster_private import (
+from exact_backfills.dagster_names import LAKE_WRITES_POOL, PUBLISH_STEP
+from exact_backfills.dagster_private import (
     ASSET_PARTITION_RANGE_END_TAG,
     ASSET_PARTITION_RANGE_START_TAG,
     BACKFILL_ID_TAG,
@@ -66,7 +66,7 @@ def test_the_partition_tags_give_a_run_its_days():
 
 
 def test_an_asset_materialized_without_a_job_of_its_own_runs_as_the_implicit_asset_job():
-    from assets_pkg.definitions import defs
+    from exact_backfills.definitions import defs
 
     @asset
     def table() -> None:
@@ -101,7 +101,7 @@ def test_a_run_carrying_the_backfill_tag_is_one_of_that_backfills_runs_and_the_d
 def test_a_step_whose_blocking_check_fails_raises_the_check_failed_error_and_a_non_blocking_one_does_not():
     from dagster import AssetCheckResult, AssetCheckSpec, MaterializeResult, materialize
 
-    from assets_pkg.backfill import step_failures
+    from exact_backfills.backfill import step_failures
 
     def table_checked(blocking: bool):
         @asset(name="table", check_specs=[AssetCheckSpec("positive", asset="table", blocking=blocking)])
@@ -126,7 +126,7 @@ def test_each_beta_or_preview_api_the_project_silences_still_warns():
 
     from dagster import AssetCheckSpec, DataVersion, DataVersionsByPartition, observable_source_asset
 
-    from assets_pkg import RELIED_ON
+    from exact_backfills import RELIED_ON
 
     uses = {
         "observable_source_asset": lambda: observable_source_asset(lambda: None),
@@ -147,7 +147,7 @@ def test_each_beta_or_preview_api_the_project_silences_still_warns():
 
 def _instance(home, storage: str):
     """An instance in `home` with the project's configuration ("project") or Dagster's default storage ("dagster")."""
-    from assets_pkg.instance import write_config
+    from exact_backfills.instance import write_config
 
     if storage == "project":
         write_config(home)
@@ -170,7 +170,7 @@ def test_the_claim_the_project_replaces_is_still_dagsters_of_1_13():
 
     from dagster._core.storage.event_log.sql_event_log import SqlEventLogStorage
 
-    from assets_pkg.dagster_private import AtomicClaimPostgresEventLogStorage, AtomicClaimSqliteEventLogStorage
+    from exact_backfills.dagster_private import AtomicClaimPostgresEventLogStorage, AtomicClaimSqliteEventLogStorage
 
     source = inspect.getsource(SqlEventLogStorage._claim_concurrency_slot)
     assert hashlib.sha256(source.encode()).hexdigest()[:16] == DAGSTERS_CLAIM_SHA256, (
@@ -196,7 +196,7 @@ def test_dagsters_own_claim_lets_two_processes_hold_the_one_slot_of_a_pool(tmp_p
 
 
 def test_of_two_processes_claiming_the_lake_writes_slot_at_once_one_holds_it_and_the_other_waits_for_it(tmp_path):
-    from assets_pkg.dagster_private import AtomicClaimSqliteEventLogStorage
+    from exact_backfills.dagster_private import AtomicClaimSqliteEventLogStorage
 
     instance = _instance(tmp_path / "home", "project")
     storage = instance.event_log_storage
@@ -259,7 +259,7 @@ def test_the_sqlite_connection_the_project_replaces_is_still_dagsters_of_1_13():
 
     from dagster._core.storage.event_log import SqliteEventLogStorage
 
-    from assets_pkg.dagster_private import AtomicClaimSqliteEventLogStorage
+    from exact_backfills.dagster_private import AtomicClaimSqliteEventLogStorage
 
     for name, digest in DAGSTERS_SQLITE_CONNECT_SHA256.items():
         source = inspect.getsource(getattr(SqliteEventLogStorage, name))
@@ -304,7 +304,7 @@ def test_the_check_result_writes_the_project_replaces_are_still_dagsters_of_1_13
 
 
 def test_the_projects_sqlite_storage_records_every_event_and_check_result_as_dagsters_own_does(tmp_path, monkeypatch):
-    from assets_pkg.dagster_private import AtomicClaimSqliteEventLogStorage
+    from exact_backfills.dagster_private import AtomicClaimSqliteEventLogStorage
 
     ours = _instance(tmp_path / "project", "project")
     assert isinstance(ours.event_log_storage, AtomicClaimSqliteEventLogStorage)
@@ -360,7 +360,7 @@ def test_the_projects_storage_records_planned_check_days_and_their_results_as_da
 def test_the_projects_storage_plans_a_range_run_as_dagster_does_with_the_planned_events_setting():
     from dagster._core.storage.event_log.base import EventLogStorage
 
-    from assets_pkg.dagster_private import AtomicClaimPostgresEventLogStorage, AtomicClaimSqliteEventLogStorage
+    from exact_backfills.dagster_private import AtomicClaimPostgresEventLogStorage, AtomicClaimSqliteEventLogStorage
 
     # Dagster still reads the setting through this property of the storage (the variable alone, when this fails).
     name = "supports_partition_subset_in_asset_materialization_planned_events"
@@ -431,7 +431,7 @@ def _materializations_with_days_metadata(at_once: bool, days: tuple[str, str], o
     day and metadata."""
     from dagster import AssetKey, AssetSpec, MaterializeResult, multi_asset
 
-    from assets_pkg.dagster_private import add_asset_metadata_by_partition
+    from exact_backfills.dagster_private import add_asset_metadata_by_partition
 
     partitions = DailyPartitionsDefinition(start_date="2025-01-01", end_date="2025-01-10")
 

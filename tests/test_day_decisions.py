@@ -9,32 +9,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from assets_pkg import landing
-from assets_pkg.checks import KEYS_NOT_NULL, RECONCILES, UNIQUE_KEY, Outcome
-from assets_pkg.landing_index import holding
-from assets_pkg.late_data import (
-    DayChange,
-    Detection,
-    LateException,
-    batches_to_read,
-    classify_days,
-    plan_restatement,
-    window_start,
-)
-from assets_pkg.partitions import chunks, days, first_day, last_day
-from assets_pkg.publish import (
-    Change,
-    Hold,
-    Operation,
-    Rebuilt,
-    Refused,
-    Restated,
-    Restored,
-    at_once,
-    checkpointed,
-    day_ranges,
-)
-from assets_pkg.rollback import RollbackPlan, rollback_plan
 from assets_pkg.tables import (
     BY_NAME,
     CUSTOMER_DAILY_FEATURES,
@@ -47,6 +21,32 @@ from assets_pkg.tables import (
     STG_ORDER_ITEMS,
     LandedBatches,
 )
+from exact_backfills import landing
+from exact_backfills.checks import KEYS_NOT_NULL, RECONCILES, UNIQUE_KEY, Outcome
+from exact_backfills.landing_index import holding
+from exact_backfills.late_data import (
+    DayChange,
+    Detection,
+    LateException,
+    batches_to_read,
+    classify_days,
+    plan_restatement,
+    window_start,
+)
+from exact_backfills.partitions import chunks, days, first_day, last_day
+from exact_backfills.publish import (
+    Change,
+    Hold,
+    Operation,
+    Rebuilt,
+    Refused,
+    Restated,
+    Restored,
+    at_once,
+    checkpointed,
+    day_ranges,
+)
+from exact_backfills.rollback import RollbackPlan, rollback_plan
 from resources.control import HeldDay, Watermark
 from resources.delta_io import Scan, day_predicate, day_runs
 from tests.support.lake import environment

@@ -5,11 +5,11 @@ from datetime import timedelta
 import pytest
 from dagster import AssetKey, Definitions, FreshnessPolicy, in_process_executor
 
-from assets_pkg.assets import freshness_policy
-from assets_pkg.dagster_names import ALL_ASSETS_JOB, RESTATE_JOB
-from assets_pkg.definitions import defs
-from assets_pkg.partitions import daily_partitions, max_partitions_per_run
 from assets_pkg.tables import DAY_COLUMN, TABLES
+from exact_backfills.assets import freshness_policy
+from exact_backfills.dagster_names import ALL_ASSETS_JOB, RESTATE_JOB
+from exact_backfills.definitions import defs
+from exact_backfills.partitions import daily_partitions, max_partitions_per_run
 from resources.spark import LOCAL_JAVA_OPTIONS, SHORT_RUN_JAVA_OPTIONS
 from tests.support.lake import environment
 
@@ -52,7 +52,7 @@ def test_steps_of_a_run_share_one_process_and_so_one_spark_session():
 
 _JAVA_OPTIONS_OF_RUNS = """
 import json
-from assets_pkg.definitions import defs
+from exact_backfills.definitions import defs
 def options(job):
     pyspark = defs.resolve_job_def(job).resource_defs["pyspark"]  # the config the run's session starts with
     return pyspark.config_schema.as_field().default_value["spark_config"].get("spark.driver.extraJavaOptions")

@@ -99,7 +99,7 @@ import io, json, re
 from contextlib import redirect_stdout
 from datetime import date
 from pyspark.sql import functions as F
-from assets_pkg.checks import day_fingerprints
+from exact_backfills.checks import day_fingerprints
 from resources.spark import get_spark
 spark = get_spark()
 rows = spark.range(300).select(

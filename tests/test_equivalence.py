@@ -15,13 +15,13 @@ from dagster import DagsterInstance
 from hypothesis import given
 from hypothesis import strategies as st
 
-from assets_pkg import late_data
-from assets_pkg.backfill import run_backfill, run_checks, run_restatement, run_rollback, step_failures
-from assets_pkg.dagster_names import RELEASE_TAG
 from assets_pkg.generate import generate
-from assets_pkg.landing import ORDER_ITEM_SCHEMA
-from assets_pkg.rollback import plan_rollback
 from assets_pkg.tables import PUBLISH_ORDER
+from exact_backfills import late_data
+from exact_backfills.backfill import run_backfill, run_checks, run_restatement, run_rollback, step_failures
+from exact_backfills.dagster_names import RELEASE_TAG
+from exact_backfills.landing import ORDER_ITEM_SCHEMA
+from exact_backfills.rollback import plan_rollback
 from resources.delta_io import read_days
 from tests.support.lake import environment, from_scratch, rows, versions
 from tests.support.late_batches import corrections, land_batch, new_items, next_batch_day

@@ -5,7 +5,17 @@ from datetime import date
 
 import pytest
 
-from assets_pkg.estimates import CostModel, Estimate, Measured, Reads, RunCost, Work, describe, describe_measured, fit
+from exact_backfills.estimates import (
+    CostModel,
+    Estimate,
+    Measured,
+    Reads,
+    RunCost,
+    Work,
+    describe,
+    describe_measured,
+    fit,
+)
 
 
 def test_runs_on_a_straight_line_give_back_its_fixed_cost_and_cost_per_table_day():

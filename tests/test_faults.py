@@ -13,16 +13,16 @@ from datetime import date
 import pytest
 from dagster import DagsterRunStatus, RunRequest, RunsFilter, build_sensor_context
 
-from assets_pkg.automation import landing_state, late_data_sensor
-from assets_pkg.backfill import run_backfill
-from assets_pkg.cli import main
-from assets_pkg.dagster_names import REPAIR_OF_TAG, RESTATE_JOB
-from assets_pkg.definitions import defs
 from assets_pkg.generate import generate
-from assets_pkg.liveness import ACTIVE
-from assets_pkg.partitions import days as day_range
-from assets_pkg.publish import KILL_AT
 from assets_pkg.tables import PUBLISH_ORDER, STG_ORDER_ITEMS
+from exact_backfills.automation import landing_state, late_data_sensor
+from exact_backfills.backfill import run_backfill
+from exact_backfills.cli import main
+from exact_backfills.dagster_names import REPAIR_OF_TAG, RESTATE_JOB
+from exact_backfills.definitions import defs
+from exact_backfills.liveness import ACTIVE
+from exact_backfills.partitions import days as day_range
+from exact_backfills.publish import KILL_AT
 from resources import audit, control
 from resources.lake import REPO_ROOT
 from tests.support.lake import from_scratch, rows, versions

@@ -13,11 +13,11 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import functions as F
 
-from assets_pkg import landing
-from assets_pkg.backfill import run_backfill, run_restatement
-from assets_pkg.cli import main
 from assets_pkg.generate import generate
 from assets_pkg.tables import QUARANTINE_ORDER_ITEMS, STG_ORDER_ITEMS
+from exact_backfills import landing
+from exact_backfills.backfill import run_backfill, run_restatement
+from exact_backfills.cli import main
 from resources.delta_io import read_table
 from resources.lake import landing_path
 from tests.support.lake import rows

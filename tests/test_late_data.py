@@ -19,17 +19,7 @@ from dagster import (
 )
 from pyspark.sql import functions as F
 
-from assets_pkg import landing, late_data
-from assets_pkg.assets import publish_tables
-from assets_pkg.automation import landing_assets
-from assets_pkg.backfill import observe_landing, run_backfill
-from assets_pkg.checks import LATE_DATA, UP_TO_DATE
-from assets_pkg.cli import main
-from assets_pkg.dagster_names import PREVIEW_JOB, RESTATE_JOB, ROLLBACK_JOB
-from assets_pkg.definitions import defs
 from assets_pkg.generate import generate
-from assets_pkg.partitions import days
-from assets_pkg.rollback import version_before
 from assets_pkg.tables import (
     DAILY_REVENUE,
     DAY_COLUMN,
@@ -40,6 +30,16 @@ from assets_pkg.tables import (
     QUARANTINE_ORDER_ITEMS,
     STG_ORDER_ITEMS,
 )
+from exact_backfills import landing, late_data
+from exact_backfills.assets import publish_tables
+from exact_backfills.automation import landing_assets
+from exact_backfills.backfill import observe_landing, run_backfill
+from exact_backfills.checks import LATE_DATA, UP_TO_DATE
+from exact_backfills.cli import main
+from exact_backfills.dagster_names import PREVIEW_JOB, RESTATE_JOB, ROLLBACK_JOB
+from exact_backfills.definitions import defs
+from exact_backfills.partitions import days
+from exact_backfills.rollback import version_before
 from resources import audit, control
 from resources.delta_io import read_days, read_table
 from resources.lake import table_path

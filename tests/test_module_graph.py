@@ -7,7 +7,7 @@ from pathlib import Path
 
 from resources.lake import REPO_ROOT
 
-PACKAGES = ("assets_pkg", "resources")
+PACKAGES = ("exact_backfills", "assets_pkg", "resources")
 # The tables the landing first reaches, by every spelling a module would name them with.
 TABLE_NAMES = ("stg_order_items", "STG_ORDER_ITEMS", "quarantine_order_items", "QUARANTINE_ORDER_ITEMS")
 NAMING_TABLES = {"tables.py", "transforms.py"}
@@ -84,13 +84,13 @@ def test_the_modules_import_one_another_without_a_cycle():
 
 def test_the_import_graph_sees_imports_at_the_top_and_deferred_into_functions():
     graph = import_graph()
-    assert "assets_pkg.publish" in graph["assets_pkg.late_data"]  # `from assets_pkg.publish import ...`
-    assert "assets_pkg.landing" in graph["assets_pkg.late_data"]  # `from assets_pkg import landing, ...`
-    assert "resources.control" in graph["assets_pkg.late_data"]  # `from resources import control`
+    assert "exact_backfills.publish" in graph["exact_backfills.late_data"]  # `from exact_backfills.publish import ...`
+    assert "exact_backfills.landing" in graph["exact_backfills.late_data"]  # `from exact_backfills import landing, ...`
+    assert "resources.control" in graph["exact_backfills.late_data"]  # `from resources import control`
     # `_cmd_rollback` imports the rollback module when the command runs, not when the CLI is imported.
-    cli = ast.parse((REPO_ROOT / "assets_pkg" / "cli.py").read_text())
+    cli = ast.parse((REPO_ROOT / "exact_backfills" / "cli.py").read_text())
     top_level = {n.module for n in cli.body if isinstance(n, ast.ImportFrom)}
-    assert "assets_pkg.rollback" not in top_level and "assets_pkg.rollback" in graph["assets_pkg.cli"]
+    assert "exact_backfills.rollback" not in top_level and "exact_backfills.rollback" in graph["exact_backfills.cli"]
 
 
 def test_a_cycle_is_named_along_its_modules():

@@ -9,16 +9,7 @@ from datetime import date
 import pytest
 from dagster import AssetKey, RunRequest, build_sensor_context
 
-from assets_pkg import publish as publishing
-from assets_pkg import recording
-from assets_pkg.automation import landing_state, late_data_sensor
-from assets_pkg.backfill import run_backfill, run_checks
-from assets_pkg.checks import UP_TO_DATE
-from assets_pkg.dagster_names import ALL_ASSETS_JOB, PUBLISHED_TAG, REPAIR_OF_TAG
-from assets_pkg.definitions import defs
 from assets_pkg.generate import generate
-from assets_pkg.partitions import days
-from assets_pkg.publish import Change, Operation, Refused, RunInfo, publish
 from assets_pkg.tables import (
     BY_NAME,
     DAILY_REVENUE,
@@ -29,6 +20,15 @@ from assets_pkg.tables import (
     downstream,
     with_side_tables,
 )
+from exact_backfills import publish as publishing
+from exact_backfills import recording
+from exact_backfills.automation import landing_state, late_data_sensor
+from exact_backfills.backfill import run_backfill, run_checks
+from exact_backfills.checks import UP_TO_DATE
+from exact_backfills.dagster_names import ALL_ASSETS_JOB, PUBLISHED_TAG, REPAIR_OF_TAG
+from exact_backfills.definitions import defs
+from exact_backfills.partitions import days
+from exact_backfills.publish import Change, Operation, Refused, RunInfo, publish
 from tests.support.lake import rows, versions
 from tests.support.late_batches import latest_check_status
 
@@ -195,7 +195,7 @@ def test_a_run_carries_the_table_days_it_published_as_many_as_its_materializatio
     """What estimates fit a run's cost on, read with the run's record instead of counted in its event log."""
     from dagster import DagsterRunStatus, RunsFilter
 
-    from assets_pkg.dagster_names import TABLE_DAYS_TAG
+    from exact_backfills.dagster_names import TABLE_DAYS_TAG
 
     records = built.get_run_records(RunsFilter(statuses=[DagsterRunStatus.SUCCESS]))
     tagged = {r.dagster_run.run_id: r.dagster_run.tags.get(TABLE_DAYS_TAG) for r in records}

@@ -6,12 +6,12 @@ from datetime import date
 import pytest
 from dagster import AssetCheckKey, AssetKey, AssetRecordsFilter
 
-from assets_pkg.backfill import run_backfill
-from assets_pkg.checks import FINGERPRINT, RECONCILES, UNIQUE_KEY
-from assets_pkg.cli import main
-from assets_pkg.definitions import defs
 from assets_pkg.generate import generate
-from assets_pkg.partitions import days
+from exact_backfills.backfill import run_backfill
+from exact_backfills.checks import FINGERPRINT, RECONCILES, UNIQUE_KEY
+from exact_backfills.cli import main
+from exact_backfills.definitions import defs
+from exact_backfills.partitions import days
 from resources.delta_io import read_days, read_table
 from resources.lake import table_path
 from tests.support.late_batches import check_partition_statuses

@@ -13,10 +13,11 @@ from datetime import date
 import pytest
 from dagster import DagsterEventType, DagsterRun, DagsterRunStatus, RunsFilter, SkipReason, build_sensor_context
 
-from assets_pkg.automation import late_data_sensor
-from assets_pkg.backfill import run_backfill
-from assets_pkg.cli import main
-from assets_pkg.dagster_names import (
+from assets_pkg.generate import generate
+from exact_backfills.automation import late_data_sensor
+from exact_backfills.backfill import run_backfill
+from exact_backfills.cli import main
+from exact_backfills.dagster_names import (
     ALL_ASSETS_JOB,
     CLI_BACKFILL_TAG,
     LAKE_WRITES_POOL,
@@ -24,8 +25,7 @@ from assets_pkg.dagster_names import (
     PUBLISH_STEP,
     REPAIR_OF_TAG,
 )
-from assets_pkg.definitions import defs
-from assets_pkg.generate import generate
+from exact_backfills.definitions import defs
 from resources.lake import REPO_ROOT
 from tests.support.dagster_ui import DagsterDev
 from tests.support.lake import TABLE_KEYS, from_scratch, rows

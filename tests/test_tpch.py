@@ -5,11 +5,11 @@ from datetime import date
 import pytest
 from pyspark.sql import functions as F
 
-from assets_pkg.cli import main
-from assets_pkg.partitions import days
-from assets_pkg.publish import Change, Operation, RunInfo, publish
 from assets_pkg.tables import PUBLISH_ORDER
 from assets_pkg.tpch import tpch_dir
+from exact_backfills.cli import main
+from exact_backfills.partitions import days
+from exact_backfills.publish import Change, Operation, RunInfo, publish
 from resources.delta_io import read_table
 from resources.spark import get_spark
 

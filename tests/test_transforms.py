@@ -6,9 +6,10 @@ from decimal import Decimal
 import pytest
 from pyspark.sql import types as T
 
-from assets_pkg import quarantine, transforms
-from assets_pkg.landing import ORDER_ITEM_SCHEMA, PRODUCT_SCHEMA
-from assets_pkg.partitions import days
+from assets_pkg import transforms
+from exact_backfills import quarantine
+from exact_backfills.landing import ORDER_ITEM_SCHEMA, PRODUCT_SCHEMA
+from exact_backfills.partitions import days
 
 D = date.fromisoformat
 
@@ -223,7 +224,7 @@ def test_category_revenue_groups_by_the_products_category_as_of_the_order_day(sp
 
 
 def test_a_days_fingerprint_depends_on_its_rows_and_not_on_their_order(spark):
-    from assets_pkg.checks import TableChecks, day_contents, evaluate_blocking
+    from exact_backfills.checks import TableChecks, day_contents, evaluate_blocking
 
     schema = "order_date date, order_id long, amount decimal(18,2)"
     rows = [(D("2025-01-01"), i, Decimal(i)) for i in range(1, 50)] + [(D("2025-01-02"), 1, Decimal("1.00"))]

@@ -7,15 +7,15 @@ import pytest
 from dagster import RunRequest, build_sensor_context
 from pyspark.sql import functions as F
 
-from assets_pkg import landing
-from assets_pkg.automation import landing_state, late_data_sensor
-from assets_pkg.backfill import run_backfill
-from assets_pkg.checks import day_contents
-from assets_pkg.cli import main
-from assets_pkg.definitions import defs
 from assets_pkg.generate import generate
-from assets_pkg.partitions import days
 from assets_pkg.tables import BY_NAME, PUBLISH_ORDER, downstream
+from exact_backfills import landing
+from exact_backfills.automation import landing_state, late_data_sensor
+from exact_backfills.backfill import run_backfill
+from exact_backfills.checks import day_contents
+from exact_backfills.cli import main
+from exact_backfills.definitions import defs
+from exact_backfills.partitions import days
 from resources import audit
 from resources.delta_io import read_days, read_table
 from resources.lake import table_path

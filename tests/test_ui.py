@@ -10,10 +10,12 @@ from datetime import date, timedelta
 import pytest
 from dagster import AssetKey
 
-from assets_pkg import cli, late_data
-from assets_pkg.automation import landing_state
-from assets_pkg.backfill import observe_landing, run_backfill, run_restatement
-from assets_pkg.checks import (
+from assets_pkg.generate import generate
+from assets_pkg.tables import FACT_ORDER_ITEM, PUBLISH_ORDER, QUARANTINE_ORDER_ITEMS, TABLES
+from exact_backfills import cli, late_data
+from exact_backfills.automation import landing_state
+from exact_backfills.backfill import observe_landing, run_backfill, run_restatement
+from exact_backfills.checks import (
     BUILT_BY_CURRENT_CODE,
     FINGERPRINT,
     KEYS_NOT_NULL,
@@ -22,10 +24,8 @@ from assets_pkg.checks import (
     UNIQUE_KEY,
     UP_TO_DATE,
 )
-from assets_pkg.dagster_names import LANDING_STATE_TAG, RESTATE_JOB
-from assets_pkg.definitions import defs
-from assets_pkg.generate import generate
-from assets_pkg.tables import FACT_ORDER_ITEM, PUBLISH_ORDER, QUARANTINE_ORDER_ITEMS, TABLES
+from exact_backfills.dagster_names import LANDING_STATE_TAG, RESTATE_JOB
+from exact_backfills.definitions import defs
 from resources import audit, control
 from resources.delta_io import read_days, read_table
 from resources.lake import table_path

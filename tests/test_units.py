@@ -8,10 +8,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from assets_pkg import landing
-from assets_pkg.dagster_names import PREVIEW_JOB
-from assets_pkg.publish import Change, Operation, PartlyPublished
 from assets_pkg.tables import BY_NAME, PUBLISH_ORDER, TABLES, downstream
+from exact_backfills import landing
+from exact_backfills.dagster_names import PREVIEW_JOB
+from exact_backfills.publish import Change, Operation, PartlyPublished
 from resources.delta_io import Commit, is_delta_table
 from tests.support.landing_files import ORDER_ITEM_ARROW_TYPES
 
@@ -118,7 +118,7 @@ def test_a_bad_setting_is_refused_naming_the_variable_and_what_it_must_be(monkey
 
 
 def test_the_settings_are_read_typed_and_shown_to_dagster_as_a_resource(monkeypatch):
-    from assets_pkg.definitions import defs
+    from exact_backfills.definitions import defs
     from resources.settings import Settings, settings
 
     monkeypatch.setenv("RESTATEMENT_WINDOW_DAYS", "30")
@@ -136,7 +136,7 @@ def test_a_write_reading_a_few_days_is_evaluated_interpreted_and_one_reading_mor
 
 
 def test_the_command_line_says_which_setting_is_wrong_instead_of_a_traceback(monkeypatch, capsys):
-    from assets_pkg.cli import main
+    from exact_backfills.cli import main
 
     monkeypatch.setenv("PARTITION_END_DATE", "2020-01-01")
     assert main(["stale"]) == 2
@@ -146,8 +146,8 @@ def test_the_command_line_says_which_setting_is_wrong_instead_of_a_traceback(mon
 def test_the_landing_contract_check_fails_in_dagster_naming_each_refused_file(tmp_path, monkeypatch):
     from dagster import AssetCheckKey, AssetKey, DagsterInstance
 
-    from assets_pkg.automation import LANDING_CONTRACT
-    from assets_pkg.definitions import defs
+    from exact_backfills.automation import LANDING_CONTRACT
+    from exact_backfills.definitions import defs
 
     monkeypatch.setenv("LAKE_ROOT", str(tmp_path))
     batch = tmp_path / "landing" / "order_items" / "ingest_date=2025-01-02"
@@ -177,7 +177,7 @@ def _closed_port() -> int:
 def test_the_instance_is_on_postgresql_exactly_when_its_url_is_set_and_a_users_own_config_is_left_alone(
     tmp_path, monkeypatch
 ):
-    from assets_pkg.instance import POSTGRES_URL, WRITTEN_BY, write_config
+    from exact_backfills.instance import POSTGRES_URL, WRITTEN_BY, write_config
 
     monkeypatch.delenv(POSTGRES_URL, raising=False)
     written = write_config(tmp_path / "home")
@@ -201,7 +201,7 @@ def test_the_run_queue_launches_one_run_at_a_time_and_looks_for_a_queued_run_eve
     from dagster import DagsterInstance, QueuedRunCoordinator
     from dagster._daemon.controller import create_daemon_of_type
 
-    from assets_pkg.instance import POSTGRES_URL, write_config
+    from exact_backfills.instance import POSTGRES_URL, write_config
 
     monkeypatch.delenv(POSTGRES_URL, raising=False)
     home = write_config(tmp_path / "home").parent
@@ -216,7 +216,7 @@ def test_the_run_queue_launches_one_run_at_a_time_and_looks_for_a_queued_run_eve
 def test_a_command_whose_connect_server_or_database_is_down_fails_in_seconds_naming_it(monkeypatch, capsys):
     import time
 
-    from assets_pkg.cli import main
+    from exact_backfills.cli import main
 
     spark_port, postgres_port = _closed_port(), _closed_port()
     monkeypatch.setenv("SPARK_REMOTE", f"sc://127.0.0.1:{spark_port}")

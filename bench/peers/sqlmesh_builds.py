@@ -9,8 +9,8 @@ from typing import Any
 
 from pyspark.sql import DataFrame
 
-from assets_pkg.partitions import days as day_range
 from assets_pkg.tables import BY_NAME, DAY_COLUMN, QUARANTINE_ORDER_ITEMS, STG_ORDER_ITEMS, Staged
+from exact_backfills.partitions import days as day_range
 from resources.delta_io import day_filter
 
 SCHEMA = "sqlmesh_peer"

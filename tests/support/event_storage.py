@@ -3,7 +3,7 @@ own with these (tests/test_dagster_private.py for SQLite, tests/test_cluster_pro
 
 from dagster import DagsterInstance
 
-from assets_pkg.dagster_private import (
+from exact_backfills.dagster_private import (
     ASSET_PARTITION_RANGE_END_TAG,
     ASSET_PARTITION_RANGE_START_TAG,
     EVENT_BATCH_SIZE,

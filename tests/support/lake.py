@@ -60,8 +60,8 @@ def from_scratch(spark, tmp_path, start, end, view=None):
 
     from dagster import DagsterInstance
 
-    from assets_pkg.backfill import run_backfill
     from assets_pkg.tables import DAY_COLUMN
+    from exact_backfills.backfill import run_backfill
     from resources.lake import lake_root
 
     scratch = tmp_path / "scratch"

@@ -85,7 +85,7 @@ def check_partition_statuses(instance, table: str, check: str) -> dict[str, str]
     from dagster import AssetCheckKey, AssetKey
     from dagster._core.storage.asset_check_state import AssetCheckState, bulk_update_asset_check_state
 
-    from assets_pkg.partitions import daily_partitions
+    from exact_backfills.partitions import daily_partitions
 
     key = AssetCheckKey(AssetKey(table), check)
     state = bulk_update_asset_check_state(instance, [(key, daily_partitions)], {key: AssetCheckState.empty()})[key]

@@ -8,13 +8,13 @@ import sys
 from pathlib import Path
 from typing import NamedTuple
 
-from assets_pkg.dagster_names import CODE_CHECK_JOB
 from bench.harness import FACT_NET_REWRITTEN, FEATURE_ROUNDING_FIX, TRANSFORMS, Edit, project_with
+from exact_backfills.dagster_names import CODE_CHECK_JOB
 from resources.settings import settings
 
 # The code's check of what built each day (a `run_commands` statement), as its sensor launches it.
 CHECK_CODE_VERSIONS = {
-    "python": "from dagster import DagsterInstance; from assets_pkg.definitions import defs; "
+    "python": "from dagster import DagsterInstance; from exact_backfills.definitions import defs; "
     f"assert defs.resolve_job_def({CODE_CHECK_JOB!r}).execute_in_process(instance=DagsterInstance.get()).success"
 }
 
@@ -43,7 +43,7 @@ class Said(NamedTuple):
 # each said as JSON on its last line.
 _DRIVER = """
 import contextlib, io, json, sys
-from assets_pkg.cli import main
+from exact_backfills.cli import main
 said, plan_id = [], ""
 for command in json.loads(sys.argv[1]):
     out, err = io.StringIO(), io.StringIO()

@@ -3,7 +3,7 @@ tests/test_dagster_private.py, PostgreSQL in tests/test_cluster_profile.py)."""
 
 import uuid
 
-from assets_pkg.dagster_names import LAKE_WRITES_POOL, PUBLISH_STEP
+from exact_backfills.dagster_names import LAKE_WRITES_POOL, PUBLISH_STEP
 
 
 def claim_while_a_rival_takes_the_slot(storage, rival) -> tuple[bool, str, str]:

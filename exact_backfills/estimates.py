@@ -13,11 +13,11 @@ from typing import Any, NamedTuple
 from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 from pyspark.sql import SparkSession
 
-from assets_pkg import landing, landing_index
-from assets_pkg.dagster_names import PROFILE_TAG, TABLE_DAYS_TAG
-from assets_pkg.partitions import days as day_range
 from assets_pkg.tables import BY_NAME, DAY_COLUMN, Role, narrowed
-from assets_pkg.verification import stale_code_days
+from exact_backfills import landing, landing_index
+from exact_backfills.dagster_names import PROFILE_TAG, TABLE_DAYS_TAG
+from exact_backfills.partitions import days as day_range
+from exact_backfills.verification import stale_code_days
 from resources.delta_io import table_exists
 from resources.lake import table_path
 from resources.settings import settings

@@ -24,12 +24,21 @@ from dagster_pyspark import LazyPySparkResource
 from pydantic import Field
 from pyspark.sql import SparkSession
 
-from assets_pkg import landing, liveness, recording
-from assets_pkg.checks import day_contents
-from assets_pkg.dagster_names import LAKE_WRITES_POOL, ROLLBACK_JOB, ROLLBACK_OP
-from assets_pkg.operations import check_version
-from assets_pkg.partitions import days as day_range
-from assets_pkg.publish import (
+from assets_pkg.tables import (
+    BY_NAME,
+    DAY_COLUMN,
+    PUBLISH_ORDER,
+    SIDE_TABLE_OF,
+    downstream,
+    upstream_of,
+    with_side_tables,
+)
+from exact_backfills import landing, liveness, recording
+from exact_backfills.checks import day_contents
+from exact_backfills.dagster_names import LAKE_WRITES_POOL, ROLLBACK_JOB, ROLLBACK_OP
+from exact_backfills.operations import check_version
+from exact_backfills.partitions import days as day_range
+from exact_backfills.publish import (
     Change,
     Hold,
     Operation,
@@ -42,15 +51,6 @@ from assets_pkg.publish import (
     day_ranges,
     publish,
     rows_as_of,
-)
-from assets_pkg.tables import (
-    BY_NAME,
-    DAY_COLUMN,
-    PUBLISH_ORDER,
-    SIDE_TABLE_OF,
-    downstream,
-    upstream_of,
-    with_side_tables,
 )
 from resources.audit import DayContent
 from resources.delta_io import history, read_days, table_exists

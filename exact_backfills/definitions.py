@@ -2,22 +2,22 @@
 
 from dagster import Definitions, in_process_executor
 
-from assets_pkg.assets import all_assets_job, pipeline_assets
-from assets_pkg.automation import (
+from exact_backfills.assets import all_assets_job, pipeline_assets
+from exact_backfills.automation import (
     landing_assets,
     landing_checks,
     late_data_sensor,
     preview_late_data_job,
     restate_late_data_job,
 )
-from assets_pkg.code_changes import (
+from exact_backfills.code_changes import (
     check_code_versions_job,
     code_version_sensor,
     plan_code_change_job,
     promote_plan_job,
 )
-from assets_pkg.dagster_private import batch_materializations
-from assets_pkg.rollback import rollback_job
+from exact_backfills.dagster_private import batch_materializations
+from exact_backfills.rollback import rollback_job
 from resources.settings import settings
 from resources.spark import spark_resource
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from dagster import AssetExecutionContext, DagsterInstance, DagsterRun, DagsterRunStatus, OpExecutionContext, RunsFilter
 
-from assets_pkg.dagster_names import PROCESS_TAG, PROFILE_TAG, TABLE_DAYS_TAG
+from exact_backfills.dagster_names import PROCESS_TAG, PROFILE_TAG, TABLE_DAYS_TAG
 from resources.settings import settings
 
 ACTIVE = [

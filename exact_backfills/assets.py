@@ -18,8 +18,9 @@ from dagster import (
 )
 from dagster_pyspark import LazyPySparkResource
 
-from assets_pkg import checks, code_versions, liveness, recording
-from assets_pkg.dagster_names import (
+from assets_pkg.tables import BY_NAME, PUBLISH_ORDER, TABLES
+from exact_backfills import checks, code_versions, liveness, recording
+from exact_backfills.dagster_names import (
     ALL_ASSETS_JOB,
     LAKE_WRITES_POOL,
     PUBLISH_STEP,
@@ -27,8 +28,8 @@ from assets_pkg.dagster_names import (
     PUBLISHED_PARTLY,
     PUBLISHED_TAG,
 )
-from assets_pkg.partitions import backfill_policy, daily_partitions, run_days
-from assets_pkg.publish import (
+from exact_backfills.partitions import backfill_policy, daily_partitions, run_days
+from exact_backfills.publish import (
     Change,
     PartlyPublished,
     Publication,
@@ -38,8 +39,7 @@ from assets_pkg.publish import (
     operation_of,
     publishing,
 )
-from assets_pkg.tables import BY_NAME, PUBLISH_ORDER, TABLES
-from assets_pkg.verification import verify_published
+from exact_backfills.verification import verify_published
 from resources.settings import settings
 from resources.spark import session_of
 

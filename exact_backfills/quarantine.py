@@ -10,7 +10,7 @@ from datetime import date
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from assets_pkg.landing import ORDER_ITEM_KEY, ORDER_ITEM_VERSION_COLUMNS
+from exact_backfills.landing import ORDER_ITEM_KEY, ORDER_ITEM_VERSION_COLUMNS
 from resources.delta_io import day_filter
 
 

@@ -36,9 +36,10 @@ from dagster import (
 from dagster_pyspark import LazyPySparkResource
 from pyspark.sql import SparkSession
 
-from assets_pkg import checks, landing, landing_index, late_data, liveness, recording
-from assets_pkg.assets import all_assets_job, failed_publication
-from assets_pkg.dagster_names import (
+from assets_pkg.tables import BY_NAME, LANDING_DATASETS, LANDING_ORDER_ITEMS, LANDING_PRODUCTS
+from exact_backfills import checks, landing, landing_index, late_data, liveness, recording
+from exact_backfills.assets import all_assets_job, failed_publication
+from exact_backfills.dagster_names import (
     ALL_ASSETS_JOB,
     LAKE_WRITES_POOL,
     LANDING_STATE_TAG,
@@ -50,7 +51,7 @@ from assets_pkg.dagster_names import (
     RESTATE_JOB,
     RESTATE_OP,
 )
-from assets_pkg.dagster_private import (
+from exact_backfills.dagster_private import (
     ASSET_PARTITION_RANGE_END_TAG,
     ASSET_PARTITION_RANGE_START_TAG,
     DATA_VERSION_TAG,
@@ -58,9 +59,8 @@ from assets_pkg.dagster_private import (
     PARTITION_NAME_TAG,
     BulkActionStatus,
 )
-from assets_pkg.partitions import daily_partitions
-from assets_pkg.publish import PartlyPublished, Refused, RunInfo
-from assets_pkg.tables import BY_NAME, LANDING_DATASETS, LANDING_ORDER_ITEMS, LANDING_PRODUCTS
+from exact_backfills.partitions import daily_partitions
+from exact_backfills.publish import PartlyPublished, Refused, RunInfo
 from resources.lake import table_path
 from resources.settings import settings
 from resources.spark import session_of, spark_resource

@@ -35,9 +35,6 @@ from dagster import DagsterRun
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from assets_pkg import checks, code_versions
-from assets_pkg.dagster_names import CLI_BACKFILL_TAG, RELEASE_TAG
-from assets_pkg.dagster_private import BACKFILL_ID_TAG
 from assets_pkg.tables import (
     BY_NAME,
     DAY_COLUMN,
@@ -50,6 +47,9 @@ from assets_pkg.tables import (
     narrowed,
     with_side_tables,
 )
+from exact_backfills import checks, code_versions
+from exact_backfills.dagster_names import CLI_BACKFILL_TAG, RELEASE_TAG
+from exact_backfills.dagster_private import BACKFILL_ID_TAG
 from resources import audit, control
 from resources.delta_io import (
     Commit,

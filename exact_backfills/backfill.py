@@ -11,10 +11,10 @@ from urllib.parse import urlencode
 
 from dagster import AssetCheckEvaluation, AssetKey, AssetSelection, DagsterInstance, ExecuteInProcessResult
 
-from assets_pkg import estimates, liveness
-from assets_pkg.automation import landing_state
-from assets_pkg.checks import events_max_days
-from assets_pkg.dagster_names import (
+from exact_backfills import estimates, liveness
+from exact_backfills.automation import landing_state
+from exact_backfills.checks import events_max_days
+from exact_backfills.dagster_names import (
     ALL_ASSETS_JOB,
     CLI_BACKFILL_TAG,
     LAKE_WRITES_POOL,
@@ -30,15 +30,15 @@ from assets_pkg.dagster_names import (
     ROLLBACK_JOB,
     ROLLBACK_OP,
 )
-from assets_pkg.dagster_private import (
+from exact_backfills.dagster_private import (
     ASSET_PARTITION_RANGE_END_TAG,
     ASSET_PARTITION_RANGE_START_TAG,
     DagsterAssetCheckFailedError,
 )
-from assets_pkg.definitions import defs
-from assets_pkg.instance import write_config
-from assets_pkg.partitions import chunks, first_day, last_day
-from assets_pkg.rollback import RollbackPlan
+from exact_backfills.definitions import defs
+from exact_backfills.instance import write_config
+from exact_backfills.partitions import chunks, first_day, last_day
+from exact_backfills.rollback import RollbackPlan
 from resources.spark import get_spark
 
 # Runs started from the command line print nothing of Dagster's own logging: a command prints the one line that matters
@@ -47,7 +47,7 @@ QUIET = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
 
 
 def dagster_instance() -> DagsterInstance:
-    """The instance in $DAGSTER_HOME (default: .dagster_home in the repo), configured by assets_pkg.instance."""
+    """The instance in $DAGSTER_HOME (default: .dagster_home in the repo), configured by exact_backfills.instance."""
     write_config()
     return DagsterInstance.get()
 

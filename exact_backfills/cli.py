@@ -10,8 +10,8 @@ from datetime import date
 from typing import TYPE_CHECKING, Any, NoReturn
 
 if TYPE_CHECKING:
-    from assets_pkg.code_staleness import CodeChange
-    from assets_pkg.late_data import Detection
+    from exact_backfills.code_staleness import CodeChange
+    from exact_backfills.late_data import Detection
 
 
 class _Parser(argparse.ArgumentParser):
@@ -75,7 +75,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
 
 
 def _observe() -> int:
-    from assets_pkg.backfill import observe_landing, step_failures
+    from exact_backfills.backfill import observe_landing, step_failures
 
     result = observe_landing()
     for step, message in step_failures(result):
@@ -95,7 +95,7 @@ def _cmd_import_tpch(args: argparse.Namespace) -> int:
 
 
 def _cmd_backfill(args: argparse.Namespace) -> int:
-    from assets_pkg.backfill import run_backfill
+    from exact_backfills.backfill import run_backfill
 
     ok = run_backfill(
         args.start or first_day(),
@@ -130,7 +130,7 @@ def _checked_range(args: argparse.Namespace) -> None:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    from assets_pkg.backfill import run_checks, step_failures
+    from exact_backfills.backfill import run_checks, step_failures
 
     start, end = args.start or first_day(), args.end or last_day()
     tables = _tables(args)
@@ -152,7 +152,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 
 def _report_refused_files() -> int:
-    from assets_pkg import landing
+    from exact_backfills import landing
 
     refused = [(dataset, r) for dataset in landing.SCHEMAS for r in landing.refused_files(dataset)]
     for dataset, r in refused:
@@ -166,9 +166,9 @@ def _report_refused_files() -> int:
 
 
 def _cmd_withdraw(args: argparse.Namespace) -> int:
-    from assets_pkg.backfill import run_backfill
-    from assets_pkg.dagster_names import WITHDRAWN_TAG
-    from assets_pkg.operations import withdraw
+    from exact_backfills.backfill import run_backfill
+    from exact_backfills.dagster_names import WITHDRAWN_TAG
+    from exact_backfills.operations import withdraw
     from resources.delta_io import day_runs
     from resources.spark import get_spark
 
@@ -185,11 +185,11 @@ def _cmd_withdraw(args: argparse.Namespace) -> int:
 def _cmd_report(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from assets_pkg.operations import report
+    from exact_backfills.operations import report
     from resources.spark import get_spark
 
     if args.plan:
-        from assets_pkg.plans import load_plan, version_note
+        from exact_backfills.plans import load_plan, version_note
 
         plan, status = load_plan(get_spark(), args.plan)
         print(version_note(plan) + f"\n(status: {status})")
@@ -216,8 +216,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 def _cmd_rollback(args: argparse.Namespace) -> int:
-    from assets_pkg.backfill import run_rollback, step_failures
-    from assets_pkg.rollback import plan_rollback, preview
+    from exact_backfills.backfill import run_rollback, step_failures
+    from exact_backfills.rollback import plan_rollback, preview
     from resources.spark import get_spark
 
     if args.asset:
@@ -249,14 +249,14 @@ def _cmd_rollback(args: argparse.Namespace) -> int:
 
 
 def _cmd_release(args: argparse.Namespace) -> int:
-    from assets_pkg.backfill import run_backfill
-    from assets_pkg.dagster_names import RELEASE_TAG
+    from exact_backfills.backfill import run_backfill
+    from exact_backfills.dagster_names import RELEASE_TAG
 
     return 0 if run_backfill(args.start, args.end, tags={RELEASE_TAG: "true"}) else 1
 
 
 def _cmd_metrics(args: argparse.Namespace) -> int:
-    from assets_pkg.operations import metrics
+    from exact_backfills.operations import metrics
     from resources.spark import get_spark
 
     figures = metrics(get_spark())
@@ -282,7 +282,7 @@ def _cmd_metrics(args: argparse.Namespace) -> int:
 
 
 def _print_detection(detection: "Detection") -> None:
-    from assets_pkg.late_data import DIMENSION
+    from exact_backfills.late_data import DIMENSION
 
     print(
         f"watermark: {detection.watermark.watermark_ts or '-'} -> {detection.new_watermark_ts or '-'}; restatement "
@@ -309,7 +309,7 @@ def _print_detection(detection: "Detection") -> None:
 
 
 def _print_code_changes(stale: "dict[str, dict[date, CodeChange]]") -> None:
-    from assets_pkg.publish import day_ranges
+    from exact_backfills.publish import day_ranges
 
     for table, days in stale.items():
         by_change: dict[CodeChange, list[date]] = {}
@@ -322,7 +322,7 @@ def _print_code_changes(stale: "dict[str, dict[date, CodeChange]]") -> None:
 def _stale_json(detection: "Detection", stale: "dict[str, dict[date, CodeChange]]") -> dict[str, dict[str, list[str]]]:
     """table -> day -> why it is stale: "landing" (batches landed since), "code" (its code, or an upstream's,
     changed), "late_data_outside_window" (late rows older than the restatement window)."""
-    from assets_pkg.late_data import STAGING
+    from exact_backfills.late_data import STAGING
 
     reasons: dict[str, dict[str, list[str]]] = {}
 
@@ -341,8 +341,8 @@ def _stale_json(detection: "Detection", stale: "dict[str, dict[date, CodeChange]
 
 
 def _cmd_stale(args: argparse.Namespace) -> int:
-    from assets_pkg.late_data import detect
-    from assets_pkg.verification import stale_code_days
+    from exact_backfills.late_data import detect
+    from exact_backfills.verification import stale_code_days
     from resources.spark import get_spark
 
     spark = get_spark()
@@ -359,11 +359,11 @@ def _cmd_stale(args: argparse.Namespace) -> int:
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
-    from assets_pkg import estimates
-    from assets_pkg.backfill import dagster_instance, run_plan, step_failures
-    from assets_pkg.dagster_names import PLAN_OP
-    from assets_pkg.plans import Plan, drop, version_note
     from assets_pkg.tables import PUBLISH_ORDER, downstream
+    from exact_backfills import estimates
+    from exact_backfills.backfill import dagster_instance, run_plan, step_failures
+    from exact_backfills.dagster_names import PLAN_OP
+    from exact_backfills.plans import Plan, drop, version_note
     from resources.spark import get_spark
 
     if args.drop:
@@ -407,8 +407,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 
 def _cmd_promote(args: argparse.Namespace) -> int:
-    from assets_pkg.backfill import run_promotion, step_failures
-    from assets_pkg.dagster_names import PROMOTE_OP
+    from exact_backfills.backfill import run_promotion, step_failures
+    from exact_backfills.dagster_names import PROMOTE_OP
 
     result = run_promotion(args.plan_id)
     if not result.success:
@@ -421,8 +421,8 @@ def _cmd_promote(args: argparse.Namespace) -> int:
 
 
 def _cmd_restate(args: argparse.Namespace) -> int:
-    from assets_pkg.backfill import run_restatement, step_failures
-    from assets_pkg.dagster_names import RESTATE_OP
+    from exact_backfills.backfill import run_restatement, step_failures
+    from exact_backfills.dagster_names import RESTATE_OP
 
     result = run_restatement()
     if not result.success:
@@ -446,8 +446,8 @@ def _cmd_restate(args: argparse.Namespace) -> int:
 
 
 def _cmd_runs(args: argparse.Namespace) -> int:
-    from assets_pkg import liveness
-    from assets_pkg.backfill import dagster_instance
+    from exact_backfills import liveness
+    from exact_backfills.backfill import dagster_instance
 
     instance = dagster_instance()
     closed, active = liveness.close_dead_runs(instance) if args.close_dead else ([], liveness.active_runs(instance))
@@ -622,16 +622,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-# Imported when called: assets_pkg.partitions reads the settings on import, which main() validates first so that a
+# Imported when called: exact_backfills.partitions reads the settings on import, which main() validates first so that a
 # bad setting is an error naming the variable rather than a traceback.
 def first_day() -> date:
-    from assets_pkg.partitions import first_day
+    from exact_backfills.partitions import first_day
 
     return first_day()
 
 
 def last_day() -> date:
-    from assets_pkg.partitions import last_day
+    from exact_backfills.partitions import last_day
 
     return last_day()
 
@@ -649,7 +649,7 @@ def main(argv: list[str] | None = None) -> int:
 
         settings()  # a bad setting is an error naming the variable, not a traceback
         _checked_range(args)
-        from assets_pkg.instance import unreachable_services
+        from exact_backfills.instance import unreachable_services
 
         down = unreachable_services()  # a service that is down: named within seconds, not after a long retry
         if down:

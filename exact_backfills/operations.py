@@ -11,10 +11,10 @@ from typing import NamedTuple
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from assets_pkg import checks, landing, late_data
-from assets_pkg.partitions import days, first_day, last_day
-from assets_pkg.publish import Operation
 from assets_pkg.tables import DAY_COLUMN, TABLES, built_from_landing
+from exact_backfills import checks, landing, late_data
+from exact_backfills.partitions import days, first_day, last_day
+from exact_backfills.publish import Operation
 from resources import audit
 from resources.audit import DayContent
 from resources.delta_io import (

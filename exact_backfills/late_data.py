@@ -27,10 +27,12 @@ from datetime import UTC, date, datetime, timedelta
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from assets_pkg import landing, quarantine, transforms
-from assets_pkg.landing import ORDER_ITEM_KEY, ORDER_ITEM_SCHEMA, ORDER_ITEM_VERSION_COLUMNS
-from assets_pkg.partitions import first_day, last_day
-from assets_pkg.publish import (
+from assets_pkg import transforms
+from assets_pkg.tables import BY_NAME, PUBLISH_ORDER, LandedBatches, Role, built_from_landing
+from exact_backfills import landing, quarantine
+from exact_backfills.landing import ORDER_ITEM_KEY, ORDER_ITEM_SCHEMA, ORDER_ITEM_VERSION_COLUMNS
+from exact_backfills.partitions import first_day, last_day
+from exact_backfills.publish import (
     Change,
     Operation,
     Publication,
@@ -41,7 +43,6 @@ from assets_pkg.publish import (
     fault_point,
     publish,
 )
-from assets_pkg.tables import BY_NAME, PUBLISH_ORDER, LandedBatches, Role, built_from_landing
 from resources import control
 from resources.delta_io import day_filter, read_table, scalar, table_exists
 from resources.settings import settings

@@ -30,8 +30,9 @@ from dagster import (
 from dagster_pyspark import LazyPySparkResource
 from pydantic import Field
 
-from assets_pkg import checks, code_versions, liveness, plans, recording
-from assets_pkg.dagster_names import (
+from assets_pkg.tables import PUBLISH_ORDER
+from exact_backfills import checks, code_versions, liveness, plans, recording
+from exact_backfills.dagster_names import (
     CODE_CHECK_JOB,
     CODE_CHECK_OP,
     LAKE_WRITES_POOL,
@@ -40,10 +41,9 @@ from assets_pkg.dagster_names import (
     PROMOTE_JOB,
     PROMOTE_OP,
 )
-from assets_pkg.partitions import first_day, last_day
-from assets_pkg.publish import CODE_VERSION, RunInfo
-from assets_pkg.tables import PUBLISH_ORDER
-from assets_pkg.verification import code_outcomes, stale_code_days
+from exact_backfills.partitions import first_day, last_day
+from exact_backfills.publish import CODE_VERSION, RunInfo
+from exact_backfills.verification import code_outcomes, stale_code_days
 from resources import audit
 from resources.settings import settings
 from resources.spark import session_of, spark_resource

@@ -17,7 +17,7 @@ from pathlib import Path
 from assets_pkg.tables import TABLES, Table
 from resources.lake import REPO_ROOT
 
-PACKAGES = ("assets_pkg", "resources")
+PACKAGES = ("exact_backfills", "assets_pkg", "resources")
 # Modules followed no further: where rows are stored and how the process is configured, not what the rows are.
 BOUNDARIES = ("resources.",)
 VERSION_LENGTH = 12

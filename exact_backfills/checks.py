@@ -14,7 +14,7 @@ from dagster import AssetCheckSeverity, AssetCheckSpec
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from assets_pkg.partitions import daily_partitions
+from exact_backfills.partitions import daily_partitions
 from resources.audit import DayContent
 from resources.settings import settings
 

@@ -6,10 +6,10 @@ from datetime import date
 
 from pyspark.sql import SparkSession
 
-from assets_pkg import checks, code_versions, landing, late_data, quarantine
-from assets_pkg.code_staleness import CodeChange, stale_by_code
-from assets_pkg.publish import RunInfo
 from assets_pkg.tables import BY_NAME, DAY_COLUMN
+from exact_backfills import checks, code_versions, landing, late_data, quarantine
+from exact_backfills.code_staleness import CodeChange, stale_by_code
+from exact_backfills.publish import RunInfo
 from resources import audit, control
 from resources.delta_io import read_days
 

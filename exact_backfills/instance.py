@@ -23,7 +23,7 @@ SQLITE_EVENT_LOG = (
     "# Events in Dagster's SQLite files, where Dagster keeps them by default; "
     "slot claims atomic, one engine per file (dagster_private.py).\n"
     """event_log_storage:
-  module: assets_pkg.dagster_private
+  module: exact_backfills.dagster_private
   class: AtomicClaimSqliteEventLogStorage
   config:
     base_dir: {base_dir}

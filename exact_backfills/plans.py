@@ -24,11 +24,11 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from assets_pkg import checks, code_versions
-from assets_pkg.partitions import days as day_range
-from assets_pkg.publish import Change, FromPlan, Operation, Publication, RunInfo, day_ranges, publish
 from assets_pkg.tables import BY_NAME, DAY_COLUMN, PUBLISH_ORDER, Read, Role, Table, downstream, with_side_tables
-from assets_pkg.verification import stale_code_days
+from exact_backfills import checks, code_versions
+from exact_backfills.partitions import days as day_range
+from exact_backfills.publish import Change, FromPlan, Operation, Publication, RunInfo, day_ranges, publish
+from exact_backfills.verification import stale_code_days
 from resources import audit, control
 from resources.audit import DayContent
 from resources.delta_io import current_version, read_path, write_new_table

@@ -12,7 +12,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from assets_pkg.partitions import first_day, last_day
+from exact_backfills.partitions import first_day, last_day
 from resources.delta_io import Scan
 from resources.lake import landing_path
 

@@ -22,12 +22,12 @@ from dagster import (
     Output,
 )
 
-from assets_pkg import checks
-from assets_pkg.dagster_names import TABLE_DAYS_TAG
-from assets_pkg.dagster_private import AssetCheckEvaluationTargetMaterializationData as CheckedMaterialization
-from assets_pkg.dagster_private import add_asset_metadata_by_partition
-from assets_pkg.publish import PartlyPublished, Publication, commit_metadata
 from assets_pkg.tables import BY_NAME
+from exact_backfills import checks
+from exact_backfills.dagster_names import TABLE_DAYS_TAG
+from exact_backfills.dagster_private import AssetCheckEvaluationTargetMaterializationData as CheckedMaterialization
+from exact_backfills.dagster_private import add_asset_metadata_by_partition
+from exact_backfills.publish import PartlyPublished, Publication, commit_metadata
 
 
 def latest_materializations(

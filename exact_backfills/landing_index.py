@@ -23,9 +23,9 @@ from datetime import date
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from assets_pkg import landing
-from assets_pkg.landing import ORDER_ITEM_KEY, LandingRead
-from assets_pkg.partitions import first_day, last_day
+from exact_backfills import landing
+from exact_backfills.landing import ORDER_ITEM_KEY, LandingRead
+from exact_backfills.partitions import first_day, last_day
 from resources.delta_io import table_exists
 from resources.lake import table_path
 
