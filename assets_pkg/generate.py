@@ -14,7 +14,8 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql import types as T
 
-from exact_backfills import landing
+from assets_pkg.sources import ORDER_ITEMS, PRODUCTS
+from exact_backfills.landing import land
 
 CHANNELS = ["web", "app", "store", "partner"]
 CATEGORIES = ["books", "garden", "toys", "kitchen", "sports"]
@@ -180,7 +181,7 @@ def generate(
     s = LandingSummary()
     product_rows, prices = product_batches(start, end, seed, n_products, s)
     item_rows = order_item_batches(start, end, seed, rows_per_day, bad_rate, prices, s)
-    products_df = spark.createDataFrame(product_rows, _writable(landing.PRODUCT_SCHEMA))
-    items_df = spark.createDataFrame(item_rows, _writable(landing.ORDER_ITEM_SCHEMA))
-    s.batches = landing.land({landing.PRODUCTS: products_df, landing.ORDER_ITEMS: items_df})[landing.ORDER_ITEMS]
+    products_df = spark.createDataFrame(product_rows, _writable(PRODUCTS.schema))
+    items_df = spark.createDataFrame(item_rows, _writable(ORDER_ITEMS.schema))
+    s.batches = land({PRODUCTS: products_df, ORDER_ITEMS: items_df})[ORDER_ITEMS.name]
     return s

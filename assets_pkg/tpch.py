@@ -9,8 +9,9 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from exact_backfills import landing
-from exact_backfills.landing import MONEY
+from assets_pkg.sources import ORDER_ITEMS, PRODUCTS
+from assets_pkg.transforms import MONEY
+from exact_backfills.landing import land
 from resources.lake import lake_root
 
 TABLES = ["lineitem", "orders", "part", "partsupp"]
@@ -71,7 +72,7 @@ def import_tpch(spark: SparkSession, scale: float, through: date | None = None) 
         F.lit(FIRST_ORDER_DATE).cast("timestamp").alias("ingested_at"),
         F.lit(FIRST_ORDER_DATE).alias("ingest_date"),
     )
-    batches = landing.land({landing.PRODUCTS: products, landing.ORDER_ITEMS: items})[landing.ORDER_ITEMS]
+    batches = land({PRODUCTS: products, ORDER_ITEMS: items})[ORDER_ITEMS.name]
     return {
         "source": str(src),
         "order_item_batches": len(batches),

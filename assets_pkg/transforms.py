@@ -1,79 +1,19 @@
-"""The pipeline's logic as pure functions of DataFrames: deterministic (no clock, no randomness), so re-running a
-range over the same landing data gives the same rows."""
+"""The orders pipeline's logic as pure functions of DataFrames: deterministic (no clock, no randomness), so re-running
+a range over the same landing data gives the same rows. (Staging and the product dimension are the machinery's builds
+of their sources.)"""
 
-from datetime import date
-
-from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
-from exact_backfills.landing import MONEY, ORDER_ITEM_KEY, ORDER_ITEM_SCHEMA, ORDER_ITEM_VERSION_COLUMNS, PRODUCT_KEY
-from resources.delta_io import day_filter
+from exact_backfills import valid_to
 
-
-def latest_versions(versions: DataFrame, key: list[str], columns: list[str], then: tuple = ()) -> DataFrame:
-    """One row per key: the latest `updated_at`, then the latest `ingested_at`, then the latest file, then a hash of
-    the row, so that even two different rows with equal timestamps resolve the same way on every run (`then`: more
-    tie-breaks for identical rows)."""
-    order = Window.partitionBy(*key).orderBy(
-        F.col("updated_at").desc(),
-        F.col("ingested_at").desc(),
-        F.col("source_file").desc(),
-        F.xxhash64(*columns).desc(),
-        *then,
-    )
-    return versions.withColumn("_rank", F.row_number().over(order)).where("_rank = 1").drop("_rank")
-
-
-def stg_order_items(versions: DataFrame, days: list[date]) -> DataFrame:
-    """The current version of every order item whose current order_date is one of `days`.
-
-    The latest version of an item is decided over all its versions in `versions`, not only those dated on `days`: a
-    correction that moves an item to another day removes it from its old day. `versions` may be narrowed to the
-    items that can be on the days (`mark_items_dated_on`), never to the versions dated on them.
-    """
-    latest = latest_versions(versions, ORDER_ITEM_KEY, ORDER_ITEM_SCHEMA.fieldNames())
-    return latest.where(day_filter("order_date", days)).select(*ORDER_ITEM_VERSION_COLUMNS)
-
-
-# Marks the versions of the items that have a version dated on given days.
-ITEM_ON_DAYS = "_item_on_days"
-
-
-def mark_items_dated_on(versions: DataFrame, days: list[date]) -> DataFrame:
-    """`versions` with ITEM_ON_DAYS true on every version of the order items that have a version dated on one of
-    `days`: the only items whose latest version can be on those days, with all their versions (the latest may be
-    dated on another day). The keys are broadcast, so the versions are marked where they are read instead of
-    shuffled: for a limited number of days."""
-    keys = (
-        versions.where(day_filter("order_date", days))
-        .select(*ORDER_ITEM_KEY)
-        .distinct()
-        .withColumn(ITEM_ON_DAYS, F.lit(True))
-    )
-    marked = versions.join(F.broadcast(keys), ORDER_ITEM_KEY, "left")
-    return marked.select(*versions.columns, F.coalesce(ITEM_ON_DAYS, F.lit(False)).alias(ITEM_ON_DAYS))
-
-
-def dim_product_changes(versions: DataFrame, first_day: date, days: list[date]) -> DataFrame:
-    """Product versions that take effect on each of `days` (`valid_from`), the last one of a day winning.
-
-    Versions dated before the first partition take effect on the first partition's day. A version is valid until the
-    next version of the product takes effect: a validity interval, so a re-run of an old day sees the product as it
-    was that day while the table only grows with changes, not with products x days.
-    """
-    dated = versions.withColumn("valid_from", F.greatest(F.to_date("updated_at"), F.lit(first_day)))
-    per_day = latest_versions(
-        dated.where(day_filter("valid_from", days)),
-        [*PRODUCT_KEY, "valid_from"],
-        ["product_id", "category", "status", "list_price", "updated_at", "ingested_at"],
-    )
-    return per_day.select("product_id", "valid_from", "category", "status", "list_price", "updated_at")
+MONEY = T.DecimalType(18, 2)
 
 
 def product_validity(changes: DataFrame) -> DataFrame:
     """valid_from..valid_to (inclusive, open-ended for the current version) from the product change history."""
-    nxt = F.lead("valid_from").over(Window.partitionBy("product_id").orderBy("valid_from"))
-    return changes.withColumn("valid_to", F.date_sub(nxt, 1))
+    return valid_to(changes, ["product_id"])
 
 
 def fact_order_item(stg: DataFrame, product_changes: DataFrame) -> DataFrame:

@@ -23,8 +23,10 @@ from typing import NamedTuple
 from dagster import DagsterInstance
 from pyspark.sql import types as T
 
-from assets_pkg.tables import built_from_landing
+from assets_pkg.pipeline import pipeline
+from assets_pkg.sources import ORDER_ITEMS
 from exact_backfills import landing
+from exact_backfills.declare import Source
 from exact_backfills.instance import write_config
 from resources.delta_io import read_days
 from resources.engine import STOPPABLE
@@ -90,7 +92,7 @@ def instance_at(dagster_home: Path):
 
 
 class DagsterDev:
-    def __init__(self, dagster_home: Path, env: dict[str, str]):
+    def __init__(self, dagster_home: Path, env: dict[str, str], workspace: Path = REPO_ROOT / "workspace.yaml"):
         write_config(dagster_home)
         self.port = _free_port()
         self.log = open(dagster_home / "dagster_dev.log", "w")
@@ -102,7 +104,7 @@ class DagsterDev:
                 dagster,
                 "dev",
                 "-w",
-                str(REPO_ROOT / "workspace.yaml"),
+                str(workspace),
                 "-h",
                 "127.0.0.1",
                 "-p",
@@ -193,24 +195,24 @@ class DagsterDev:
 # A late batch, landed on top of a built lake.
 
 # Where landed order items first reach the lake: a correction re-sends some of its rows.
-STAGING = built_from_landing(landing.ORDER_ITEMS)
+STAGING = pipeline.staging[ORDER_ITEMS.name]
 
 
-def next_batch_day() -> date:
-    """The day after the newest landed order item batch."""
-    newest = max(landing.batch_name(p) for p in landing.batch_dirs(landing.ORDER_ITEMS))
+def next_batch_day(source: Source = ORDER_ITEMS) -> date:
+    """The day after the newest landed batch of `source` (order items by default)."""
+    newest = max(landing.batch_name(p) for p in landing.batch_dirs(source))
     return date.fromisoformat(newest) + timedelta(days=1)
 
 
-def land_batch(spark, items, batch: date, dataset=landing.ORDER_ITEMS) -> datetime:
+def land_batch(spark, items, batch: date, source: Source = ORDER_ITEMS) -> datetime:
     """Land `items` (rows of the landing contract, ingested_at left None) as the batch of `batch`; returns its
     ingested_at."""
     ingested = datetime.combine(batch, datetime.min.time(), tzinfo=UTC) + timedelta(hours=2)
     df = spark.createDataFrame(
         [(*r[:-1], ingested, batch) for r in items],
-        T.StructType([*landing.SCHEMAS[dataset].fields, T.StructField("ingest_date", T.DateType())]),
+        T.StructType([*source.schema.fields, T.StructField("ingest_date", T.DateType())]),
     )
-    landing.land({dataset: df})
+    landing.land({source: df})
     return ingested
 
 
@@ -268,7 +270,7 @@ FACT_NET_REWRITTEN = Edit(
 
 def project_with(copy: Path, edit: Edit, base: Path = REPO_ROOT) -> Path:
     """A copy at `copy` of the project at `base` (the repository's by default) with `edit` made."""
-    for package in ("exact_backfills", "assets_pkg", "resources"):
+    for package in ("exact_backfills", "assets_pkg", "examples", "resources"):
         shutil.copytree(base / package, copy / package, ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("dagster.yaml", "dagster-postgres.yaml", "workspace.yaml", "pyproject.toml"):  # the instance's
         shutil.copy(base / name, copy / name)

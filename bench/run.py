@@ -92,7 +92,8 @@ class PeakMemory:
 def _bare() -> None:
     """One Spark application: the rows of every table of the project, built from the same landing with the same
     transforms, each written by day in one Delta overwrite: no checks, no audit, no orchestration."""
-    from assets_pkg.tables import BY_NAME, DAY_COLUMN, PUBLISH_ORDER
+    from assets_pkg.pipeline import pipeline
+    from exact_backfills.builds import build
     from exact_backfills.partitions import days as day_range
     from exact_backfills.partitions import first_day, last_day
     from resources.lake import lake_root
@@ -103,16 +104,15 @@ def _bare() -> None:
     out = lake_root() / "bare"
 
     def write(df, table):
-        df.repartition(DAY_COLUMN[table]).write.format("delta").mode("overwrite").partitionBy(DAY_COLUMN[table]).save(
-            str(out / table)
-        )
+        column = pipeline.day_column[table]
+        df.repartition(column).write.format("delta").mode("overwrite").partitionBy(column).save(str(out / table))
 
     def read(table, days):  # each upstream table as written above: the whole history, as every build asks for here
         return spark.read.format("delta").load(str(out / table))
 
     rows = {}
-    for table in PUBLISH_ORDER:
-        built = BY_NAME[table].build(spark, all_days, read)
+    for table in pipeline.publish_order:
+        built = build(spark, pipeline, pipeline.by_name[table], all_days, read)
         for side, side_df in built.side_tables.items():
             write(side_df, side)
         write(built.table, table)
@@ -243,10 +243,10 @@ class Bench:
         return run
 
     def published_commits(self) -> int:
-        """Delta commits of the published tables (the tables of tables.TABLES and their side tables)."""
-        from assets_pkg.tables import PUBLISH_ORDER, with_side_tables
+        """Delta commits of the published tables (the orders pipeline's tables and their side tables)."""
+        from assets_pkg.pipeline import pipeline
 
-        logs = [self.lake / "warehouse" / t / "_delta_log" for t in with_side_tables(PUBLISH_ORDER)]
+        logs = [self.lake / "warehouse" / t / "_delta_log" for t in pipeline.every_table]
         return sum(len(list(log.glob("*.json"))) for log in logs)
 
     def counts(self) -> dict:
@@ -458,9 +458,12 @@ def measure(args: argparse.Namespace, bench: Bench, last: date) -> int:
 
     from dagster import AssetSelection
 
+    from assets_pkg.pipeline import pipeline
     from bench.harness import DagsterDev
     from exact_backfills.automation import landing_state
-    from exact_backfills.definitions import defs
+    from exact_backfills.location import definitions_of
+
+    defs = definitions_of(pipeline)
 
     dev = DagsterDev(bench.home, env=bench.env)
     try:
@@ -483,7 +486,7 @@ def measure(args: argparse.Namespace, bench: Bench, last: date) -> int:
         step("run_fixed_cost_s", (in_runs - result["bare_equal_work_s"]) / len(run_ids))
 
         # The sensor's first restatement after the backfill: nothing new, it must rewrite nothing.
-        first = bench.restatement(dev, landing_state())
+        first = bench.restatement(dev, landing_state(pipeline))
         bench.spark_apps += 1
         result["sensor_idle_rewritten_partitions"] = _restated_partitions(bench, first["runId"])
 
@@ -492,7 +495,7 @@ def measure(args: argparse.Namespace, bench: Bench, last: date) -> int:
         old_day = (last - timedelta(days=min(30, result["days"] // 4))).isoformat()
         bench.run(me, "--scale", str(args.scale), "--out", "-", "--step", "land-corrections", "--step-days", old_day)
         t0 = time.monotonic()
-        bench.restatement(dev, landing_state())
+        bench.restatement(dev, landing_state(pipeline))
         bench.spark_apps += 1
         step("landed_to_published_s", time.monotonic() - t0)
     finally:

@@ -1,8 +1,49 @@
-"""Exact, idempotent backfills: daily-partitioned Spark + Delta assets orchestrated by Dagster."""
+"""Exact, idempotent backfills for daily-partitioned Spark + Delta pipelines, orchestrated by Dagster: a pipeline
+declares its sources and tables (`Pipeline`), the machinery does the rest."""
 
 import warnings
 
 from dagster import BetaWarning, PreviewWarning
+
+from exact_backfills.as_of import valid_to
+from exact_backfills.declare import (
+    AsOf,
+    Command,
+    DayCheck,
+    DayDependency,
+    DeclarationError,
+    Demo,
+    Pipeline,
+    Read,
+    Reconcile,
+    Rule,
+    SameDay,
+    Source,
+    SourceKind,
+    Staging,
+    Table,
+    TrailingDays,
+)
+
+__all__ = [
+    "AsOf",
+    "Command",
+    "DayCheck",
+    "DayDependency",
+    "DeclarationError",
+    "Demo",
+    "Pipeline",
+    "Read",
+    "Reconcile",
+    "Rule",
+    "SameDay",
+    "Source",
+    "SourceKind",
+    "Staging",
+    "Table",
+    "TrailingDays",
+    "valid_to",
+]
 
 # The beta and preview Dagster APIs the project relies on, each by name: their warnings are silenced one by one, not
 # by category, so that any other beta API still warns. tests/test_dagster_private.py checks that each still warns:

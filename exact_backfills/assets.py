@@ -1,6 +1,6 @@
-"""The tables as Dagster assets, derived from `tables.TABLES`: one daily-partitioned asset per table (and per side
-table), with its checks, all materialized by one step that publishes the run's tables as a whole (publish.py): a
-blocking check failing on any table's day writes nothing in any table."""
+"""A pipeline's tables as Dagster assets, derived from its declaration: one daily-partitioned asset per table (and per
+side table) in the pipeline's group, with its checks, all materialized by one step that publishes the run's tables as
+a whole (publish.py): a blocking check failing on any table's day writes nothing in any table."""
 
 from collections.abc import Iterator
 from collections.abc import Set as AbstractSet
@@ -9,6 +9,7 @@ from typing import Any, NoReturn
 
 from dagster import (
     AssetExecutionContext,
+    AssetsDefinition,
     AssetSelection,
     AssetSpec,
     Failure,
@@ -18,16 +19,18 @@ from dagster import (
 )
 from dagster_pyspark import LazyPySparkResource
 
-from assets_pkg.tables import BY_NAME, PUBLISH_ORDER, TABLES
 from exact_backfills import checks, code_versions, liveness, recording
 from exact_backfills.dagster_names import (
     ALL_ASSETS_JOB,
     LAKE_WRITES_POOL,
+    PIPELINE_TAG,
     PUBLISH_STEP,
     PUBLISHED_NOTHING,
     PUBLISHED_PARTLY,
     PUBLISHED_TAG,
 )
+from exact_backfills.dagster_private import UnresolvedAssetJobDefinition
+from exact_backfills.declare import Pipeline
 from exact_backfills.partitions import backfill_policy, daily_partitions, run_days
 from exact_backfills.publish import (
     Change,
@@ -50,17 +53,18 @@ def freshness_policy() -> FreshnessPolicy:
     return FreshnessPolicy.time_window(fail_window=timedelta(hours=settings().freshness_fail_window_h))
 
 
-def _specs() -> list[AssetSpec]:
+def _specs(pipeline: Pipeline) -> list[AssetSpec]:
     specs = []
-    versions = code_versions.current()
-    for t in TABLES:
+    versions = code_versions.current(pipeline)
+    for t in pipeline.tables:
+        deps = pipeline.upstream_assets(t.name)
         specs.append(
             AssetSpec(
                 t.name,
-                deps=list(t.upstream),
+                deps=deps,
                 description=t.description,
                 kinds={"spark", "delta"},
-                group_name="orders",
+                group_name=pipeline.name,
                 freshness_policy=freshness_policy(),
                 code_version=versions[t.name],  # derived from its code (code_versions.py)
             )
@@ -68,9 +72,11 @@ def _specs() -> list[AssetSpec]:
         specs += [
             AssetSpec(
                 s.name,
-                deps=list(t.upstream),
+                deps=deps,
+                description=f"The rows of {t.name}'s source that break its contract, with the reason: written with "
+                f"{t.name}, by the same build.",
                 kinds={"spark", "delta"},
-                group_name="orders",
+                group_name=pipeline.name,
                 code_version=versions[s.name],
             )
             for s in t.side_tables
@@ -78,11 +84,15 @@ def _specs() -> list[AssetSpec]:
     return specs
 
 
-def tables_written(selected: set[str]) -> list[str]:
+def tables_written(pipeline: Pipeline, selected: set[str]) -> list[str]:
     """The tables a step writes for its selected assets, in publish order. A side table and its table are the two
     halves of one build (rows accepted vs rows quarantined): selecting either writes both, so that no row is ever
     in both or in neither."""
-    return [name for name in PUBLISH_ORDER if {name, *(s.name for s in BY_NAME[name].side_tables)} & selected]
+    return [
+        name
+        for name in pipeline.publish_order
+        if {name, *(s.name for s in pipeline.by_name[name].side_tables)} & selected
+    ]
 
 
 def _check_outputs(context: AssetExecutionContext, table: str, done: set[str]) -> list[str]:
@@ -91,13 +101,15 @@ def _check_outputs(context: AssetExecutionContext, table: str, done: set[str]) -
     return outputs
 
 
-def failed_publication(context: Any, error: Exception, recorded: AbstractSet[str] = frozenset()) -> Iterator[Any]:
+def failed_publication(
+    context: Any, pipeline: Pipeline, error: Exception, recorded: AbstractSet[str] = frozenset()
+) -> Iterator[Any]:
     """What Dagster records of a change that failed, then the step's Failure: the failing check results when nothing
     was written; the materializations of what was committed (but not `recorded` already), and the days left behind,
     when part was. The run is tagged with what it published, which tells late_data_sensor whether to run it again."""
     if isinstance(error, PartlyPublished):
         context.instance.add_run_tags(context.run_id, {PUBLISHED_TAG: PUBLISHED_PARTLY})
-        yield from recording.partly_published_events(context, error, recorded)
+        yield from recording.partly_published_events(context, pipeline, error, recorded)
         raise Failure(
             description=str(error),
             metadata={"committed": ", ".join(error.commits), "not_committed": ", ".join(error.not_committed)},
@@ -120,50 +132,55 @@ def _refusal(error: Refused) -> NoReturn:
     raise Failure(description=str(error), metadata=metadata) from None
 
 
-# can_subset lets the UI materialize any tables (and checks) of the graph; per-check outputs are optional, since
-# results are recorded per day, not returned.
-@multi_asset(
-    name=PUBLISH_STEP,
-    specs=_specs(),
-    check_specs=[spec for t in TABLES for spec in checks.check_specs(t.name, t.checks)],
-    partitions_def=daily_partitions,
-    backfill_policy=backfill_policy,
-    can_subset=True,
-    pool=LAKE_WRITES_POOL,
-)
-def publish_tables(context: AssetExecutionContext, pyspark: LazyPySparkResource) -> Iterator[Any]:
-    liveness.record(context)
-    spark = session_of(pyspark)
-    days = run_days(context)
-    run = RunInfo.of(context.run)
-    selected = {k.to_user_string() for k in context.selected_asset_keys}
-    writes = tables_written(selected)
-    checked = {k.asset_key.to_user_string() for k in context.selected_asset_check_keys}
-    done: set[str] = set()
-    for table in [t for t in PUBLISH_ORDER if t in checked and t not in writes]:
-        # Only checks selected (the UI's "Execute" on a check, or the `check` command): verify what is published.
-        outcomes = verify_published(spark, table, days, run)
-        yield from recording.publication_events(
-            context, table, _checked(days, outcomes), check_outputs=_check_outputs(context, table, done)
-        )
-    if not writes:
-        return
-    # Each table's days are recorded in Dagster while the next table is committed (publishing).
-    publications = publishing(spark, Change(operation_of(context.run), {t: days for t in writes}), run)
-    recorded: set[str] = set()
-    while True:
-        try:
-            table, publication = next(publications)
-        except StopIteration:
-            break
-        except Exception as error:
-            yield from failed_publication(context, error, recorded)
-        yield from recording.publication_events(
-            context, table, publication, selected, _check_outputs(context, table, done)
-        )
-        recorded |= set(publication.metadata)
-        for written, totals in publication.totals.items():
-            context.log.info(f"{written}: {len(days)} day(s) {day_ranges(days)} written: {totals}")
+def publish_step(pipeline: Pipeline) -> AssetsDefinition:
+    """The one step that materializes any of the pipeline's tables (and runs any of their checks)."""
+
+    # can_subset lets the UI materialize any tables (and checks) of the graph; per-check outputs are optional, since
+    # results are recorded per day, not returned.
+    @multi_asset(
+        name=PUBLISH_STEP,
+        specs=_specs(pipeline),
+        check_specs=[spec for t in pipeline.tables for spec in checks.check_specs(t)],
+        partitions_def=daily_partitions,
+        backfill_policy=backfill_policy,
+        can_subset=True,
+        pool=LAKE_WRITES_POOL,
+    )
+    def publish_tables(context: AssetExecutionContext, pyspark: LazyPySparkResource) -> Iterator[Any]:
+        liveness.record(context, pipeline)
+        spark = session_of(pyspark)
+        days = run_days(context)
+        run = RunInfo.of(context.run)
+        selected = {k.to_user_string() for k in context.selected_asset_keys}
+        writes = tables_written(pipeline, selected)
+        checked = {k.asset_key.to_user_string() for k in context.selected_asset_check_keys}
+        done: set[str] = set()
+        for table in [t for t in pipeline.publish_order if t in checked and t not in writes]:
+            # Only checks selected (the UI's "Execute" on a check, or the `check` command): verify what is published.
+            outcomes = verify_published(spark, pipeline, table, days, run)
+            yield from recording.publication_events(
+                context, table, _checked(days, outcomes), check_outputs=_check_outputs(context, table, done)
+            )
+        if not writes:
+            return
+        # Each table's days are recorded in Dagster while the next table is committed (publishing).
+        publications = publishing(spark, pipeline, Change(operation_of(context.run), {t: days for t in writes}), run)
+        recorded: set[str] = set()
+        while True:
+            try:
+                table, publication = next(publications)
+            except StopIteration:
+                break
+            except Exception as error:
+                yield from failed_publication(context, pipeline, error, recorded)
+            yield from recording.publication_events(
+                context, table, publication, selected, _check_outputs(context, table, done)
+            )
+            recorded |= set(publication.metadata)
+            for written, totals in publication.totals.items():
+                context.log.info(f"{written}: {len(days)} day(s) {day_ranges(days)} written: {totals}")
+
+    return publish_tables
 
 
 def _checked(days: list[date], outcomes: list[checks.Outcome]) -> Publication:
@@ -171,6 +188,6 @@ def _checked(days: list[date], outcomes: list[checks.Outcome]) -> Publication:
     return Publication(days, outcomes, {})
 
 
-pipeline_assets = [publish_tables]
-
-all_assets_job = define_asset_job(ALL_ASSETS_JOB, selection=AssetSelection.all())
+def all_assets_job(pipeline: Pipeline) -> UnresolvedAssetJobDefinition:
+    """Every table of the pipeline: what a command-line backfill runs, chunk by chunk."""
+    return define_asset_job(ALL_ASSETS_JOB, selection=AssetSelection.all(), tags={PIPELINE_TAG: pipeline.name})

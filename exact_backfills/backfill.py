@@ -35,8 +35,9 @@ from exact_backfills.dagster_private import (
     ASSET_PARTITION_RANGE_START_TAG,
     DagsterAssetCheckFailedError,
 )
-from exact_backfills.definitions import defs
+from exact_backfills.declare import Pipeline
 from exact_backfills.instance import write_config
+from exact_backfills.location import definitions_of
 from exact_backfills.partitions import chunks, first_day, last_day
 from exact_backfills.rollback import RollbackPlan
 from resources.spark import get_spark
@@ -52,11 +53,11 @@ def dagster_instance() -> DagsterInstance:
     return DagsterInstance.get()
 
 
-def before_writing(instance: DagsterInstance, echo: Callable[[str], None]) -> None:
+def before_writing(instance: DagsterInstance, pipeline: Pipeline, echo: Callable[[str], None]) -> None:
     """Before this process runs a writing step: close the runs whose process is gone, which frees the lake_writes
     slot such a run still holds (otherwise this run would wait for it for good, in silence), and name the live run
     this one will wait for, if any."""
-    closed, active = liveness.close_dead_runs(instance)
+    closed, active = liveness.close_dead_runs(instance, pipeline)
     for run in closed:
         echo(f"  marked failed: {run.describe()} (it held the lake's writes)")
     holders = {slot.run_id for slot in instance.event_log_storage.get_concurrency_info(LAKE_WRITES_POOL).claimed_slots}
@@ -65,9 +66,9 @@ def before_writing(instance: DagsterInstance, echo: Callable[[str], None]) -> No
             echo(f"  waiting for {run.describe()}: it is writing the lake (pool {LAKE_WRITES_POOL})")
 
 
-def selected_keys(select: list[str] | None) -> list[AssetKey]:
+def selected_keys(pipeline: Pipeline, select: list[str] | None) -> list[AssetKey]:
     """The chosen assets and everything downstream of them (all assets when none is chosen)."""
-    graph = defs.resolve_asset_graph()
+    graph = definitions_of(pipeline).resolve_asset_graph()
     selection = AssetSelection.assets(*select).downstream() if select else AssetSelection.all()
     tables = graph.materializable_asset_keys
     unknown = [name for name in select or [] if AssetKey(name) not in graph.get_all_asset_keys()]
@@ -109,6 +110,7 @@ def runs_url(backfill_id: str) -> str:
 
 
 def run_backfill(
+    pipeline: Pipeline,
     start: date,
     end: date,
     select: list[str] | None = None,
@@ -124,8 +126,8 @@ def run_backfill(
     if start < first_day() or end > last_day() or end < start:
         raise ValueError(f"range {start}..{end} is not within the partitions {first_day()}..{last_day()}")
     instance = instance or dagster_instance()
-    keys = selected_keys(select)
-    job = defs.resolve_job_def(ALL_ASSETS_JOB)
+    keys = selected_keys(pipeline, select)
+    job = definitions_of(pipeline).resolve_job_def(ALL_ASSETS_JOB)
     backfill_id = uuid.uuid4().hex[:8]
     ranges = chunks(start, end, chunk_size)
     if max((b - a).days + 1 for a, b in ranges) > events_max_days():
@@ -134,14 +136,14 @@ def run_backfill(
         job = job.get_subset(asset_selection=set(keys), asset_check_selection=set())
     assets = ", ".join(k.to_user_string() for k in keys)
     echo(f"backfill {backfill_id}: {start}..{end}, {len(ranges)} run(s), assets: {assets}")
-    estimate = estimates.for_backfill(get_spark(), instance, ranges, [k.to_user_string() for k in keys])
+    estimate = estimates.for_backfill(get_spark(), pipeline, instance, ranges, [k.to_user_string() for k in keys])
     for line in estimates.describe(f"backfill {backfill_id}", estimate):
         echo(line)
     if dry_run:
         echo("dry run: nothing written")
         return True
     echo(f"  its runs in the Dagster UI: {runs_url(backfill_id)}")
-    before_writing(instance, echo)
+    before_writing(instance, pipeline, echo)
     started = time.monotonic()
     run_ids = []
     for i, (a, b) in enumerate(ranges, 1):
@@ -185,11 +187,12 @@ def run_backfill(
 
 
 def run_checks(
-    start: date, end: date, tables: list[str], instance: DagsterInstance | None = None
+    pipeline: Pipeline, start: date, end: date, tables: list[str], instance: DagsterInstance | None = None
 ) -> tuple[ExecuteInProcessResult, list[AssetCheckEvaluation]]:
     """Every check of `tables` on what is published for start..end, as one checks-only run (what the UI's "Execute
     checks" launches): nothing is written, and each day's results are recorded against its latest materialization.
     Returns the run's result and its check results."""
+    defs = definitions_of(pipeline)
     graph = defs.resolve_asset_graph()
     check_keys = {k for k in graph.asset_check_keys if k.asset_key.to_user_string() in tables}
     job = defs.resolve_job_def(ALL_ASSETS_JOB).get_subset(asset_selection=set(), asset_check_selection=check_keys)
@@ -205,7 +208,10 @@ def run_checks(
 
 
 def run_rollback(
-    plan: RollbackPlan, instance: DagsterInstance | None = None, echo: Callable[[str], None] = print
+    pipeline: Pipeline,
+    plan: RollbackPlan,
+    instance: DagsterInstance | None = None,
+    echo: Callable[[str], None] = print,
 ) -> ExecuteInProcessResult:
     """The rollback job (what the UI's launchpad runs with the same config), run in this process."""
     config = {
@@ -217,59 +223,79 @@ def run_rollback(
         "version": plan.version,
     }
     instance = instance or dagster_instance()
-    before_writing(instance, echo)
-    return defs.resolve_job_def(ROLLBACK_JOB).execute_in_process(
-        instance=instance,
-        raise_on_error=False,
-        run_config={**QUIET, "ops": {ROLLBACK_OP: {"config": config}}},
+    before_writing(instance, pipeline, echo)
+    return (
+        definitions_of(pipeline)
+        .resolve_job_def(ROLLBACK_JOB)
+        .execute_in_process(
+            instance=instance,
+            raise_on_error=False,
+            run_config={**QUIET, "ops": {ROLLBACK_OP: {"config": config}}},
+        )
     )
 
 
 def run_restatement(
-    instance: DagsterInstance | None = None, echo: Callable[[str], None] = print
+    pipeline: Pipeline, instance: DagsterInstance | None = None, echo: Callable[[str], None] = print
 ) -> ExecuteInProcessResult:
     """What late_data_sensor launches, run in this process (the `restate` command), tagged with the landing state it
     starts from so that the sensor does not launch it again for that state."""
     instance = instance or dagster_instance()
-    before_writing(instance, echo)
-    return defs.resolve_job_def(RESTATE_JOB).execute_in_process(
-        instance=instance,
-        tags={LANDING_STATE_TAG: landing_state()},
-        raise_on_error=False,
-        run_config=QUIET,
+    before_writing(instance, pipeline, echo)
+    return (
+        definitions_of(pipeline)
+        .resolve_job_def(RESTATE_JOB)
+        .execute_in_process(
+            instance=instance,
+            tags={LANDING_STATE_TAG: landing_state(pipeline)},
+            raise_on_error=False,
+            run_config=QUIET,
+        )
     )
 
 
-def observe_landing(instance: DagsterInstance | None = None) -> ExecuteInProcessResult:
+def observe_landing(pipeline: Pipeline, instance: DagsterInstance | None = None) -> ExecuteInProcessResult:
     """Observe the landing as a run of the preview job (what the UI's "Observe" button launches), after new batches
     land: every landed day's data version, and the days they make stale, are recorded in Dagster."""
-    return defs.resolve_job_def(PREVIEW_JOB).execute_in_process(
-        instance=instance or dagster_instance(),
-        raise_on_error=False,
-        run_config=QUIET,
+    return (
+        definitions_of(pipeline)
+        .resolve_job_def(PREVIEW_JOB)
+        .execute_in_process(
+            instance=instance or dagster_instance(),
+            raise_on_error=False,
+            run_config=QUIET,
+        )
     )
 
 
 def run_plan(
-    start: date, end: date, select: list[str] | None, instance: DagsterInstance | None = None
+    pipeline: Pipeline, start: date, end: date, select: list[str] | None, instance: DagsterInstance | None = None
 ) -> ExecuteInProcessResult:
     """The plan job (what the UI's launchpad runs with the same config), run in this process."""
     config = {"start": start.isoformat(), "end": end.isoformat(), "select": select or []}
-    return defs.resolve_job_def(PLAN_JOB).execute_in_process(
-        instance=instance or dagster_instance(),
-        raise_on_error=False,
-        run_config={**QUIET, "ops": {PLAN_OP: {"config": config}}},
+    return (
+        definitions_of(pipeline)
+        .resolve_job_def(PLAN_JOB)
+        .execute_in_process(
+            instance=instance or dagster_instance(),
+            raise_on_error=False,
+            run_config={**QUIET, "ops": {PLAN_OP: {"config": config}}},
+        )
     )
 
 
 def run_promotion(
-    plan_id: str, instance: DagsterInstance | None = None, echo: Callable[[str], None] = print
+    pipeline: Pipeline, plan_id: str, instance: DagsterInstance | None = None, echo: Callable[[str], None] = print
 ) -> ExecuteInProcessResult:
     """The promotion job, run in this process."""
     instance = instance or dagster_instance()
-    before_writing(instance, echo)
-    return defs.resolve_job_def(PROMOTE_JOB).execute_in_process(
-        instance=instance,
-        raise_on_error=False,
-        run_config={**QUIET, "ops": {PROMOTE_OP: {"config": {"plan_id": plan_id}}}},
+    before_writing(instance, pipeline, echo)
+    return (
+        definitions_of(pipeline)
+        .resolve_job_def(PROMOTE_JOB)
+        .execute_in_process(
+            instance=instance,
+            raise_on_error=False,
+            run_config={**QUIET, "ops": {PROMOTE_OP: {"config": {"plan_id": plan_id}}}},
+        )
     )

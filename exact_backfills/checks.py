@@ -1,19 +1,23 @@
 """Partitioned asset checks, evaluated for every day of a run's range at once: grouped by day, never day by day.
 
-Blocking checks (unique key, keys not null, reconciliation with the upstream table, nothing lost) run on the staged
-result *before* it is committed: a failing day stops the write and the downstream steps (reconcile before publish).
-The fingerprint and the row-count change are recorded after the commit.
+Blocking checks (unique key, keys not null, reconciliation with the upstream table, nothing lost, and the user's
+blocking checks) run on the staged result *before* it is committed: a failing day stops the write and the downstream
+steps (reconcile before publish). The user's other checks run with them and warn. The fingerprint and the row-count
+change are recorded after the commit.
 """
 
+import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import date
+from decimal import Decimal
 from typing import Any
 
 from dagster import AssetCheckSeverity, AssetCheckSpec
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from exact_backfills.declare import DayCheck, Declared, Staging
 from exact_backfills.partitions import daily_partitions
 from resources.audit import DayContent
 from resources.settings import settings
@@ -44,38 +48,46 @@ def events_max_days() -> int:
     return settings().check_events_max_days
 
 
-@dataclass(frozen=True)
-class Reconciliation:
-    """`measures` of a table must equal the same measures of `upstream` per day: name -> (SQL aggregate over this
-    table, SQL aggregate over the upstream table)."""
-
-    upstream: str
-    measures: dict[str, tuple[str, str]]
-
-
-@dataclass(frozen=True)
-class NothingLost:
-    """Every key whose latest version landed in the `landing` dataset falls on a day is, on that day, in the table or
-    in its `quarantine` side table."""
-
-    landing: str
-    quarantine: str
+BUILT_IN = (
+    UNIQUE_KEY,
+    KEYS_NOT_NULL,
+    RECONCILES,
+    NOTHING_LOST,
+    FINGERPRINT,
+    ROW_COUNT_CHANGE,
+    UP_TO_DATE,
+    BUILT_BY_CURRENT_CODE,
+    LATE_DATA,
+)
 
 
-@dataclass(frozen=True)
-class TableChecks:
-    reconciliation: Reconciliation | None = None
-    nothing_lost: NothingLost | None = None
-    # The table publishes late rows: late_data_outside_window on its days, and publishing a day from every batch that
-    # can hold it resolves the day's late-data exception.
-    late_data: bool = False
+def checks_nothing_lost(table: Declared) -> bool:
+    """Nothing lost is checked where an events source is read: landing -> staging + quarantine. A table reconciling
+    with staging then carries it on, so a key cannot vanish anywhere without a check failing."""
+    return isinstance(table, Staging) and table.events
 
-    def names(self) -> list[str]:
-        names = [UNIQUE_KEY, KEYS_NOT_NULL]
-        names += [RECONCILES] if self.reconciliation else []
-        names += [NOTHING_LOST] if self.nothing_lost else []
-        late = [LATE_DATA] if self.late_data else []
-        return [*names, FINGERPRINT, ROW_COUNT_CHANGE, UP_TO_DATE, BUILT_BY_CURRENT_CODE, *late]
+
+def publishes_late_rows(table: Declared) -> bool:
+    """The table takes a source into the lake: late_data_outside_window on its days, and publishing a day from every
+    batch that can hold it resolves the day's late-data exceptions."""
+    return isinstance(table, Staging)
+
+
+def names(table: Declared) -> list[str]:
+    """Every check of a table, the built-in ones first."""
+    found = [UNIQUE_KEY, KEYS_NOT_NULL]
+    found += [RECONCILES] if table.reconcile else []
+    found += [NOTHING_LOST] if checks_nothing_lost(table) else []
+    late = [LATE_DATA] if publishes_late_rows(table) else []
+    return [
+        *found,
+        FINGERPRINT,
+        ROW_COUNT_CHANGE,
+        UP_TO_DATE,
+        BUILT_BY_CURRENT_CODE,
+        *late,
+        *(c.name for c in table.checks),
+    ]
 
 
 @dataclass
@@ -84,10 +96,10 @@ class Outcome:
     day: date
     passed: bool
     metadata: dict = field(default_factory=dict)
+    blocking: bool = False
 
-    @property
-    def blocking(self) -> bool:
-        return self.check in BLOCKING
+    def __post_init__(self) -> None:
+        self.blocking = self.blocking or self.check in BLOCKING
 
     @property
     def severity(self) -> AssetCheckSeverity:
@@ -114,19 +126,25 @@ _DESCRIPTIONS = {
 }
 
 
-def check_specs(table: str, checks: TableChecks) -> list[AssetCheckSpec]:
+def check_specs(table: Declared) -> list[AssetCheckSpec]:
     # The blocking checks run on the staged rows before the write: a failing day stops it, the step fails, and
     # nothing downstream runs. Declared blocking so that Dagster shows them so (and would gate on them too).
+    users = {c.name: c for c in table.checks}
     return [
         AssetCheckSpec(
             name,
-            asset=table,
+            asset=table.name,
             partitions_def=daily_partitions,
-            description=_DESCRIPTIONS[name],
-            blocking=name in BLOCKING,
+            description=_DESCRIPTIONS[name] if name in _DESCRIPTIONS else _user_description(users[name]),
+            blocking=name in BLOCKING or (name in users and users[name].blocking),
         )
-        for name in checks.names()
+        for name in names(table)
     ]
+
+
+def _user_description(check: DayCheck) -> str:
+    figures = ", ".join(f"{name} = {sql}" for name, sql in check.figures.items())
+    return (check.description or f"{check.name}, the pipeline's own check of each day.") + f" Figures: {figures}."
 
 
 def _row_hash(df: DataFrame) -> Column:
@@ -190,7 +208,8 @@ class Verified:
 
     @property
     def failing(self) -> list[Outcome]:
-        return [o for o in self.outcomes if not o.passed]
+        """The blocking checks failing: what refuses a change."""
+        return [o for o in self.outcomes if not o.passed and o.blocking]
 
     def profile(self, day: date) -> DayProfile:
         return self.profiles.get(day, NO_ROWS)
@@ -253,28 +272,73 @@ def duplicate_samples(df: DataFrame, key: list[str], day_column: str, days: list
     return samples
 
 
+def _measure(name: str) -> str:
+    return f"_measure_{name}"
+
+
+def _figure(name: str, index: int) -> str:
+    """The aggregate column of a user check's figure: apart from the profile's own columns, whatever it is called."""
+    return f"_check{index}_{name}"
+
+
+def _user_figures(table: Declared) -> list[tuple[str, Column]]:
+    return [
+        (_figure(name, i), F.expr(sql)) for i, check in enumerate(table.checks) for name, sql in check.figures.items()
+    ]
+
+
+def _metadata_value(value: Any) -> Any:
+    """A figure as Dagster metadata takes it."""
+    if isinstance(value, Decimal):
+        return float(value)
+    if isinstance(value, dt.date | dt.datetime):
+        return value.isoformat()
+    return value
+
+
+def _user_outcomes(table: Declared, figures: Mapping[date, Mapping[str, Any]], days: list[date]) -> list[Outcome]:
+    """Each user check on each day, from the day's figures (the figures of no rows on a day without any)."""
+    outcomes = []
+    for i, check in enumerate(table.checks):
+        for day in days:
+            values = {name: figures[day][_figure(name, i)] for name in check.figures}
+            try:
+                passed, why = bool(check.passes(values)), ""
+            except Exception as e:  # the user's function failing on a day's figures fails the check, saying why
+                passed, why = False, f"{type(e).__name__}: {e}"
+            metadata = {name: _metadata_value(v) if v is not None else "none" for name, v in values.items()}
+            outcomes.append(
+                Outcome(check.name, day, passed, {**metadata, **({"error": why} if why else {})}, check.blocking)
+            )
+    return outcomes
+
+
 def evaluate_blocking(
     df: DataFrame,
     upstream: DataFrame | None,
     lost: DataFrame | None,
-    key: list[str],
-    day_column: str,
-    checks: TableChecks,
+    table: Declared,
     days: list[date],
+    upstream_day: str | None = None,
 ) -> Verified:
-    """The blocking checks for each of `days` on `df`, a table's rows: its `key` unique and not null, its measures
-    equal to `upstream`'s (when it reconciles), no key in `lost` (when it checks nothing is lost)."""
-    rec = checks.reconciliation
-    this_measures = [(name, F.expr(exprs[0])) for name, exprs in rec.measures.items()] if rec else []
+    """The checks a change runs before it writes, for each of `days` on `df`, a table's rows: its key unique and not
+    null, its measures equal to `upstream`'s (when it reconciles; its rows by `upstream_day`, by default the table's
+    day column), no key in `lost` (when it checks nothing is lost), and the user's checks."""
+    key, day_column = list(table.key), table.day_column
+    rec = table.reconcile
+    # Measures by a column name of their own, apart from the profile's (a measure may be called "rows").
+    this_measures = [(_measure(name), F.expr(exprs[0])) for name, exprs in rec.measures.items()] if rec else []
+    user = _user_figures(table)
+    rows = _day_profile(df, key, day_column, [*this_measures, *user]).collect()
     profiles = {
         r.day: DayProfile(
             r.rows,
             r.distinct_keys,
             r.null_key_rows or 0,
             r.fingerprint,
-            {name: r[name] for name, _ in this_measures},
+            {name: r[_measure(name)] for name in (rec.measures if rec else {})},
         )
-        for r in _day_profile(df, key, day_column, this_measures).collect()
+        for r in rows
     }
     verified = Verified([], profiles)
     failing_unique = [d for d, p in profiles.items() if p.duplicate_rows]
@@ -301,7 +365,7 @@ def evaluate_blocking(
     if rec and upstream is not None:
         up_profile = {
             r.day: r
-            for r in upstream.groupBy(F.col(day_column).alias("day"))
+            for r in upstream.groupBy(F.col(upstream_day or day_column).alias("day"))
             .agg(*[F.expr(exprs[1]).alias(name) for name, exprs in rec.measures.items()])
             .collect()
         }
@@ -349,11 +413,17 @@ def evaluate_blocking(
                     },
                 )
             )
+    if table.checks:
+        figures: dict[date, Mapping[str, Any]] = {r.day: r.asDict() for r in rows}
+        if any(day not in figures for day in days):  # a day with no rows: the figures of no rows
+            empty = df.limit(0).agg(*[column.alias(name) for name, column in user]).first()
+            figures.update({day: empty.asDict() if empty else {} for day in days if day not in figures})
+        verified.outcomes += _user_outcomes(table, figures, days)
     return verified
 
 
 def summary(o: Outcome) -> str:
-    """One line a person can act on: the numbers that made the check fail."""
+    """One line a person can act on: the numbers that made the check fail (a user check's: its figures)."""
     keys = (
         "duplicate_rows",
         "sample_duplicate_keys",
@@ -365,6 +435,8 @@ def summary(o: Outcome) -> str:
         "previous_rows",
         "relative_change",
     )
+    if o.check not in BUILT_IN:  # a user check: every figure, zeros too
+        return ", ".join(f"{k}={v}" for k, v in o.metadata.items())
     return ", ".join(f"{k}={o.metadata[k]}" for k in keys if o.metadata.get(k) not in (None, "", 0))
 
 

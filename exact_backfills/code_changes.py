@@ -15,11 +15,13 @@ from dagster import (
     Config,
     DefaultSensorStatus,
     Failure,
+    JobDefinition,
     MetadataValue,
     OpExecutionContext,
     Out,
     Output,
     RunRequest,
+    SensorDefinition,
     SensorEvaluationContext,
     SkipReason,
     in_process_executor,
@@ -30,17 +32,18 @@ from dagster import (
 from dagster_pyspark import LazyPySparkResource
 from pydantic import Field
 
-from assets_pkg.tables import PUBLISH_ORDER
 from exact_backfills import checks, code_versions, liveness, plans, recording
 from exact_backfills.dagster_names import (
     CODE_CHECK_JOB,
     CODE_CHECK_OP,
     LAKE_WRITES_POOL,
+    PIPELINE_TAG,
     PLAN_JOB,
     PLAN_OP,
     PROMOTE_JOB,
     PROMOTE_OP,
 )
+from exact_backfills.declare import Pipeline
 from exact_backfills.partitions import first_day, last_day
 from exact_backfills.publish import CODE_VERSION, RunInfo
 from exact_backfills.verification import code_outcomes, stale_code_days
@@ -49,32 +52,36 @@ from resources.settings import settings
 from resources.spark import session_of, spark_resource
 
 
-@op(name=CODE_CHECK_OP, out=Out(dict))
-def check_code_versions_op(context: OpExecutionContext, pyspark: LazyPySparkResource) -> Iterator[Any]:
-    """built_by_current_code on every published day of every table: failing, saying why, on the days stale by code;
-    passing on the others. Writes nothing to the lake."""
-    liveness.record(context)
-    spark = session_of(pyspark)
-    stale = stale_code_days(spark)
-    written = audit.built_by(spark)
-    for table in PUBLISH_ORDER:
-        days = sorted(written.get(table, {}))
-        if days:
-            yield from recording.check_evaluations(context.instance, table, code_outcomes(table, days, stale[table]))
-    summary = {table: len(days) for table, days in stale.items() if days}
-    context.log.info(f"days stale by code: {summary or 'none'}")
-    yield Output({"versions": code_versions.current(), "stale_days": summary})
+def check_code_versions_job(pipeline: Pipeline) -> JobDefinition:
+    @op(name=CODE_CHECK_OP, out=Out(dict))
+    def check_code_versions_op(context: OpExecutionContext, pyspark: LazyPySparkResource) -> Iterator[Any]:
+        """built_by_current_code on every published day of every table: failing, saying why, on the days stale by
+        code; passing on the others. Writes nothing to the lake."""
+        liveness.record(context, pipeline)
+        spark = session_of(pyspark)
+        stale = stale_code_days(spark, pipeline)
+        written = audit.built_by(spark, pipeline.name)
+        for table in pipeline.publish_order:
+            days = sorted(written.get(table, {}))
+            if days:
+                outcomes = code_outcomes(pipeline, table, days, stale[table])
+                yield from recording.check_evaluations(context.instance, table, outcomes)
+        summary = {table: len(days) for table, days in stale.items() if days}
+        context.log.info(f"days stale by code: {summary or 'none'}")
+        yield Output({"versions": code_versions.current(pipeline), "stale_days": summary})
 
+    # A check of the whole history: a short run (resources.spark).
+    @job(
+        name=CODE_CHECK_JOB,
+        executor_def=in_process_executor,
+        resource_defs={"pyspark": spark_resource(settings(), short_runs=True)},
+        tags={PIPELINE_TAG: pipeline.name},
+        description="Evaluate built_by_current_code on every published day: which days older code built.",
+    )
+    def check_code_versions() -> None:
+        check_code_versions_op()
 
-# A check of the whole history: a short run (resources.spark).
-@job(
-    name=CODE_CHECK_JOB,
-    executor_def=in_process_executor,
-    resource_defs={"pyspark": spark_resource(settings(), short_runs=True)},
-    description="Evaluate built_by_current_code on every published day: which days older code built.",
-)
-def check_code_versions_job() -> None:
-    check_code_versions_op()
+    return check_code_versions
 
 
 def _latest_built_by(context: SensorEvaluationContext, table: str) -> str | None:
@@ -85,26 +92,30 @@ def _latest_built_by(context: SensorEvaluationContext, table: str) -> str | None
     return str(value.value) if value is not None else None
 
 
-@sensor(
-    job=check_code_versions_job,
-    minimum_interval_seconds=settings().late_data_sensor_interval_s,
-    default_status=DefaultSensorStatus.RUNNING,
-    description="Launches check_code_versions when the code loaded is not the code last checked: the days older code "
-    "built then fail built_by_current_code. A tick compares versions only: Spark starts in the run.",
-)
-def code_version_sensor(context: SensorEvaluationContext) -> RunRequest | SkipReason:
-    versions = code_versions.current()
-    state = json.dumps(versions, sort_keys=True)
-    if state == context.cursor:
-        return SkipReason("the code loaded is the code last checked")
-    if context.cursor is None:
-        # First tick: nothing checked yet. A lake whose latest writes are by this code needs no check.
-        older = [t for t in PUBLISH_ORDER if _latest_built_by(context, t) not in (None, versions[t])]
-        if not older:
-            context.update_cursor(state)
-            return SkipReason("every table was last written by the code loaded now")
-    context.update_cursor(state)
-    return RunRequest(run_key=f"code:{state}", job_name=CODE_CHECK_JOB)
+def code_version_sensor(pipeline: Pipeline, check_job: JobDefinition) -> SensorDefinition:
+    @sensor(
+        name="code_version_sensor",
+        job=check_job,
+        minimum_interval_seconds=settings().late_data_sensor_interval_s,
+        default_status=DefaultSensorStatus.RUNNING,
+        description="Launches check_code_versions when the code loaded is not the code last checked: the days older "
+        "code built then fail built_by_current_code. A tick compares versions only: Spark starts in the run.",
+    )
+    def code_versions_changed(context: SensorEvaluationContext) -> RunRequest | SkipReason:
+        versions = code_versions.current(pipeline)
+        state = json.dumps(versions, sort_keys=True)
+        if state == context.cursor:
+            return SkipReason("the code loaded is the code last checked")
+        if context.cursor is None:
+            # First tick: nothing checked yet. A lake whose latest writes are by this code needs no check.
+            older = [t for t in pipeline.publish_order if _latest_built_by(context, t) not in (None, versions[t])]
+            if not older:
+                context.update_cursor(state)
+                return SkipReason("every table was last written by the code loaded now")
+        context.update_cursor(state)
+        return RunRequest(run_key=f"code:{state}", job_name=CODE_CHECK_JOB)
+
+    return code_versions_changed
 
 
 class PlanConfig(Config):
@@ -115,66 +126,79 @@ class PlanConfig(Config):
     select: list[str] = Field(default_factory=list, description="tables to start from (default: every table)")
 
 
-@op(name=PLAN_OP, out=Out(dict))
-def build_plan_op(context: OpExecutionContext, config: PlanConfig, pyspark: LazyPySparkResource) -> Iterator[Any]:
-    """Rebuild the days older code built, beside the lake, and compare them day by day with what is published."""
-    liveness.record(context)
-    start = date.fromisoformat(config.start) if config.start else first_day()
-    end = date.fromisoformat(config.end) if config.end else last_day()
-    plan = plans.make_plan(session_of(pyspark), start, end, config.select or None)
-    metadata = {table: MetadataValue.md(plan.markdown(table)) for table in plan.tables}
-    note = MetadataValue.md(plans.version_note(plan).replace("\n", "  \n"))
-    yield Output(
-        plan.to_json(), metadata={"plan_id": plan.plan_id, "promotable": plan.promotable, "note": note, **metadata}
+def plan_job(pipeline: Pipeline) -> JobDefinition:
+    @op(name=PLAN_OP, out=Out(dict))
+    def build_plan_op(context: OpExecutionContext, config: PlanConfig, pyspark: LazyPySparkResource) -> Iterator[Any]:
+        """Rebuild the days older code built, beside the lake, and compare them day by day with what is published."""
+        liveness.record(context, pipeline)
+        start = date.fromisoformat(config.start) if config.start else first_day()
+        end = date.fromisoformat(config.end) if config.end else last_day()
+        unknown = [t for t in config.select if t not in pipeline.by_name]
+        if unknown:
+            raise Failure(description=f"not tables of {pipeline.name}: {', '.join(unknown)}")
+        plan = plans.make_plan(session_of(pyspark), pipeline, start, end, config.select or None)
+        metadata = {table: MetadataValue.md(plan.markdown(table)) for table in plan.tables}
+        note = MetadataValue.md(plans.version_note(plan).replace("\n", "  \n"))
+        yield Output(
+            plan.to_json(),
+            metadata={"plan_id": plan.plan_id, "promotable": plan.promotable, "note": note, **metadata},
+        )
+
+    @job(
+        name=PLAN_JOB,
+        executor_def=in_process_executor,
+        resource_defs={"pyspark": spark_resource(settings(), short_runs=True)},
+        tags={PIPELINE_TAG: pipeline.name},
+        description="Plan a code change: rebuild the days older code built beside the lake, compare day by day; "
+        "publish nothing (see `plan`).",
     )
+    def plan_code_change() -> None:
+        build_plan_op()
 
-
-@job(
-    name=PLAN_JOB,
-    executor_def=in_process_executor,
-    resource_defs={"pyspark": spark_resource(settings(), short_runs=True)},
-    description="Plan a code change: rebuild the days older code built beside the lake, compare day by day; publish "
-    "nothing (see `plan`).",
-)
-def plan_code_change_job() -> None:
-    build_plan_op()
+    return plan_code_change
 
 
 class PromoteConfig(Config):
     plan_id: str = Field(description="the plan to promote, as `plan` printed it")
 
 
-@op(name=PROMOTE_OP, out=Out(dict), pool=LAKE_WRITES_POOL)
-def promote_op(context: OpExecutionContext, config: PromoteConfig, pyspark: LazyPySparkResource) -> Iterator[Any]:
-    """Write exactly the plan's changed days from its shadow tables; record its unchanged days as current."""
-    liveness.record(context)
-    spark = session_of(pyspark)
-    try:
-        promotion = plans.promote(spark, config.plan_id, RunInfo.of(context.run))
-    except plans.PlanRefused as refused:
-        raise Failure(description=str(refused)) from None
-    for table, publication in promotion.publications.items():
-        yield from recording.publication_events(context, table, publication)
-    current = code_versions.current()
-    for table, days in promotion.unchanged.items():
-        unchanged = [
-            checks.Outcome(
-                checks.BUILT_BY_CURRENT_CODE,
-                day,
-                True,
-                {"current_code_version": current[table], "why": f"unchanged by plan {config.plan_id}: not rewritten"},
-            )
-            for day in days
-        ]
-        yield from recording.check_evaluations(context.instance, table, unchanged)
-    yield Output({"plan_id": config.plan_id, "note": plans.version_note(promotion.plan)})
+def promote_job(pipeline: Pipeline) -> JobDefinition:
+    @op(name=PROMOTE_OP, out=Out(dict), pool=LAKE_WRITES_POOL)
+    def promote_op(context: OpExecutionContext, config: PromoteConfig, pyspark: LazyPySparkResource) -> Iterator[Any]:
+        """Write exactly the plan's changed days from its shadow tables; record its unchanged days as current."""
+        liveness.record(context, pipeline)
+        spark = session_of(pyspark)
+        try:
+            promotion = plans.promote(spark, pipeline, config.plan_id, RunInfo.of(context.run))
+        except plans.PlanRefused as refused:
+            raise Failure(description=str(refused)) from None
+        for table, publication in promotion.publications.items():
+            yield from recording.publication_events(context, table, publication)
+        current = code_versions.current(pipeline)
+        for table, days in promotion.unchanged.items():
+            unchanged = [
+                checks.Outcome(
+                    checks.BUILT_BY_CURRENT_CODE,
+                    day,
+                    True,
+                    {
+                        "current_code_version": current[table],
+                        "why": f"unchanged by plan {config.plan_id}: not rewritten",
+                    },
+                )
+                for day in days
+            ]
+            yield from recording.check_evaluations(context.instance, table, unchanged)
+        yield Output({"plan_id": config.plan_id, "note": plans.version_note(promotion.plan)})
 
+    @job(
+        name=PROMOTE_JOB,
+        executor_def=in_process_executor,
+        resource_defs={"pyspark": spark_resource(settings(), short_runs=True)},
+        tags={PIPELINE_TAG: pipeline.name},
+        description="Promote a plan: exactly its changed days, one commit per table (see `promote`).",
+    )
+    def promote_plan() -> None:
+        promote_op()
 
-@job(
-    name=PROMOTE_JOB,
-    executor_def=in_process_executor,
-    resource_defs={"pyspark": spark_resource(settings(), short_runs=True)},
-    description="Promote a plan: exactly its changed days, one commit per table (see `promote`).",
-)
-def promote_plan_job() -> None:
-    promote_op()
+    return promote_plan

@@ -27,6 +27,7 @@ RELEASE_TAG = "exact_backfills/release"  # "true": the run publishes days held s
 WITHDRAWN_TAG = "exact_backfills/withdrawn"  # on the runs that publish again the days of a withdrawn file
 LANDING_STATE_TAG = "exact_backfills/landing_state"  # on a restatement run: the landing it started from
 REPAIR_OF_TAG = "exact_backfills/repair_of"  # on a run launched to repair a failed one: the failed run's id
+PIPELINE_TAG = "exact_backfills/pipeline"  # the pipeline a run works on: on its job, or added when its step starts
 PROCESS_TAG = "exact_backfills/process"  # host:pid:start time of the process executing the run
 PROFILE_TAG = "exact_backfills/profile"  # where the run ran (Settings.profile): costs are fitted per profile
 # The table-days a run has published so far (its materializations), which costs are fitted on: read with the run's

@@ -44,6 +44,9 @@ from dagster._core.definitions.assets.job.asset_job import IMPLICIT_ASSET_JOB_NA
 from dagster._core.definitions.data_version import DATA_VERSION_TAG  # noqa: F401
 from dagster._core.definitions.partitions.context import partition_loading_context
 
+# The type `define_asset_job` returns, which Dagster does not export: a job factory's annotation names it.
+from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition  # noqa: F401
+
 # A step that failed only because a blocking check failed raises this: a checks-only run reports those checks itself,
 # so its step failures are not repeated. Dagster does not export the class.
 from dagster._core.errors import (

@@ -13,10 +13,12 @@ from typing import Any, NamedTuple
 from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 from pyspark.sql import SparkSession
 
-from assets_pkg.tables import BY_NAME, DAY_COLUMN, Role, narrowed
 from exact_backfills import landing, landing_index
+from exact_backfills.builds import narrowed
 from exact_backfills.dagster_names import PROFILE_TAG, TABLE_DAYS_TAG
+from exact_backfills.declare import Pipeline, days_read
 from exact_backfills.partitions import days as day_range
+from exact_backfills.partitions import first_day
 from exact_backfills.verification import stale_code_days
 from resources.delta_io import table_exists
 from resources.lake import table_path
@@ -173,9 +175,9 @@ def recorded_costs(instance: DagsterInstance, profile: str, limit: int = FITTED_
     return costs
 
 
-def _files_by_day(spark: SparkSession, table: str) -> Counter[date | None]:
+def _files_by_day(spark: SparkSession, table: str, day_column: str) -> Counter[date | None]:
     """The published table's live files, counted by the day folder they sit in (None: not in one)."""
-    folder = f"{DAY_COLUMN[table]}="
+    folder = f"{day_column}="
     found: Counter[date | None] = Counter()
     if table_exists(table):
         for path in spark.read.format("delta").load(table_path(table)).inputFiles():
@@ -184,61 +186,69 @@ def _files_by_day(spark: SparkSession, table: str) -> Counter[date | None]:
     return found
 
 
-def reads(spark: SparkSession, work: Work, compared: bool = False) -> Reads:
-    """What `work` reads, run by run: the landed batches that can hold each table's days (every batch, for a run over
-    most of the history), and the published files of each upstream table it does not write, on the days read (with
-    `compared`, of the tables it writes too: a plan compares its rows with them). Reads the landing index without
-    adding to it: a batch not indexed yet counts as read."""
-    index = landing_index.indexed(spark)
+def reads(spark: SparkSession, pipeline: Pipeline, work: Work, compared: bool = False) -> Reads:
+    """What `work` reads, run by run: the landed batches that can hold each staging table's days (every batch, for a
+    run over most of the history), and the published files of each upstream table it does not write, on the days its
+    day dependency reads (with `compared`, of the tables it writes too: a plan compares its rows with them). Reads the
+    landing index without adding to it: a batch not indexed yet counts as read."""
+    index = landing_index.indexed(spark, pipeline)
     files_of: dict[str, Counter[date | None]] = {}  # each table's files listed once, whatever the runs
-    batch_dirs = {dataset: landing.batch_dirs(dataset) for dataset in landing.SCHEMAS}
+    batch_dirs = {source.name: landing.batch_dirs(source) for source in pipeline.sources}
     sizes: dict[Path, int] = {}
     batches = size = files = 0
     for first, last in work.runs:
         for name, all_days in work.days.items():
             days = [d for d in all_days if first <= d <= last]
-            if not days or name not in BY_NAME:  # a side table is written by its table's build
+            if not days or name not in pipeline.by_name:  # a side table is written by its table's build
                 continue
-            table = BY_NAME[name]
-            dataset = table.landing_dataset
+            table = pipeline.by_name[name]
+            source = table.source.name if table.source else None
             wanted, narrow = set(days), narrowed(days)
-            for batch_dir in batch_dirs[dataset] if dataset else []:
-                holds = index.get(dataset or "", {}).get(landing.batch_name(batch_dir))
+            for batch_dir in batch_dirs[source] if source else []:
+                holds = index.get(source or "", {}).get(landing.batch_name(batch_dir))
                 if narrow and holds is not None and not holds & wanted:
                     continue
                 if batch_dir not in sizes:
                     sizes[batch_dir] = sum(f.stat().st_size for f in batch_dir.rglob("*") if f.is_file())
                 batches += 1
                 size += sizes[batch_dir]
-            published = [u for u in table.upstream if u in BY_NAME and (compared or u not in work.days)]
+            published = [u for u in table.upstream if compared or u not in work.days]
             for upstream in [*published, name] if compared else published:
                 if upstream not in files_of:
-                    files_of[upstream] = _files_by_day(spark, upstream)
+                    files_of[upstream] = _files_by_day(spark, upstream, pipeline.day_column[upstream])
                 counted = files_of[upstream]
-                # A dimension is read as of each day: its versions up to the last day.
-                if BY_NAME[upstream].role is Role.DIMENSION:
-                    files += sum(n for d, n in counted.items() if d is None or d <= max(days))
-                else:
-                    files += sum(n for d, n in counted.items() if d is None or d in wanted)
+                dependency = table.upstream.get(upstream)
+                read = set(days_read(dependency, days, first_day())) if dependency else wanted
+                files += sum(n for d, n in counted.items() if d is None or d in read)
     return Reads(batches, size, files)
 
 
-def _estimate(spark: SparkSession, instance: DagsterInstance, work: Work, compared: bool = False) -> Estimate:
+def _estimate(
+    spark: SparkSession, pipeline: Pipeline, instance: DagsterInstance, work: Work, compared: bool = False
+) -> Estimate:
     profile = settings().profile
-    return Estimate(work, reads(spark, work, compared), fit(recorded_costs(instance, profile)), profile)
+    return Estimate(work, reads(spark, pipeline, work, compared), fit(recorded_costs(instance, profile)), profile)
 
 
 def for_backfill(
-    spark: SparkSession, instance: DagsterInstance, runs: list[tuple[date, date]], tables: list[str]
+    spark: SparkSession,
+    pipeline: Pipeline,
+    instance: DagsterInstance,
+    runs: list[tuple[date, date]],
+    tables: list[str],
 ) -> Estimate:
     """A backfill of `tables` (side tables included) in `runs`: every day of each."""
     days = day_range(runs[0][0], runs[-1][1])
-    return _estimate(spark, instance, Work(runs, {t: days for t in tables}))
+    return _estimate(spark, pipeline, instance, Work(runs, {t: days for t in tables}))
 
 
-def for_plan(spark: SparkSession, instance: DagsterInstance, start: date, end: date, tables: list[str]) -> Estimate:
+def for_plan(
+    spark: SparkSession, pipeline: Pipeline, instance: DagsterInstance, start: date, end: date, tables: list[str]
+) -> Estimate:
     """A plan over start..end for `tables`: one run, rebuilding at most their days stale by code (fewer when a change
     leaves an upstream day unchanged), and comparing them with what is published."""
-    stale = stale_code_days(spark)
+    stale = stale_code_days(spark, pipeline)
     days = {t: sorted(d for d in stale.get(t, {}) if start <= d <= end) for t in tables}
-    return _estimate(spark, instance, Work([(start, end)], {t: d for t, d in days.items() if d}), compared=True)
+    return _estimate(
+        spark, pipeline, instance, Work([(start, end)], {t: d for t, d in days.items() if d}), compared=True
+    )

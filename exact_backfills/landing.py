@@ -1,8 +1,9 @@
-"""The landing contract: immutable, append-only Parquet batches under $LAKE_ROOT/landing/<dataset>/ingest_date=D/."""
+"""The landing contract: immutable, append-only Parquet batches under $LAKE_ROOT/landing/<source>/ingest_date=D/, each
+file with the source's schema (a file that breaks it is refused by name, never read)."""
 
 import hashlib
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
@@ -12,58 +13,19 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from exact_backfills.declare import BATCH_COLUMN, FILE_COLUMN, Source, SourceKind
 from exact_backfills.partitions import first_day, last_day
 from resources.delta_io import Scan
 from resources.lake import landing_path
-
-ORDER_ITEMS = "order_items"
-PRODUCTS = "products"
-
-ORDER_ITEM_KEY = ["order_id", "order_item_id"]
-PRODUCT_KEY = ["product_id"]
-
-MONEY = T.DecimalType(18, 2)
-
-ORDER_ITEM_SCHEMA = T.StructType(
-    [
-        T.StructField("order_id", T.LongType(), False),
-        T.StructField("order_item_id", T.IntegerType(), False),
-        T.StructField("order_date", T.DateType(), False),
-        T.StructField("customer_id", T.LongType()),
-        T.StructField("product_id", T.LongType()),
-        T.StructField("channel", T.StringType()),
-        T.StructField("quantity", T.IntegerType()),
-        T.StructField("gross_amount", MONEY),
-        T.StructField("discount_amount", MONEY),
-        T.StructField("cost_amount", MONEY),
-        T.StructField("updated_at", T.TimestampType(), False),
-        T.StructField("ingested_at", T.TimestampType(), False),
-    ]
-)
-
-# A landed order item version as staging and quarantine keep it: the row, its batch and its file.
-ORDER_ITEM_VERSION_COLUMNS = [*ORDER_ITEM_SCHEMA.fieldNames(), "ingest_date", "source_file"]
-
-PRODUCT_SCHEMA = T.StructType(
-    [
-        T.StructField("product_id", T.LongType(), False),
-        T.StructField("category", T.StringType()),
-        T.StructField("status", T.StringType()),
-        T.StructField("list_price", MONEY),
-        T.StructField("updated_at", T.TimestampType(), False),
-        T.StructField("ingested_at", T.TimestampType(), False),
-    ]
-)
-
-SCHEMAS = {ORDER_ITEMS: ORDER_ITEM_SCHEMA, PRODUCTS: PRODUCT_SCHEMA}
 
 
 class LandingError(RuntimeError):
     pass
 
 
-BATCH_PREFIX = "ingest_date="
-REFUSED_FILE = "refused_file"  # the quarantine reason of an order item file the contract refuses
+BATCH_PREFIX = f"{BATCH_COLUMN}="
+REFUSED_FILE = "refused_file"  # the quarantine reason of a file the contract refuses
+REFUSED = "refused"  # on a row read from the landing: why its file was refused (null: a row of an accepted file)
 
 
 def _batch_day(name: str) -> date | None:
@@ -75,10 +37,10 @@ def _batch_day(name: str) -> date | None:
         return None
 
 
-def batch_dirs(dataset: str) -> list[Path]:
-    """The batch folders: `ingest_date=YYYY-MM-DD`. Anything else under the dataset's folder is not read, and
+def batch_dirs(source: Source) -> list[Path]:
+    """The batch folders: `ingest_date=YYYY-MM-DD`. Anything else under the source's folder is not read, and
     `refused_files` reports it."""
-    root = Path(landing_path(dataset))
+    root = Path(landing_path(source.name))
     return sorted(p for p in root.iterdir() if p.is_dir() and _batch_day(p.name)) if root.exists() else []
 
 
@@ -89,9 +51,9 @@ def batch_name(batch_dir: Path) -> str:
 @dataclass(frozen=True)
 class Refusal:
     """A landed file the contract refuses: never read, reported with the reason (`check`, the landing_contract
-    check), and, for order items, kept in quarantine as one row naming the file."""
+    check), and, for events, kept in quarantine as one row naming the file."""
 
-    file: str  # relative to the dataset's folder, as source_file records it
+    file: str  # relative to the source's folder, as source_file records it
     batch: str | None  # None: not in a batch folder
     reason: str
 
@@ -101,7 +63,7 @@ class Refusal:
 
 @dataclass
 class LandedFiles:
-    """A dataset's landed files, as the contract sorts them."""
+    """A source's landed files, as the contract sorts them."""
 
     plain: list[str] = field(default_factory=list)  # read as they are
     nanos: dict[tuple[str, ...], list[str]] = field(default_factory=dict)  # INT64 nanosecond timestamp columns -> files
@@ -120,6 +82,12 @@ def _arrow_mismatch(expected: T.DataType, column: Any, arrow_type: Any) -> str |
     ok = {
         T.LongType: lambda t: pa.types.is_int64(t),
         T.IntegerType: lambda t: pa.types.is_int32(t),
+        T.ShortType: lambda t: pa.types.is_int16(t),
+        T.ByteType: lambda t: pa.types.is_int8(t),
+        T.BooleanType: lambda t: pa.types.is_boolean(t),
+        T.DoubleType: lambda t: pa.types.is_float64(t),
+        T.FloatType: lambda t: pa.types.is_float32(t),
+        T.BinaryType: lambda t: pa.types.is_binary(t) or pa.types.is_large_binary(t),
         T.DateType: lambda t: pa.types.is_date32(t),
         T.StringType: lambda t: pa.types.is_string(t) or pa.types.is_large_string(t),
         T.DecimalType: lambda t: (
@@ -134,15 +102,15 @@ def _arrow_mismatch(expected: T.DataType, column: Any, arrow_type: Any) -> str |
 
 
 # (path, size, mtime) -> verdict; files are immutable
-_verdicts: dict[tuple[str, int, int], tuple[str, tuple[str, ...]]] = {}
+_verdicts: dict[tuple[str, int, int, str], tuple[str, tuple[str, ...]]] = {}
 
 
-def _file_verdict(path: Path, dataset: str) -> tuple[str, tuple[str, ...]]:
+def _file_verdict(path: Path, source: Source) -> tuple[str, tuple[str, ...]]:
     """("", nanosecond columns) for a file the contract accepts, (reason, ()) for one it refuses."""
     import pyarrow.parquet as pq
 
     stat = path.stat()
-    cache_key = (str(path), stat.st_size, stat.st_mtime_ns)
+    cache_key = (str(path), stat.st_size, stat.st_mtime_ns, source.schema.json())
     if cache_key in _verdicts:
         return _verdicts[cache_key]
     if stat.st_size == 0:
@@ -154,7 +122,7 @@ def _file_verdict(path: Path, dataset: str) -> tuple[str, tuple[str, ...]]:
         except Exception as e:  # pyarrow raises several kinds for a file that is not Parquet
             verdict = (f"not a readable Parquet file ({str(e).splitlines()[0][:200]})", ())
         else:
-            contract = SCHEMAS[dataset]
+            contract = source.schema
             columns = {footer.schema.column(i).path: footer.schema.column(i) for i in range(len(footer.schema))}
             missing = [f.name for f in contract.fields if f.name not in columns]
             extra = [name for name in columns if name not in contract.fieldNames()]
@@ -172,10 +140,10 @@ def _file_verdict(path: Path, dataset: str) -> tuple[str, tuple[str, ...]]:
     return verdict
 
 
-def landed_files(dataset: str, batches: list[str] | None = None) -> LandedFiles:
-    """Every landed file of the dataset (of `batches` only, when given), sorted by the contract: checked when a batch
+def landed_files(source: Source, batches: list[str] | None = None) -> LandedFiles:
+    """Every landed file of the source (of `batches` only, when given), sorted by the contract: checked when a batch
     is read, from each file's Parquet footer, before anything is built from it."""
-    root = Path(landing_path(dataset))
+    root = Path(landing_path(source.name))
     files = LandedFiles()
     if not root.exists():
         return files
@@ -194,7 +162,7 @@ def landed_files(dataset: str, batches: list[str] | None = None) -> LandedFiles:
         for path in sorted(entry.rglob("*")):
             if path.is_dir() or path.name.startswith((".", "_")):
                 continue
-            reason, nanos = _file_verdict(path, dataset)
+            reason, nanos = _file_verdict(path, source)
             if reason:
                 files.refused.append(Refusal(f"{entry.name}/{path.relative_to(entry)}", batch_name(entry), reason))
             elif nanos:
@@ -204,24 +172,24 @@ def landed_files(dataset: str, batches: list[str] | None = None) -> LandedFiles:
     return files
 
 
-def refused_files(dataset: str) -> list[Refusal]:
-    return landed_files(dataset).refused
+def refused_files(source: Source) -> list[Refusal]:
+    return landed_files(source).refused
 
 
-def read_landing(spark: SparkSession, dataset: str, batches: list[str] | None = None) -> DataFrame:
-    """Every landed row version with its batch (`ingest_date`) and file (`source_file`, relative to the dataset's
+def read_landing(spark: SparkSession, source: Source, batches: list[str] | None = None) -> DataFrame:
+    """Every landed row version with its batch (`ingest_date`) and file (`source_file`, relative to the source's
     folder). With `batches`, only those batch folders are read (a restatement reads what landed lately, not the
-    history). Files the contract refuses are not read; for order items each is one row of its batch, with every
-    column null and `refused` saying why, which quarantine keeps (nothing disappears without a trace)."""
-    _landed_batch_dirs(dataset)
-    return _rows(spark, dataset, batches, landed_files(dataset, batches))
+    history). Files the contract refuses are not read; for events each is one row of its batch, with every column
+    null and `refused` saying why, which quarantine keeps (nothing disappears without a trace)."""
+    _landed_batch_dirs(source)
+    return _rows(spark, source, batches, landed_files(source, batches))
 
 
-def _landed_batch_dirs(dataset: str) -> list[Path]:
-    """The dataset's batch folders; refused when there is none, since a build would then read nothing."""
-    dirs = batch_dirs(dataset)
+def _landed_batch_dirs(source: Source) -> list[Path]:
+    """The source's batch folders; refused when there is none, since a build would then read nothing."""
+    dirs = batch_dirs(source)
     if not dirs:
-        raise LandingError(f"no landed batches under {landing_path(dataset)}: run `python -m assets_pkg generate`")
+        raise LandingError(f"no landed batches under {landing_path(source.name)}: land some first (`generate`)")
     return dirs
 
 
@@ -236,15 +204,15 @@ class LandingRead:
     scan: Scan
 
 
-def landing_read(spark: SparkSession, dataset: str, batches: list[str] | None = None) -> LandingRead:
+def landing_read(spark: SparkSession, source: Source, batches: list[str] | None = None) -> LandingRead:
     """read_landing's rows of `batches` (every batch when None), with what they read."""
-    dirs = _landed_batch_dirs(dataset)
-    files = landed_files(dataset, batches)
+    dirs = _landed_batch_dirs(source)
+    files = landed_files(source, batches)
     read = [*files.plain, *(f for paths in files.nanos.values() for f in paths)]
     every = [p for d in dirs for p in d.rglob("*") if p.is_file() and not p.name.startswith((".", "_"))]
     read_batches = sorted({_batch_of_file(f) for f in read})
     scan = Scan(
-        f"landing/{dataset}",
+        f"landing/{source.name}",
         len(read),
         len(every),
         sum(Path(f).stat().st_size for f in read),
@@ -252,19 +220,18 @@ def landing_read(spark: SparkSession, dataset: str, batches: list[str] | None = 
         len(read_batches),
         len(dirs),
     )
-    return LandingRead(_rows(spark, dataset, batches, files), read_batches, scan)
+    return LandingRead(_rows(spark, source, batches, files), read_batches, scan)
 
 
-def _rows(spark: SparkSession, dataset: str, batches: list[str] | None, files: LandedFiles) -> DataFrame:
+def _rows(spark: SparkSession, source: Source, batches: list[str] | None, files: LandedFiles) -> DataFrame:
     """The rows of read_landing, from `files`, the listing of the batches read."""
-    root = landing_path(dataset)
-    contract = SCHEMAS[dataset]
-    schema = T.StructType([*contract.fields, T.StructField("ingest_date", T.DateType())])
+    root = landing_path(source.name)
+    schema = T.StructType([*source.schema.fields, T.StructField(BATCH_COLUMN, T.DateType())])
 
     def with_file(df: DataFrame) -> DataFrame:
-        # The file name relative to the dataset's folder, so the same landing copied to another lake gives the same
+        # The file name relative to the source's folder, so the same landing copied to another lake gives the same
         # rows.
-        return df.withColumn("source_file", F.substring_index(F.col("_metadata.file_path"), f"/{dataset}/", -1))
+        return df.withColumn(FILE_COLUMN, F.substring_index(F.col("_metadata.file_path"), f"/{source.name}/", -1))
 
     reader = spark.read.option("basePath", root)
     if files.plain and not files.refused and not files.nanos:
@@ -282,17 +249,17 @@ def _rows(spark: SparkSession, dataset: str, batches: list[str] | None, files: L
                 df = df.withColumn(c, F.expr(f"timestamp_micros(div({c}, 1000))"))
             parts.append(df)
     if not parts:
-        empty = T.StructType([*schema.fields, T.StructField("source_file", T.StringType())])
+        empty = T.StructType([*schema.fields, T.StructField(FILE_COLUMN, T.StringType())])
         parts = [spark.createDataFrame([], empty)]
     df = parts[0]
     for part in parts[1:]:
         df = df.unionByName(part)
-    df = df.withColumn("refused", F.lit(None).cast("string"))
+    df = df.withColumn(REFUSED, F.lit(None).cast("string"))
     refused = [r for r in files.refused if r.batch is not None]
-    if dataset == ORDER_ITEMS and refused:
+    if source.kind is SourceKind.EVENTS and refused:
         refused_rows = spark.createDataFrame(
             [(date.fromisoformat(r.batch), r.file, f"{REFUSED_FILE}: {r.reason}") for r in refused if r.batch],
-            "ingest_date date, source_file string, refused string",
+            f"{BATCH_COLUMN} date, {FILE_COLUMN} string, {REFUSED} string",
         )
         df = df.unionByName(refused_rows, allowMissingColumns=True)
     return df
@@ -302,59 +269,60 @@ def _batch_of_file(file: str) -> str:
     return next(p for p in Path(file).parts if p.startswith(BATCH_PREFIX))[len(BATCH_PREFIX) :]
 
 
-def assert_new_batches(df: DataFrame, dataset: str) -> list[str]:
+def assert_new_batches(df: DataFrame, source: Source) -> list[str]:
     """The batches (`ingest_date`s) in `df`; landed batches are immutable, so any that already exists is refused
     instead of silently changing history."""
-    ingest_dates = sorted(r.ingest_date.isoformat() for r in df.select("ingest_date").distinct().collect())
-    existing = {batch_name(p) for p in batch_dirs(dataset)}
+    ingest_dates = sorted(r[0].isoformat() for r in df.select(BATCH_COLUMN).distinct().collect())
+    existing = {batch_name(p) for p in batch_dirs(source)}
     clash = sorted(set(ingest_dates) & existing)
     if clash:
-        raise LandingError(f"batches already landed for {dataset}: {', '.join(clash[:5])}; landing is append-only")
+        raise LandingError(f"batches already landed for {source.name}: {', '.join(clash[:5])}; landing is append-only")
     return ingest_dates
 
 
-def land(batches: dict[str, DataFrame]) -> dict[str, list[str]]:
-    """Land new batches, per dataset a DataFrame with an `ingest_date` column. Every clash is checked before anything
-    is written, so a refused landing leaves nothing half-written."""
-    landed = {dataset: assert_new_batches(df, dataset) for dataset, df in batches.items()}
-    for dataset, df in batches.items():
+def land(batches: Mapping[Source, DataFrame]) -> dict[str, list[str]]:
+    """Land new batches, per source a DataFrame of its schema's columns and an `ingest_date` column. Every clash is
+    checked before anything is written, so a refused landing leaves nothing half-written. Returns source -> the
+    batches landed."""
+    landed = {source.name: assert_new_batches(df, source) for source, df in batches.items()}
+    for source, df in batches.items():
         (
-            df.select(*SCHEMAS[dataset].fieldNames(), "ingest_date")
-            .repartition("ingest_date")  # one file per batch
+            df.select(*source.columns, BATCH_COLUMN)
+            .repartition(BATCH_COLUMN)  # one file per batch
             .write.mode("append")
-            .partitionBy("ingest_date")
-            .parquet(landing_path(dataset))
+            .partitionBy(BATCH_COLUMN)
+            .parquet(landing_path(source.name))
         )
     return landed
 
 
-def event_day(dataset: str) -> Column:
-    """The day a landed row belongs to, as its landing asset is partitioned: an order item's order date; the day a
-    product version takes effect (versions dated before the first partition take effect on it)."""
-    if dataset == ORDER_ITEMS:
-        return F.col("order_date")
-    return F.greatest(F.to_date("updated_at"), F.lit(first_day()))
+def event_day(source: Source) -> Column:
+    """The day a landed row belongs to, as its landing asset is partitioned: an event's day; the day a dimension's
+    version takes effect (versions dated before the first partition take effect on it)."""
+    if source.kind is SourceKind.EVENTS:
+        return F.col(source.day)
+    return F.greatest(F.to_date(source.day), F.lit(first_day()))
 
 
 def day_versions(
-    spark: SparkSession, dataset: str, days: Iterable[date] | None = None, batches: list[str] | None = None
+    spark: SparkSession, source: Source, days: Iterable[date] | None = None, batches: list[str] | None = None
 ) -> dict[date, str]:
     """The data version of each landed day (of `days`, or every day in the partitions): a SHA-256 of the batches that
     hold rows for the day and how many each holds. Batches are immutable and only ever added, so a day's version
     changes exactly when a batch adds rows to it, and observing twice gives the same versions. Reads the day column
     only, of `batches` when given (they must include every batch holding rows of `days`); rows with no valid day are
     quarantine's and have no landing day."""
-    if not batch_dirs(dataset) or batches == []:
+    if not batch_dirs(source) or batches == []:
         return {}
-    day = event_day(dataset)
-    rows = read_landing(spark, dataset, batches).where(day.between(first_day(), last_day()))
+    day = event_day(source)
+    rows = read_landing(spark, source, batches).where(day.between(first_day(), last_day()))
     if days is not None:
         wanted = sorted(set(days))
         if not wanted:
             return {}
         rows = rows.where(day.isin(wanted))
-    counts = rows.groupBy(day.alias("day"), "ingest_date").count().collect()
+    counts = rows.groupBy(day.alias("day"), F.col(BATCH_COLUMN).alias("batch")).count().collect()
     per_day: dict[date, list[str]] = defaultdict(list)
     for r in counts:
-        per_day[r.day].append(f"{r.ingest_date.isoformat()}:{r['count']}")
+        per_day[r.day].append(f"{r.batch.isoformat()}:{r['count']}")
     return {d: hashlib.sha256(";".join(sorted(parts)).encode()).hexdigest() for d, parts in sorted(per_day.items())}

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 from dagster import AssetExecutionContext, DagsterInstance, DagsterRun, DagsterRunStatus, OpExecutionContext, RunsFilter
 
-from exact_backfills.dagster_names import PROCESS_TAG, PROFILE_TAG, TABLE_DAYS_TAG
+from exact_backfills.dagster_names import PIPELINE_TAG, PROCESS_TAG, PROFILE_TAG, TABLE_DAYS_TAG
+from exact_backfills.declare import Pipeline
 from resources.settings import settings
 
 ACTIVE = [
@@ -43,15 +44,32 @@ def this_process() -> str:
 _recorded: set[str] = set()  # runs whose process this process recorded
 
 
-def record(context: AssetExecutionContext | OpExecutionContext) -> None:
-    """Record the run's process on the run, once (called where a step starts), with the profile it runs on (whose
-    recorded runs estimates.py fits costs from) and the table-days it has published: none yet."""
+def record(context: AssetExecutionContext | OpExecutionContext, pipeline: Pipeline) -> None:
+    """Record the run's process on the run, once (called where a step starts), with its pipeline, the profile it runs
+    on (whose recorded runs estimates.py fits costs from) and the table-days it has published: none yet."""
     run_id = context.run.run_id
     if run_id not in _recorded and context.run.tags.get(PROCESS_TAG) != this_process():
         context.instance.add_run_tags(
-            run_id, {PROCESS_TAG: this_process(), PROFILE_TAG: settings().profile, TABLE_DAYS_TAG: "0"}
+            run_id,
+            {
+                PROCESS_TAG: this_process(),
+                PIPELINE_TAG: pipeline.name,
+                PROFILE_TAG: settings().profile,
+                TABLE_DAYS_TAG: "0",
+            },
         )
     _recorded.add(run_id)
+
+
+def belongs(run: DagsterRun, pipeline: Pipeline) -> bool:
+    """Whether a run is the pipeline's: tagged with it (every run of its jobs, and every run once a step starts), or,
+    untagged yet, selecting one of its assets. A run of no pipeline known counts as everyone's: guards wait for it."""
+    tagged = run.tags.get(PIPELINE_TAG)
+    if tagged is not None:
+        return tagged == pipeline.name
+    selected = {k.to_user_string() for k in run.asset_selection or ()}
+    selected |= {k.asset_key.to_user_string() for k in run.asset_check_selection or ()}
+    return not selected or bool(selected & {*pipeline.every_table, *pipeline.landing_assets})
 
 
 @dataclass
@@ -76,10 +94,13 @@ def _alive(process: str) -> bool | None:
     return _start_time(int(pid)) == started
 
 
-def active_runs(instance: DagsterInstance) -> list[ActiveRun]:
+def active_runs(instance: DagsterInstance, pipeline: Pipeline | None = None) -> list[ActiveRun]:
+    """The runs not finished (the pipeline's, when given)."""
     runs = []
     now = time.time()
     for record in instance.get_run_records(RunsFilter(statuses=ACTIVE)):
+        if pipeline is not None and not belongs(record.dagster_run, pipeline):
+            continue
         process = record.dagster_run.tags.get(PROCESS_TAG)
         alive = _alive(process) if process and record.dagster_run.status != DagsterRunStatus.QUEUED else None
         since = record.start_time or record.create_timestamp.timestamp()
@@ -97,13 +118,16 @@ def close(instance: DagsterInstance, active: ActiveRun) -> None:
     )
 
 
-def close_dead_runs(instance: DagsterInstance) -> tuple[list[ActiveRun], list[ActiveRun]]:
-    """Close every active run whose process is gone; returns (closed, still active)."""
+def close_dead_runs(
+    instance: DagsterInstance, pipeline: Pipeline | None = None
+) -> tuple[list[ActiveRun], list[ActiveRun]]:
+    """Close every active run whose process is gone; returns (closed, still active): of every pipeline, or, when
+    given, the pipeline's (a dead run of another is closed too)."""
     closed, active = [], []
     for run in active_runs(instance):
         if run.alive is False:
             close(instance, run)
             closed.append(run)
-        else:
+        elif pipeline is None or belongs(run.run, pipeline):
             active.append(run)
     return closed, active

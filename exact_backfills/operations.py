@@ -11,8 +11,8 @@ from typing import NamedTuple
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from assets_pkg.tables import DAY_COLUMN, TABLES, built_from_landing
 from exact_backfills import checks, landing, late_data
+from exact_backfills.declare import FILE_COLUMN, Pipeline, Source, SourceKind
 from exact_backfills.partitions import days, first_day, last_day
 from exact_backfills.publish import Operation
 from resources import audit
@@ -29,8 +29,8 @@ from resources.delta_io import (
 from resources.lake import lake_root, landing_path, table_path
 
 
-def _range(df: DataFrame, table: str, start: date, end: date) -> DataFrame:
-    return df.where(F.col(DAY_COLUMN[table]).between(F.lit(start), F.lit(end)))
+def _range(df: DataFrame, column: str, start: date, end: date) -> DataFrame:
+    return df.where(F.col(column).between(F.lit(start), F.lit(end)))
 
 
 class DayComparison(NamedTuple):
@@ -47,22 +47,28 @@ class DayComparison(NamedTuple):
 
 
 def report(
-    spark: SparkSession, table: str, start: date, end: date, against: Path | None = None, version: int | None = None
+    spark: SparkSession,
+    pipeline: Pipeline,
+    table: str,
+    start: date,
+    end: date,
+    against: Path | None = None,
+    version: int | None = None,
 ) -> list[DayComparison]:
     """Rows and fingerprint per day; compared with the same table in another lake (dual-run comparison) or at
     another Delta version, when given."""
-    column = DAY_COLUMN[table]
+    column = pipeline.day_column[table]
     mine = checks.day_contents(read_days(spark, table, column, days(start, end)), column)
     other = None
     if against is not None:
         path = table_path(table, against)
         if not is_delta_table(path):
             raise TableNotMaterialized(f"no Delta table {table!r} at {path}")
-        other = checks.day_contents(_range(spark.read.format("delta").load(path), table, start, end), column)
+        other = checks.day_contents(_range(spark.read.format("delta").load(path), column, start, end), column)
     elif version is not None:
         check_version(spark, table, version)
         old = spark.read.format("delta").option("versionAsOf", version).load(table_path(table))
-        other = checks.day_contents(_range(old, table, start, end), column)
+        other = checks.day_contents(_range(old, column, start, end), column)
     none = DayContent(0, None)
     return [
         DayComparison(day, *mine.get(day, none), None if other is None else other.get(day, none))
@@ -81,12 +87,12 @@ def check_version(spark: SparkSession, table: str, version: int) -> None:
         )
 
 
-def landing_lag(spark: SparkSession) -> dict:
+def landing_lag(spark: SparkSession, pipeline: Pipeline) -> dict:
     """How far the tables are behind their landing, from the landing and the tables alone (not the wall clock): the
     days each table must restate for the batches landed since the watermark, the newest landed and published days,
     and the seconds of landed data not yet published (newest batch load time minus the watermark)."""
     try:
-        detection: late_data.Detection | None = late_data.detect(spark)
+        detection: late_data.Detection | None = late_data.detect(spark, pipeline)
     except late_data.NothingPublished:
         detection = None
     stale = detection.days_by_table() if detection else {}
@@ -95,10 +101,9 @@ def landing_lag(spark: SparkSession) -> dict:
     lag = None
     if detection and watermark and detection.new_watermark_ts:
         lag = round((detection.new_watermark_ts - watermark).total_seconds(), 1) if behind else 0.0
-    in_partitions = F.col("order_date").between(first_day(), last_day())  # a day outside them is quarantined
-    landed = scalar(landing.read_landing(spark, landing.ORDER_ITEMS).where(in_partitions).agg(F.max("order_date")))
+    landed = max((d for s in pipeline.sources if (d := _newest_landed_day(spark, s))), default=None)
     tables = {}
-    for table in TABLES:
+    for table in pipeline.tables:
         newest = (
             scalar(read_table(spark, table.name).agg(F.max(table.day_column))) if table_exists(table.name) else None
         )
@@ -106,7 +111,7 @@ def landing_lag(spark: SparkSession) -> dict:
             "stale_days": len(stale.get(table.name, [])) if detection else None,
             "newest_published_day": newest.isoformat() if newest else None,
         }
-    batches = [landing.batch_name(p) for p in landing.batch_dirs(landing.ORDER_ITEMS)]
+    batches = [landing.batch_name(p) for s in pipeline.sources for p in landing.batch_dirs(s)]
     return {
         "newest_landed_batch": max(batches, default=None),
         "newest_landed_day": landed.isoformat() if landed else None,
@@ -118,11 +123,20 @@ def landing_lag(spark: SparkSession) -> dict:
     }
 
 
-def metrics(spark: SparkSession) -> dict:
+def _newest_landed_day(spark: SparkSession, source: Source) -> date | None:
+    """The newest day an events source's landed rows are on, within the partitions (a day outside them is
+    quarantined)."""
+    if source.kind is not SourceKind.EVENTS or not landing.batch_dirs(source):
+        return None
+    day = F.col(source.day)
+    return scalar(landing.read_landing(spark, source).where(day.between(first_day(), last_day())).agg(F.max(day)))
+
+
+def metrics(spark: SparkSession, pipeline: Pipeline) -> dict:
     """Per asset: p95 run duration (a run's span of work on the asset), the latest run's duplicate keys per 1,000
     rows and reconciliation mismatch count, and how far it is behind its landing (see `landing_lag`)."""
-    freshness = landing_lag(spark)
-    rows = audit.read(spark).where(F.col("operation") != Operation.ROLLBACK.value)
+    freshness = landing_lag(spark, pipeline)
+    rows = audit.read(spark, pipeline.name).where(F.col("operation") != Operation.ROLLBACK.value)
     per_run = rows.groupBy("asset", "run_id").agg(
         (F.max("ended_at").cast("double") - F.min("started_at").cast("double")).alias("duration_s"),
         F.max("ended_at").alias("ended_at"),
@@ -155,65 +169,66 @@ def metrics(spark: SparkSession) -> dict:
 
 @dataclass
 class Withdrawal:
-    file: str  # as source_file records it, relative to the dataset's folder
-    dataset: str
+    file: str  # as source_file records it, relative to the source's folder
+    source: str
     moved_to: Path
     days: list[date]  # the days to publish again: every day the file's rows are, or could be, on
 
 
-def _landed_file(file: str) -> tuple[str, Path]:
-    """(dataset, path) of a landed file given as a path, or relative to the landing ("order_items/ingest_date=..")."""
-    root = Path(landing_path(landing.ORDER_ITEMS)).parent
+def _landed_file(pipeline: Pipeline, file: str) -> tuple[Source, Path]:
+    """(source, path) of a landed file given as a path, or relative to the landing ("<source>/ingest_date=..")."""
+    root = Path(landing_path("")).resolve()
     path = Path(file) if Path(file).is_absolute() else root / file
     path = path.resolve()
+    sources = pipeline.sources_by_name
     try:
-        dataset, *_ = path.relative_to(root).parts
+        name, *_ = path.relative_to(root).parts
     except ValueError:
         raise ValueError(f"{file}: not a file of the landing ({root})") from None
-    if dataset not in landing.SCHEMAS or not path.is_file():
-        raise ValueError(f"{file}: no such landed file under {root}/<{'|'.join(landing.SCHEMAS)}>/")
-    return dataset, path
+    if name not in sources or not path.is_file():
+        raise ValueError(f"{file}: no such landed file under {root}/<{'|'.join(sources)}>/")
+    return sources[name], path
 
 
-def withdraw(spark: SparkSession, file: str, reason: str) -> Withdrawal:
+def withdraw(spark: SparkSession, pipeline: Pipeline, file: str, reason: str) -> Withdrawal:
     """Take a landed file out of the landing: move it to $LAKE_ROOT/withdrawn/ with a note of why, and return the
-    days to publish again, so that no published row is left that no landed file explains. For order items: the days
-    its rows are published or quarantined on, and the days of every other version of its keys (one of which becomes
-    the latest); for products: every day from the first its versions take effect (facts join the product as of
-    their day)."""
+    days to publish again, so that no published row is left that no landed file explains. For events: the days its
+    rows are staged or quarantined on, and the days of every other version of its keys (one of which becomes the
+    latest); for a dimension: every day from the first its versions take effect (tables read it as of their day)."""
     if not reason.strip():
         raise ValueError("say why the file is withdrawn (--reason)")
-    dataset, path = _landed_file(file)
-    rel = str(path.relative_to(Path(landing_path(dataset))))
+    source, path = _landed_file(pipeline, file)
+    rel = str(path.relative_to(Path(landing_path(source.name)).resolve()))
     first, last = first_day(), last_day()
-    if dataset == landing.ORDER_ITEMS:
+    if source.kind is SourceKind.EVENTS:
         affected: set[date] = set()
-        staging = built_from_landing(dataset)
+        staging = pipeline.staging[source.name]
         for table, column in [
             (staging.name, staging.day_column),
             *((s.name, s.day_column) for s in staging.side_tables),
         ]:
             if table_exists(table):
-                rows = read_table(spark, table).where(F.col("source_file") == rel).select(column).distinct().collect()
+                rows = read_table(spark, table).where(F.col(FILE_COLUMN) == rel).select(column).distinct().collect()
                 affected |= {r[0] for r in rows}
-        landed = landing.read_landing(spark, dataset)
-        keys = landed.where(F.col("source_file") == rel).where("order_id IS NOT NULL AND order_item_id IS NOT NULL")
-        versions = landed.join(keys.select(*landing.ORDER_ITEM_KEY).distinct(), landing.ORDER_ITEM_KEY, "left_semi")
-        affected |= {r.order_date for r in versions.select("order_date").distinct().collect() if r.order_date}
+        landed = landing.read_landing(spark, source)
+        key = list(source.key)
+        keys = landed.where(F.col(FILE_COLUMN) == rel).dropna(subset=key)
+        versions = landed.join(keys.select(*key).distinct(), key, "left_semi")
+        affected |= {r[0] for r in versions.select(source.day).distinct().collect() if r[0]}
     else:
-        versions = landing.read_landing(spark, dataset).where(F.col("source_file") == rel)
-        since = scalar(versions.agg(F.min(landing.event_day(dataset))))
+        versions = landing.read_landing(spark, source).where(F.col(FILE_COLUMN) == rel)
+        since = scalar(versions.agg(F.min(landing.event_day(source))))
         affected = set(days(max(since, first), last)) if since else set()
-    to = lake_root() / "withdrawn" / dataset / rel
+    to = lake_root() / "withdrawn" / source.name / rel
     to.parent.mkdir(parents=True, exist_ok=True)
     shutil.move(str(path), str(to))
     wanted = sorted(d for d in affected if first <= d <= last)
     note = {
         "file": rel,
-        "dataset": dataset,
+        "source": source.name,
         "reason": reason,
         "withdrawn_at": datetime.now(UTC).isoformat(),
         "days": [d.isoformat() for d in wanted],
     }
     to.with_name(to.name + ".withdrawn.json").write_text(json.dumps(note, indent=2))
-    return Withdrawal(rel, dataset, to, wanted)
+    return Withdrawal(rel, source.name, to, wanted)

@@ -24,9 +24,13 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from assets_pkg.tables import BY_NAME, DAY_COLUMN, PUBLISH_ORDER, Read, Role, Table, downstream, with_side_tables
-from exact_backfills import checks, code_versions
+from exact_backfills import builds, checks, code_versions
+from exact_backfills.builds import ReadDays
+from exact_backfills.declare import AsOf, Declared, Pipeline
+from exact_backfills.dependencies import CodeChange, carried
 from exact_backfills.partitions import days as day_range
+from exact_backfills.partitions import last_day
+from exact_backfills.pipelines import command
 from exact_backfills.publish import Change, FromPlan, Operation, Publication, RunInfo, day_ranges, publish
 from exact_backfills.verification import stale_code_days
 from resources import audit, control
@@ -185,27 +189,36 @@ class PlanRefused(RuntimeError):
     """A plan that cannot be promoted: nothing was written."""
 
 
-def _days_to_rebuild(table: Table, own: set[date], changed: dict[str, list[date]], published: set[date]) -> list[date]:
+def _days_to_rebuild(
+    table: Declared, own: set[date], changed: dict[str, list[date]], published: set[date]
+) -> list[date]:
     """A table's days a plan rebuilds: those its own older code built, and those built from days the plan found
-    changed upstream (the same days, or every later day of a dimension read as of the day)."""
-    carried: set[date] = set()
-    for upstream in table.upstream:
+    changed upstream, through the day dependency on it (the same days, a trailing window's, or every later day of a
+    dimension read as of the day)."""
+    found: set[date] = set()
+    for upstream, dependency in table.upstream.items():
         days = changed.get(upstream)
         if not days:
             continue
-        if BY_NAME[upstream].role is Role.DIMENSION:
-            carried |= {d for d in published if d >= min(days)}
+        if isinstance(dependency, AsOf):
+            found |= {d for d in published if d >= min(days)}
         else:
-            carried |= set(days) & published
-    return sorted(own | carried)
+            found |= {d for day in days for d in carried(dependency, day, last_day())} & published
+    return sorted(own | found)
 
 
-def _overlay(spark: SparkSession, plan_id: str, changed: dict[str, list[date]], pinned: dict[str, int | None]) -> Read:
+def _overlay(
+    spark: SparkSession,
+    pipeline: Pipeline,
+    plan_id: str,
+    changed: dict[str, list[date]],
+    pinned: dict[str, int | None],
+) -> ReadDays:
     """What a table of the plan reads of an upstream table: the plan's rows on the days it changed them, the
     published rows as of the pinned version elsewhere."""
 
     def read(upstream: str, days: list[date]) -> DataFrame:
-        column = DAY_COLUMN[upstream]
+        column = pipeline.day_column[upstream]
         mine = sorted(set(days) & set(changed.get(upstream, [])))
         rest = sorted(set(days) - set(mine))
         parts = [read_path(spark, shadow_path(plan_id, upstream), column, mine)] if mine else []
@@ -216,7 +229,7 @@ def _overlay(spark: SparkSession, plan_id: str, changed: dict[str, list[date]], 
     return read
 
 
-def _diff(table: Table, before: DataFrame, after: DataFrame, days: list[date], plan: TablePlan) -> None:
+def _diff(table: Declared, before: DataFrame, after: DataFrame, days: list[date], plan: TablePlan) -> None:
     """Fill `plan` with how `after` (the shadow) differs from `before` (published) on `days`, day by day."""
     column = table.day_column
     was, now = checks.day_contents(before, column), checks.day_contents(after, column)
@@ -254,38 +267,38 @@ def _diff(table: Table, before: DataFrame, after: DataFrame, days: list[date], p
         plan.measures = {m: (str(b[m]), str(a[m])) for m in measures if b[m] != a[m]}
 
 
-def make_plan(spark: SparkSession, start: date, end: date, select: list[str] | None = None) -> Plan:
+def make_plan(spark: SparkSession, pipeline: Pipeline, start: date, end: date, select: list[str] | None = None) -> Plan:
     """Build a plan for the code loaded now over start..end (for the chosen tables and those built from them), record
     it, and return it. Nothing published changes."""
-    versions = code_versions.current()
-    stale = stale_code_days(spark)
-    written = audit.built_by(spark)
+    versions = code_versions.current(pipeline)
+    stale: dict[str, dict[date, CodeChange]] = stale_code_days(spark, pipeline)
+    written = audit.built_by(spark, pipeline.name)
     in_range = set(day_range(start, end))
-    chosen = set(downstream(set(select))) if select else set(PUBLISH_ORDER)
+    chosen = set(pipeline.downstream(set(select))) if select else set(pipeline.publish_order)
     plan = Plan(
         uuid.uuid4().hex[:8],
         datetime.now(UTC),
         start,
         end,
         versions,
-        {t: current_version(spark, t) for t in with_side_tables(PUBLISH_ORDER)},
+        {t: current_version(spark, t) for t in pipeline.every_table},
         {},
         [],
     )
     changed: dict[str, list[date]] = {}
-    read = _overlay(spark, plan.plan_id, changed, plan.pinned)
-    for name in [t for t in PUBLISH_ORDER if t in chosen]:
-        table = BY_NAME[name]
+    read = _overlay(spark, pipeline, plan.plan_id, changed, plan.pinned)
+    for name in [t for t in pipeline.publish_order if t in chosen]:
+        table = pipeline.by_name[name]
         published = set(written.get(name, {})) & in_range
         own = {d for d, why in stale.get(name, {}).items() if why.table == name and d in in_range}
         days = _days_to_rebuild(table, own, changed, published)
         if not days:
             continue
-        staged = table.build(spark, days, read)
+        staged = builds.build(spark, pipeline, table, days, read)
         staged.table = staged.table.persist()  # checked and written from the same computed rows, as publish does
         try:
             verified = checks.evaluate_blocking(
-                staged.table, staged.upstream, staged.lost, table.key, table.day_column, table.checks, days
+                staged.table, staged.upstream, staged.lost, table, days, staged.upstream_day
             )
             plan.blocking_failures += [
                 BlockingFailure(name, o.check, o.day, checks.summary(o)) for o in verified.failing
@@ -301,20 +314,20 @@ def make_plan(spark: SparkSession, start: date, end: date, select: list[str] | N
         _diff(table, read_path(spark, table_path(name), table.day_column, days, plan.pinned[name]), after, days, result)
         plan.tables[name] = result
         changed[name] = result.changed_days
-    control.record_plan(spark, plan.plan_id, json.dumps(plan.to_json()), plan.created_at)
+    control.record_plan(spark, pipeline.name, plan.plan_id, json.dumps(plan.to_json()), plan.created_at)
     return plan
 
 
-def load_plan(spark: SparkSession, plan_id: str) -> tuple[Plan, str]:
+def load_plan(spark: SparkSession, pipeline: Pipeline, plan_id: str) -> tuple[Plan, str]:
     """A recorded plan and its status; PlanRefused when there is no such plan."""
-    found = control.read_plan(spark, plan_id)
+    found = control.read_plan(spark, pipeline.name, plan_id)
     if found is None:
-        raise PlanRefused(f"no plan {plan_id}: `python -m assets_pkg plan` builds one")
+        raise PlanRefused(f"no plan {plan_id} in pipeline {pipeline.name}: `{command(pipeline)} plan` builds one")
     document, status = found
     return Plan.from_json(json.loads(document)), status
 
 
-def refusal(spark: SparkSession, plan: Plan, status: str) -> str | None:
+def refusal(spark: SparkSession, pipeline: Pipeline, plan: Plan, status: str) -> str | None:
     """Why the plan cannot be promoted now, in one line (None: it can)."""
     if status != "open":
         return f"plan {plan.plan_id} is {status}: plan again"
@@ -324,7 +337,7 @@ def refusal(spark: SparkSession, plan: Plan, status: str) -> str | None:
             f"plan {plan.plan_id} failed {len(plan.blocking_failures)} blocking check(s) in its shadow tables, e.g. "
             f"{f.check} of {f.table} on {f.day}: {f.summary}; fix the code and plan again"
         )
-    now = code_versions.current()
+    now = code_versions.current(pipeline)
     moved_code = [t for t in plan.code_versions if now.get(t) != plan.code_versions[t]]
     if moved_code:
         t = moved_code[0]
@@ -349,11 +362,11 @@ class Promotion:
     unchanged: dict[str, list[date]]  # the days recorded as current under the new code, not rewritten
 
 
-def promote(spark: SparkSession, plan_id: str, run: RunInfo) -> Promotion:
+def promote(spark: SparkSession, pipeline: Pipeline, plan_id: str, run: RunInfo) -> Promotion:
     """Write exactly the plan's changed days from its shadow tables, through publish, and record its unchanged days
     as current under the new code. PlanRefused (nothing written) when it cannot be promoted."""
-    plan, status = load_plan(spark, plan_id)
-    why = refusal(spark, plan, status)
+    plan, status = load_plan(spark, pipeline, plan_id)
+    why = refusal(spark, pipeline, plan, status)
     if why:
         raise PlanRefused(why)
     changed = {t: p.changed_days for t, p in plan.tables.items() if p.changed_days}
@@ -363,12 +376,14 @@ def promote(spark: SparkSession, plan_id: str, run: RunInfo) -> Promotion:
         "code_versions_after": {t: p.code_after for t, p in plan.tables.items()},
     }
     change = Change(Operation.PROMOTION, changed, {t: FromPlan(plan.plan_id) for t in changed}, note=note)
-    publications = publish(spark, change, run) if changed else {}
+    publications = publish(spark, pipeline, change, run) if changed else {}
     now = datetime.now(UTC)
     unchanged = {t: p.unchanged_days for t, p in plan.tables.items() if p.unchanged_days}
-    written = audit.latest_before_run(spark, run.run_id, sorted({d for days in unchanged.values() for d in days}))
+    every_day = sorted({d for days in unchanged.values() for d in days})
+    written = audit.latest_before_run(spark, pipeline.name, run.run_id, every_day)
     audit.append(
         spark,
+        pipeline.name,
         [
             audit.AuditRow(
                 run_id=run.run_id,
@@ -387,16 +402,16 @@ def promote(spark: SparkSession, plan_id: str, run: RunInfo) -> Promotion:
             for day in days
         ],
     )
-    control.resolve_plan(spark, plan.plan_id, "promoted", run.run_id, now)
+    control.resolve_plan(spark, pipeline.name, plan.plan_id, "promoted", run.run_id, now)
     shutil.rmtree(plans_root() / plan.plan_id, ignore_errors=True)
     return Promotion(plan, publications, unchanged)
 
 
-def drop(spark: SparkSession, plan_id: str, run_id: str) -> None:
+def drop(spark: SparkSession, pipeline: Pipeline, plan_id: str, run_id: str) -> None:
     """Remove a plan: its shadow tables deleted, its record closed."""
-    plan, status = load_plan(spark, plan_id)
+    plan, status = load_plan(spark, pipeline, plan_id)
     if status == "open":
-        control.resolve_plan(spark, plan.plan_id, "dropped", run_id, datetime.now(UTC))
+        control.resolve_plan(spark, pipeline.name, plan.plan_id, "dropped", run_id, datetime.now(UTC))
     shutil.rmtree(plans_root() / plan.plan_id, ignore_errors=True)
 
 

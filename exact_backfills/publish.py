@@ -35,21 +35,12 @@ from dagster import DagsterRun
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from assets_pkg.tables import (
-    BY_NAME,
-    DAY_COLUMN,
-    PUBLISH_ORDER,
-    SIDE_TABLE_OF,
-    LandedBatches,
-    Read,
-    Staged,
-    Table,
-    narrowed,
-    with_side_tables,
-)
-from exact_backfills import checks, code_versions
+from exact_backfills import builds, checks, code_versions
+from exact_backfills.builds import LandedBatches, ReadDays, Staged, narrowed
 from exact_backfills.dagster_names import CLI_BACKFILL_TAG, RELEASE_TAG
 from exact_backfills.dagster_private import BACKFILL_ID_TAG
+from exact_backfills.declare import Declared, Pipeline, Staging
+from exact_backfills.pipelines import command
 from resources import audit, control
 from resources.delta_io import (
     Commit,
@@ -125,9 +116,9 @@ RowSource = Rebuilt | Restated | Restored | FromPlan
 CODE_VERSION = "code_version"
 
 
-def built_by(table: str, source: RowSource) -> str | None:
+def built_by(pipeline: Pipeline, table: str, source: RowSource) -> str | None:
     """The code version of the rows a source gives: the code loaded now, unless they are restored older rows."""
-    return source.built_by if isinstance(source, Restored) else code_versions.current()[table]
+    return source.built_by if isinstance(source, Restored) else code_versions.current(pipeline)[table]
 
 
 @dataclass(frozen=True)
@@ -152,7 +143,8 @@ class Change:
         return self.sources.get(table, Rebuilt())
 
     def tables(self) -> list[str]:
-        return [t for t in PUBLISH_ORDER if self.days.get(t)]
+        """The tables it writes, in the order its days are given (publish order, once `publishing` has it)."""
+        return [t for t in self.days if self.days[t]]
 
     def every_day(self) -> list[date]:
         return sorted({d for days in self.days.values() for d in days})
@@ -201,6 +193,7 @@ class Refused(RuntimeError):
         change: Change,
         failing: dict[str, list[checks.Outcome]] | None = None,
         holds: list[control.HeldDay] | None = None,
+        release: str = "release",
     ):
         self.change, self.failing, self.holds = change, failing or {}, holds or []
         op, days = change.operation, day_ranges(change.every_day())
@@ -208,7 +201,7 @@ class Refused(RuntimeError):
             message = (
                 f"{op.value} of {days} refused, nothing {op.verb}: {len(self.holds)} day(s) held since a "
                 f"rollback: {_first_items([h.describe() for h in self.holds], 5)}. Publish them again with "
-                "`python -m assets_pkg release --start D1 --end D2`, or leave them out."
+                f"`{release} --start D1 --end D2`, or leave them out."
             )
         else:
             lines = [
@@ -232,9 +225,12 @@ class PartlyPublished(RuntimeError):
     """The change failed after committing some of its tables: those hold its days, the others their previous
     content. Making the same change again publishes them all."""
 
-    def __init__(self, change: Change, commits: dict[str, Commit], cause: BaseException):
+    def __init__(self, pipeline: Pipeline, change: Change, commits: dict[str, Commit], cause: BaseException):
         # Side tables have their table's days.
-        self.plan = {name: change.days[SIDE_TABLE_OF.get(name, name)] for name in with_side_tables(change.tables())}
+        self.plan = {
+            name: change.days[pipeline.side_table_of.get(name, name)]
+            for name in pipeline.with_side_tables(change.tables())
+        }
         self.operation, self.commits, self.cause = change.operation, commits, cause
         self.not_committed = [t for t in self.plan if t not in commits]
         committed = ", ".join(
@@ -261,51 +257,70 @@ def fault_point(name: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def publish(spark: SparkSession, change: Change, run: RunInfo) -> dict[str, Publication]:
+def publish(spark: SparkSession, pipeline: Pipeline, change: Change, run: RunInfo) -> dict[str, Publication]:
     """Publish `change` as a whole: build, verify, commit, record (see the module's docstring). Raises Refused, having
     written nothing, when a blocking check fails or (for a backfill or restatement) a day is held since a rollback;
     PartlyPublished when a failure comes after the first commit."""
-    return dict(publishing(spark, change, run))
+    return dict(publishing(spark, pipeline, change, run))
 
 
-def publishing(spark: SparkSession, change: Change, run: RunInfo) -> Iterator[tuple[str, Publication]]:
+def publishing(
+    spark: SparkSession, pipeline: Pipeline, change: Change, run: RunInfo
+) -> Iterator[tuple[str, Publication]]:
     """`publish`, yielding each table's publication once its commit is made. The commits and their records go on in
     a thread of their own, so that a caller recording one table's days in Dagster does so while the next table is
     committed. Raises as `publish` does, a PartlyPublished after the publications of the tables committed before."""
     started = datetime.now(UTC)
     t0 = time.monotonic()
-    change = replace(change, days={t: sorted(set(change.days[t])) for t in change.tables()})
-    holds = control.open_holds(spark, change.every_day()) if change.every_day() else []
+    unknown = [t for t in change.tables() if t not in pipeline.by_name]
+    if unknown:
+        raise ValueError(f"not tables of pipeline {pipeline.name}: {', '.join(unknown)}")
+    change = replace(
+        change, days={t: sorted(set(change.days[t])) for t in pipeline.publish_order if change.days.get(t)}
+    )
+    holds = control.open_holds(spark, pipeline.name, change.every_day()) if change.every_day() else []
     if holds and change.operation in (Operation.BACKFILL, Operation.RESTATEMENT, Operation.PROMOTION):
-        raise Refused(change, holds=holds)
+        raise Refused(change, holds=holds, release=f"{command(pipeline)} release")
     staged: dict[str, Staged] = {}
     evaluation = ExitStack()
     # Spark jobs that do not depend on each other go to the engine from this pool's threads: a change of a few days
     # checks and commits its tables at once (`at_once`), another one table after the other; both read the audit trail
     # while the tables are built.
     together = at_once(change)
-    workers = len(with_side_tables(change.tables())) + 1 if together else 1
+    workers = len(pipeline.with_side_tables(change.tables())) + 1 if together else 1
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="publish")
     try:
         # What each day held before this run, read while the tables are built (this run's own rows are left out).
-        previous_content = pool.submit(audit.latest_before_run, spark, run.run_id, change.every_day())
+        previous_content = pool.submit(audit.latest_before_run, spark, pipeline.name, run.run_id, change.every_day())
         checking: dict[str, Future[checks.Verified]] = {}
+        tables = pipeline.by_name
         for table in change.tables():
-            built = _built(spark, BY_NAME[table], change, staged)
+            built = _built(spark, pipeline, tables[table], change, staged)
             if not staged and _interpreted(built.scans):
                 evaluation.enter_context(interpreted(spark))
-            staged[table] = _held(built, BY_NAME[table], change)
+            staged[table] = _held(pipeline, built, tables[table], change)
             if together:  # its rows are computed (a few days' are checkpointed): checked while the next builds
-                checking[table] = pool.submit(_verify, staged[table], BY_NAME[table], change.days[table])
+                checking[table] = pool.submit(_verify, staged[table], tables[table], change.days[table])
         if not together:  # checked once every table is built
-            checking = {t: pool.submit(_verify, staged[t], BY_NAME[t], change.days[t]) for t in change.tables()}
+            checking = {t: pool.submit(_verify, staged[t], tables[t], change.days[t]) for t in change.tables()}
         verified = {table: checking[table].result() for table in change.tables()}
         failing = {table: v.failing for table, v in verified.items() if v.failing}
         if failing:
             raise Refused(change, failing)
         yield from _ahead(
             lambda: _commit_and_record(
-                spark, staged, change, run, verified, holds, previous_content.result(), started, t0, pool, together
+                spark,
+                pipeline,
+                staged,
+                change,
+                run,
+                verified,
+                holds,
+                previous_content.result(),
+                started,
+                t0,
+                pool,
+                together,
             )
         )
     finally:
@@ -356,12 +371,15 @@ def _ahead(items: Callable[[], Iterator[T]]) -> Iterator[T]:
         worker.join()
 
 
-def _built(spark: SparkSession, table: Table, change: Change, staged: dict[str, Staged]) -> Staged:
+def _built(
+    spark: SparkSession, pipeline: Pipeline, table: Declared, change: Change, staged: dict[str, Staged]
+) -> Staged:
     """The table's rows for the change's days, from its source, not computed yet."""
     scans: list[Scan] = []
+    day_column = pipeline.day_column
 
     def published(upstream: str, days: list[date]) -> DataFrame:
-        df = read_days(spark, upstream, DAY_COLUMN[upstream], days)
+        df = read_days(spark, upstream, day_column[upstream], days)
         scans.append(scan_of_table(df, upstream))
         return df
 
@@ -372,7 +390,7 @@ def _built(spark: SparkSession, table: Table, change: Change, staged: dict[str, 
         ours = set(change.days[upstream])
         mine, rest = sorted(set(days) & ours), sorted(set(days) - ours)
         built = staged[upstream].table
-        parts = [built if set(mine) == ours else built.where(day_filter(DAY_COLUMN[upstream], mine))] if mine else []
+        parts = [built if set(mine) == ours else built.where(day_filter(day_column[upstream], mine))] if mine else []
         if rest and table_exists(upstream):
             parts.append(published(upstream, rest))
         if not parts:
@@ -382,24 +400,25 @@ def _built(spark: SparkSession, table: Table, change: Change, staged: dict[str, 
     days = change.days[table.name]
     source = change.source(table.name)
     if isinstance(source, Restored):
-        result = _restored(spark, table, source, days, read)
+        result = _restored(spark, pipeline, table, source, days, read)
     elif isinstance(source, FromPlan):
-        result = _from_plan(table, source, days, read, spark)
-    elif isinstance(source, Restated) and table.restate:
-        result = table.restate(source.landed)(spark, days, read)
+        result = _from_plan(pipeline, table, source, days, read, spark)
+    elif isinstance(source, Restated) and isinstance(table, Staging) and table.events:
+        result = builds.restate_events(spark, table, source.landed, days)
     else:
-        result = table.build(spark, days, read)
+        result = builds.build(spark, pipeline, table, days, read)
     result.scans = [*result.scans, *scans]
     return result
 
 
-def _held(built: Staged, table: Table, change: Change) -> Staged:
+def _held(pipeline: Pipeline, built: Staged, table: Declared, change: Change) -> Staged:
     """`built`, its rows held so that they are checked, read downstream and written from the same computed rows."""
-    built.table = built.table.localCheckpoint() if checkpointed(table, change, built.scans) else built.table.persist()
+    held = checkpointed(pipeline, table, change, built.scans)
+    built.table = built.table.localCheckpoint() if held else built.table.persist()
     return built
 
 
-def checkpointed(table: Table, change: Change, scans: list[Scan]) -> bool:
+def checkpointed(pipeline: Pipeline, table: Declared, change: Change, scans: list[Scan]) -> bool:
     """Whether a table's staged rows are held as a local checkpoint (computed at once, stored as rows, the plan cut)
     rather than cached (computed by their first use, stored compressed by column).
 
@@ -409,52 +428,60 @@ def checkpointed(table: Table, change: Change, scans: list[Scan]) -> bool:
     are checkpointed too, which costs less than caching few rows; the rows of most of the history are cached, held in
     less memory than as rows."""
     source = change.source(table.name)
-    if isinstance(source, Restored) or (isinstance(source, Restated) and table.restate is not None):
+    if isinstance(source, Restored) or (isinstance(source, Restated) and isinstance(table, Staging) and table.events):
         return True
-    if not {scan.source for scan in scans}.isdisjoint(with_side_tables(change.tables())):
+    if not {scan.source for scan in scans}.isdisjoint(pipeline.with_side_tables(change.tables())):
         return True
     return narrowed(change.days[table.name])
 
 
-def rows_as_of(spark: SparkSession, table: str, version: int, days: list[date]) -> DataFrame:
+def rows_as_of(spark: SparkSession, table: str, day_column: str, version: int, days: list[date]) -> DataFrame:
     """The table's rows of `days` as of `version` (none before the table existed)."""
     if version < 0:
-        return read_days(spark, table, DAY_COLUMN[table], days).where(F.lit(False))
+        return read_days(spark, table, day_column, days).where(F.lit(False))
     old = spark.read.format("delta").option("versionAsOf", version).load(table_path(table))
-    return old.where(day_filter(DAY_COLUMN[table], days))
+    return old.where(day_filter(day_column, days))
 
 
-def _from_plan(table: Table, source: FromPlan, days: list[date], read: Read, spark: SparkSession) -> Staged:
+def _from_plan(
+    pipeline: Pipeline, table: Declared, source: FromPlan, days: list[date], read: ReadDays, spark: SparkSession
+) -> Staged:
     """A table's days as a plan built them (its side tables' too), with its upstream to reconcile with as this change
     leaves it. Nothing lost was checked when the plan built them."""
-    rec = table.checks.reconciliation
+    rec = table.reconcile
     shadow = {name: shadow_path(source.plan_id, name) for name in [table.name, *(s.name for s in table.side_tables)]}
     return Staged(
         table=read_path(spark, shadow[table.name], table.day_column, days),
         upstream=read(rec.upstream, days) if rec else None,
+        upstream_day=pipeline.day_column[rec.upstream] if rec else None,
         side_tables={s.name: read_path(spark, shadow[s.name], s.day_column, days).persist() for s in table.side_tables},
     )
 
 
-def _restored(spark: SparkSession, table: Table, source: Restored, days: list[date], read: Read) -> Staged:
+def _restored(
+    spark: SparkSession, pipeline: Pipeline, table: Declared, source: Restored, days: list[date], read: ReadDays
+) -> Staged:
     """A table's days as of an earlier version, with its upstream to reconcile with as this change leaves it. Nothing
     lost is not checked: the days are held, what landed for them left out on purpose."""
-    rec = table.checks.reconciliation
+    rec = table.reconcile
+    column = pipeline.day_column
     return Staged(
-        table=rows_as_of(spark, table.name, source.version, days),
+        table=rows_as_of(spark, table.name, table.day_column, source.version, days),
         upstream=read(rec.upstream, days) if rec else None,
-        side_tables={side: rows_as_of(spark, side, v, days).persist() for side, v in source.side_versions.items()},
+        upstream_day=column[rec.upstream] if rec else None,
+        side_tables={
+            side: rows_as_of(spark, side, column[side], v, days).persist() for side, v in source.side_versions.items()
+        },
     )
 
 
-def _verify(built: Staged, table: Table, days: list[date]) -> checks.Verified:
-    return checks.evaluate_blocking(
-        built.table, built.upstream, built.lost, table.key, table.day_column, table.checks, days
-    )
+def _verify(built: Staged, table: Declared, days: list[date]) -> checks.Verified:
+    return checks.evaluate_blocking(built.table, built.upstream, built.lost, table, days, built.upstream_day)
 
 
 def _commit_and_record(
     spark: SparkSession,
+    pipeline: Pipeline,
     staged: dict[str, Staged],
     change: Change,
     run: RunInfo,
@@ -478,7 +505,9 @@ def _commit_and_record(
     audit_rows: list[audit.AuditRow] = []
     fault_point("before-commits")
     tables = change.tables()
-    committing = {table: pool.submit(_commit, staged, change, run, table) for table in tables} if together else {}
+    committing = (
+        {table: pool.submit(_commit, pipeline, staged, change, run, table) for table in tables} if together else {}
+    )
     failure: Exception | None = None
     try:
         for table in tables:
@@ -486,7 +515,7 @@ def _commit_and_record(
                 break
             try:
                 if table not in committing:
-                    committing[table] = pool.submit(_commit, staged, change, run, table)
+                    committing[table] = pool.submit(_commit, pipeline, staged, change, run, table)
                 commits.update(committing[table].result())
             except Exception as e:
                 failure = failure or e
@@ -494,20 +523,31 @@ def _commit_and_record(
                     pending.cancel()  # not started yet: it never will
                 continue
             publication, rows = _record(
-                spark, staged, change, run, verified[table], commits, table, previous_content, held, started, t0
+                spark,
+                pipeline,
+                staged,
+                change,
+                run,
+                verified[table],
+                commits,
+                table,
+                previous_content,
+                held,
+                started,
+                t0,
             )
             audit_rows += rows
             yield table, publication
         if failure is not None:
             raise failure
-        _hold_or_release(spark, change, run, holds, held_at)
-        audit.append(spark, audit_rows)
+        _hold_or_release(spark, pipeline, change, run, holds, held_at)
+        audit.append(spark, pipeline.name, audit_rows)
     except Exception as e:
         for table, pending in committing.items():  # those under way end before the failure says what is committed
             if table not in commits and not pending.cancel() and pending.exception() is None:
                 commits.update(pending.result())
         if commits:
-            raise PartlyPublished(change, commits, e) from e
+            raise PartlyPublished(pipeline, change, commits, e) from e
         raise
 
 
@@ -519,13 +559,16 @@ def at_once(change: Change) -> bool:
     return all(narrowed(change.days[table]) for table in change.tables())
 
 
-def _commit(staged: dict[str, Staged], change: Change, run: RunInfo, table: str) -> dict[str, Commit]:
+def _commit(
+    pipeline: Pipeline, staged: dict[str, Staged], change: Change, run: RunInfo, table: str
+) -> dict[str, Commit]:
     """The table's commit, its side tables' just before it (rows accepted and rows quarantined are two halves of one
     build)."""
     days, source = change.days[table], change.source(table)
     commits: dict[str, Commit] = {}
     info = {
-        "code_version": built_by(table, source),
+        "pipeline": pipeline.name,
+        "code_version": built_by(pipeline, table, source),
         "run_id": run.run_id,
         "backfill_id": run.backfill_id,
         "operation": change.operation.value,
@@ -540,20 +583,20 @@ def _commit(staged: dict[str, Staged], change: Change, run: RunInfo, table: str)
         else:
             side_df = side_df.withColumn("run_id", F.lit(run.run_id))  # which run put the row there
             info_side = {**info, "asset": side}
-        commits[side] = overwrite_days(side_df, side, DAY_COLUMN[side], days, info_side)
+        commits[side] = overwrite_days(side_df, side, pipeline.day_column[side], days, info_side)
     restored = {"restored_version": source.version} if isinstance(source, Restored) else {}
     commits[table] = overwrite_days(
-        staged[table].table, table, DAY_COLUMN[table], days, {**info, "asset": table, **restored}
+        staged[table].table, table, pipeline.day_column[table], days, {**info, "asset": table, **restored}
     )
     fault_point(f"commit:{table}")
     return commits
 
 
-def _source_watermark(df: DataFrame) -> datetime | None:
-    """The newest load time (`ingested_at`) among the rows published, for tables that carry it."""
-    if "ingested_at" not in df.columns:
+def _source_watermark(table: Declared, df: DataFrame) -> datetime | None:
+    """The newest load time among the rows published, for the staging table of an events source (its rows carry it)."""
+    if not (isinstance(table, Staging) and table.events):
         return None
-    seconds = scalar(df.agg(F.max("ingested_at").cast("double")))
+    seconds = scalar(df.agg(F.max(table.source.loaded_at).cast("double")))
     return datetime.fromtimestamp(seconds, tz=UTC) if seconds is not None else None
 
 
@@ -565,27 +608,39 @@ def _held_days(change: Change, run: RunInfo, now: datetime) -> dict[date, contro
 
 
 def _hold_or_release(
-    spark: SparkSession, change: Change, run: RunInfo, holds: list[control.HeldDay], held_at: datetime
+    spark: SparkSession,
+    pipeline: Pipeline,
+    change: Change,
+    run: RunInfo,
+    holds: list[control.HeldDay],
+    held_at: datetime,
 ) -> None:
     """The declared effect on held days, once every table is committed: a rollback holds its days (as of `held_at`,
     the time its tables' check results give), a release releases them."""
     if change.hold:
-        control.hold_days(spark, change.every_day(), change.hold.why, change.hold.batches, run.run_id, held_at)
+        hold = change.hold
+        control.hold_days(spark, pipeline.name, change.every_day(), hold.why, hold.batches, run.run_id, held_at)
     elif change.operation is Operation.RELEASE and holds:
-        control.release_holds(spark, [h.day for h in holds], run.run_id, datetime.now(UTC))
+        control.release_holds(spark, pipeline.name, [h.day for h in holds], run.run_id, datetime.now(UTC))
 
 
 def _late_data(
-    spark: SparkSession, days: list[date], source: RowSource, run: RunInfo, now: datetime
+    spark: SparkSession,
+    pipeline: Pipeline,
+    table: str,
+    days: list[date],
+    source: RowSource,
+    run: RunInfo,
+    now: datetime,
 ) -> list[checks.Outcome]:
     """late_data_outside_window on each day of a table that publishes late rows: it passes unless the day holds late
     rows older than the restatement window that are still unpublished. A build from every batch that can hold the
     days publishes them, so it settles their exceptions; a restatement's build (from the batches it read) or a
     restored version leaves an open one open."""
-    still_open = control.open_exceptions(spark, days)
+    still_open = control.open_exceptions(spark, pipeline.name, days, table)
     settles = isinstance(source, Rebuilt)
     if settles and still_open:
-        control.resolve_exceptions(spark, [e.day for e in still_open], run.run_id, now)
+        control.resolve_exceptions(spark, pipeline.name, table, [e.day for e in still_open], run.run_id, now)
     by_day = {e.day: e for e in still_open}
     outcomes = []
     for day in days:
@@ -597,7 +652,7 @@ def _late_data(
     return outcomes
 
 
-def _freshness(table: Table, days: list[date], held: dict[date, control.HeldDay]) -> list[checks.Outcome]:
+def _freshness(table: Declared, days: list[date], held: dict[date, control.HeldDay]) -> list[checks.Outcome]:
     """Just written: up to date with the landing, or, on a day held since a rollback, left out as the operator wants
     it (what landed for it is not published until it is released)."""
     outcomes = []
@@ -605,16 +660,16 @@ def _freshness(table: Table, days: list[date], held: dict[date, control.HeldDay]
         if day in held:
             why = {"stale": False, "held": True, "why": held[day].describe()}
             outcomes.append(checks.Outcome(checks.UP_TO_DATE, day, True, why))
-            if table.checks.nothing_lost:
+            if checks.checks_nothing_lost(table):
                 outcomes.append(checks.Outcome(checks.NOTHING_LOST, day, True, {"held": True, "why": why["why"]}))
         else:
             outcomes.append(checks.Outcome(checks.UP_TO_DATE, day, True, {"stale": False}))
     return outcomes
 
 
-def _code(table: str, days: list[date], source: RowSource) -> list[checks.Outcome]:
+def _code(pipeline: Pipeline, table: str, days: list[date], source: RowSource) -> list[checks.Outcome]:
     """Just written: by the code loaded now, unless the rows are restored ones an older version built."""
-    built, current = built_by(table, source), code_versions.current()[table]
+    built, current = built_by(pipeline, table, source), code_versions.current(pipeline)[table]
     why = {"code_version": built or "", "current_code_version": current}
     if built != current:
         why["why"] = f"{table}: restored rows built by code {built or 'unrecorded'}, not {current}"
@@ -623,6 +678,7 @@ def _code(table: str, days: list[date], source: RowSource) -> list[checks.Outcom
 
 def _record(
     spark: SparkSession,
+    pipeline: Pipeline,
     staged: dict[str, Staged],
     change: Change,
     run: RunInfo,
@@ -636,17 +692,17 @@ def _record(
 ) -> tuple[Publication, list[audit.AuditRow]]:
     """A committed table's publication (every check result and each day's figures for Dagster) and audit rows."""
     ended = datetime.now(UTC)
-    days, spec, commit, source = change.days[table], BY_NAME[table], commits[table], change.source(table)
+    days, spec, commit, source = change.days[table], pipeline.by_name[table], commits[table], change.source(table)
     previous = {day: previous_content[(table, day)] for day in days if (table, day) in previous_content}
     outcomes = [
         *checked.outcomes,
         *checks.evaluate_after_commit(checked, previous, days),
         *_freshness(spec, days, held),
-        *_code(table, days, source),
+        *_code(pipeline, table, days, source),
     ]
-    if spec.checks.late_data:
-        outcomes += _late_data(spark, days, source, run, ended)
-    source_watermark = _source_watermark(staged[table].table)
+    if checks.publishes_late_rows(spec):
+        outcomes += _late_data(spark, pipeline, table, days, source, run, ended)
+    source_watermark = _source_watermark(spec, staged[table].table)
     changed = {day: checks.fingerprint_changed(checked.profile(day).content, previous.get(day)) for day in days}
     audit_rows = [
         audit.AuditRow(
@@ -662,8 +718,8 @@ def _record(
             ended_at=ended,
             source_watermark=source_watermark,
             duplicate_per_1k=checked.profile(day).duplicate_per_1k,
-            mismatch_count=checked.mismatches.get(day, 0) if spec.checks.reconciliation else None,
-            code_version=built_by(table, source),
+            mismatch_count=checked.mismatches.get(day, 0) if spec.reconcile else None,
+            code_version=built_by(pipeline, table, source),
         )
         for day in days
     ]
@@ -678,11 +734,11 @@ def _record(
         day: {
             **day_metadata,
             **why,
-            CODE_VERSION: built_by(table, source) or "",
+            CODE_VERSION: built_by(pipeline, table, source) or "",
             "fingerprint": checked.profile(day).fingerprint or "",
             "fingerprint_changed": changed[day],
             "duplicate_per_1k": checked.profile(day).duplicate_per_1k,
-            **({"mismatch_count": checked.mismatches.get(day, 0)} if spec.checks.reconciliation else {}),
+            **({"mismatch_count": checked.mismatches.get(day, 0)} if spec.reconcile else {}),
             # The change's reads: what building these days scanned of the landing and of published tables.
             **(
                 {"scanned": {scan.source: scan.metadata() for scan in staged[table].scans}}

@@ -1,8 +1,11 @@
-"""Rows that break the landing contract go to staging's quarantine side table with the reason, the source file and the
-run: nothing is dropped silently, and a bad row never fails the pipeline.
+"""Rows of an events source that break the landing contract go to its staging table's quarantine side table with the
+reason, the source file and the run: nothing is dropped silently, and a bad row never fails the pipeline.
 
-A quarantined row belongs to a day (`quarantine_day`) so that the staging run of that day rewrites it exactly: its
-order_date when that is a valid partition day, otherwise its landing batch's day, clamped into the partitions.
+A row is rejected, first reason first: its file was refused; a key column, its day, or its newest/load timestamps are
+null; its day is outside the partitions or after its load; then each of the source's own rules, in order.
+
+A quarantined row belongs to a day (`quarantine_day`) so that the staging run of that day rewrites it exactly: its own
+day when that is a valid partition day, otherwise its landing batch's day, clamped into the partitions.
 """
 
 from datetime import date
@@ -10,74 +13,82 @@ from datetime import date
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from exact_backfills.landing import ORDER_ITEM_KEY, ORDER_ITEM_VERSION_COLUMNS
+from exact_backfills.declare import BATCH_COLUMN, QUARANTINE_DAY, Source
+from exact_backfills.landing import REFUSED
 from resources.delta_io import day_filter
 
+REASON = "reason"
 
-def _reason(first_day: date, last_day: date) -> Column:
+
+def structural_reasons(source: Source) -> list[str]:
+    """The reasons of a row with no valid day of its own: it is filed on its batch's day."""
+    return [
+        "null_key",
+        f"null_{source.day}",
+        "null_timestamp",
+        f"{source.day}_out_of_range",
+        f"{source.day}_after_landing",
+    ]
+
+
+def _reason(source: Source, first_day: date, last_day: date) -> Column:
     c = F.col
-    return (
-        F.when(c("refused").isNotNull(), c("refused"))  # a file the landing contract refuses (see landing.py)
-        .when(c("order_id").isNull() | c("order_item_id").isNull(), "null_key")
-        .when(c("order_date").isNull(), "null_order_date")
-        .when(c("updated_at").isNull() | c("ingested_at").isNull(), "null_timestamp")
-        .when((c("order_date") < F.lit(first_day)) | (c("order_date") > F.lit(last_day)), "order_date_out_of_range")
-        .when(c("order_date") > F.to_date("ingested_at"), "order_date_after_landing")
-        .when(c("customer_id").isNull() | c("product_id").isNull(), "null_reference")
-        .when(c("channel").isNull(), "null_channel")  # daily_revenue's key: a null would fail it for the whole day
-        .when(c("quantity").isNull() | (c("quantity") < 0), "negative_or_null_quantity")
-        .when(
-            (c("gross_amount") < 0)
-            | (c("discount_amount") < 0)
-            | (c("cost_amount") < 0)
-            | c("gross_amount").isNull()
-            | c("discount_amount").isNull()
-            | c("cost_amount").isNull(),
-            "negative_or_null_amount",
-        )
+    day = c(source.day)
+    null_key = F.lit(False)
+    for column in source.key:
+        null_key = null_key | c(column).isNull()
+    null_key_, null_day, null_timestamp, out_of_range, after_landing = structural_reasons(source)
+    reason = (
+        F.when(c(REFUSED).isNotNull(), c(REFUSED))  # a file the landing contract refuses (see landing.py)
+        .when(null_key, null_key_)
+        .when(day.isNull(), null_day)
+        .when(c(source.newest).isNull() | c(source.loaded_at).isNull(), null_timestamp)
+        .when((day < F.lit(first_day)) | (day > F.lit(last_day)), out_of_range)
+        .when(day > F.to_date(source.loaded_at), after_landing)
     )
+    for rule in source.rules:
+        reason = reason.when(F.expr(rule.breaks), rule.reason)
+    return reason
 
 
-def breaks_contract(first_day: date, last_day: date) -> Column:
-    return _reason(first_day, last_day).isNotNull()
+def breaks_contract(source: Source, first_day: date, last_day: date) -> Column:
+    return _reason(source, first_day, last_day).isNotNull()
 
 
-def split(versions: DataFrame, first_day: date, last_day: date) -> tuple[DataFrame, DataFrame]:
+def split(source: Source, versions: DataFrame, first_day: date, last_day: date) -> tuple[DataFrame, DataFrame]:
     """(rows that meet the contract, rows that do not, with `reason` and `quarantine_day`), from landed rows."""
-    tagged = versions.withColumn("reason", _reason(first_day, last_day))
-    in_partitions = F.greatest(F.least(F.col("ingest_date"), F.lit(last_day)), F.lit(first_day))
-    rejected = tagged.where(F.col("reason").isNotNull()).withColumn(
-        "quarantine_day",
-        F.when(
-            F.col("refused").isNotNull()
-            | F.col("reason").isin(
-                "null_key", "null_order_date", "null_timestamp", "order_date_out_of_range", "order_date_after_landing"
-            ),
-            in_partitions,
-        ).otherwise(F.col("order_date")),
+    tagged = versions.withColumn(REASON, _reason(source, first_day, last_day))
+    in_partitions = F.greatest(F.least(F.col(BATCH_COLUMN), F.lit(last_day)), F.lit(first_day))
+    rejected = tagged.where(F.col(REASON).isNotNull()).withColumn(
+        QUARANTINE_DAY,
+        F.when(F.col(REFUSED).isNotNull() | F.col(REASON).isin(*structural_reasons(source)), in_partitions).otherwise(
+            F.col(source.day)
+        ),
     )
-    return tagged.where(F.col("reason").isNull()).drop("reason", "refused"), rejected
+    return tagged.where(F.col(REASON).isNull()).drop(REASON, REFUSED), rejected
 
 
-def for_days(rejected: DataFrame, days: list[date]) -> DataFrame:
-    return rejected.where(day_filter("quarantine_day", days)).select(
-        "quarantine_day", "reason", *ORDER_ITEM_VERSION_COLUMNS
-    )
+def for_days(source: Source, rejected: DataFrame, days: list[date]) -> DataFrame:
+    return rejected.where(day_filter(QUARANTINE_DAY, days)).select(QUARANTINE_DAY, REASON, *source.version_columns)
 
 
-def lost_keys(versions: DataFrame, table: DataFrame, quarantined: DataFrame, days: list[date]) -> DataFrame:
+def lost_keys(
+    source: Source, versions: DataFrame, table: DataFrame, quarantined: DataFrame, days: list[date]
+) -> DataFrame:
     """Keys whose latest landed version (valid or not) falls on one of `days`, yet are neither in `table` nor in
     quarantine: rows that would otherwise vanish without a trace. Columns: day + the key."""
-    latest = Window.partitionBy(*ORDER_ITEM_KEY).orderBy(
-        F.col("updated_at").desc_nulls_last(), F.col("ingested_at").desc_nulls_last()
+    key = list(source.key)
+    latest = Window.partitionBy(*key).orderBy(
+        F.col(source.newest).desc_nulls_last(), F.col(source.loaded_at).desc_nulls_last()
     )
+    not_null = F.lit(True)
+    for column in key:
+        not_null = not_null & F.col(column).isNotNull()
     expected = (
-        versions.where(F.col("order_id").isNotNull() & F.col("order_item_id").isNotNull())
+        versions.where(not_null)
         .withColumn("_n", F.row_number().over(latest))
         .where("_n = 1")
-        .where(day_filter("order_date", days))
-        .select(F.col("order_date").alias("day"), *ORDER_ITEM_KEY)
+        .where(day_filter(source.day, days))
+        .select(F.col(source.day).alias("day"), *key)
     )
-    return expected.join(table.select(*ORDER_ITEM_KEY), ORDER_ITEM_KEY, "left_anti").join(
-        quarantined.select(*ORDER_ITEM_KEY), ORDER_ITEM_KEY, "left_anti"
-    )
+    return expected.join(table.select(*key), key, "left_anti").join(quarantined.select(*key), key, "left_anti")

@@ -22,11 +22,11 @@ from dagster import (
     Output,
 )
 
-from assets_pkg.tables import BY_NAME
 from exact_backfills import checks
 from exact_backfills.dagster_names import TABLE_DAYS_TAG
 from exact_backfills.dagster_private import AssetCheckEvaluationTargetMaterializationData as CheckedMaterialization
 from exact_backfills.dagster_private import add_asset_metadata_by_partition
+from exact_backfills.declare import Pipeline
 from exact_backfills.publish import PartlyPublished, Publication, commit_metadata
 
 
@@ -124,7 +124,7 @@ def selected_check_outputs(context: Any, table: str) -> list[str]:
 
 
 def partly_published_events(
-    context: Any, partly: PartlyPublished, recorded: AbstractSet[str] = frozenset()
+    context: Any, pipeline: Pipeline, partly: PartlyPublished, recorded: AbstractSet[str] = frozenset()
 ) -> Iterator[AssetMaterialization | AssetCheckEvaluation]:
     """A run that failed after committing some tables: a materialization of each day of each table committed (it
     holds this run's rows) unless its publication was `recorded` already, then, on each table not committed, a
@@ -137,7 +137,7 @@ def partly_published_events(
         for day, metadata in sorted(commit_metadata(commit, days).items()):
             yield AssetMaterialization(table, partition=day.isoformat(), metadata=metadata)
     committed = ", ".join(partly.commits)
-    for table in [t for t in partly.not_committed if t in BY_NAME]:  # side tables have no checks
+    for table in [t for t in partly.not_committed if t in pipeline.by_name]:  # side tables have no checks
         outcomes = [
             checks.Outcome(
                 checks.UP_TO_DATE,

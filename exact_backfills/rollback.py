@@ -19,23 +19,15 @@ from dataclasses import dataclass
 from datetime import date
 from typing import Any
 
-from dagster import Config, Failure, OpExecutionContext, Out, Output, in_process_executor, job, op
+from dagster import Config, Failure, JobDefinition, OpExecutionContext, Out, Output, in_process_executor, job, op
 from dagster_pyspark import LazyPySparkResource
 from pydantic import Field
 from pyspark.sql import SparkSession
 
-from assets_pkg.tables import (
-    BY_NAME,
-    DAY_COLUMN,
-    PUBLISH_ORDER,
-    SIDE_TABLE_OF,
-    downstream,
-    upstream_of,
-    with_side_tables,
-)
 from exact_backfills import landing, liveness, recording
 from exact_backfills.checks import day_contents
-from exact_backfills.dagster_names import LAKE_WRITES_POOL, ROLLBACK_JOB, ROLLBACK_OP
+from exact_backfills.dagster_names import LAKE_WRITES_POOL, PIPELINE_TAG, ROLLBACK_JOB, ROLLBACK_OP
+from exact_backfills.declare import BATCH_COLUMN, Pipeline, SourceKind
 from exact_backfills.operations import check_version
 from exact_backfills.partitions import days as day_range
 from exact_backfills.publish import (
@@ -100,14 +92,14 @@ class RollbackPlan:
         rebuilt = f"; rebuild {', '.join(self.rebuild)} from them" if self.rebuild else ""
         return f"{self.start}..{self.end}: restore {restored}{rebuilt} ({self.why})"
 
-    def change(self, batches: str, built_by: dict[str, str | None] | None = None) -> Change:
+    def change(self, pipeline: Pipeline, batches: str, built_by: dict[str, str | None] | None = None) -> Change:
         """The change publish makes: every restored table read as of its version (its side tables as of theirs),
         every table derived from one rebuilt, all on the plan's days, which are then held."""
-        tables = [t for t in PUBLISH_ORDER if t in self.restore or t in self.rebuild]
+        tables = [t for t in pipeline.publish_order if t in self.restore or t in self.rebuild]
         sources: dict[str, RowSource] = {
             t: Restored(
                 self.restore[t],
-                {s: v for s, v in self.restore.items() if SIDE_TABLE_OF.get(s) == t},
+                {s: v for s, v in self.restore.items() if pipeline.side_table_of.get(s) == t},
                 (built_by or {}).get(t),
             )
             for t in tables
@@ -117,43 +109,48 @@ class RollbackPlan:
 
 
 def rollback_plan(
-    start: date, end: date, written: dict[str, int], asked: str, table: str | None = None
+    pipeline: Pipeline, start: date, end: date, written: dict[str, int], asked: str, table: str | None = None
 ) -> RollbackPlan:
     """What a rollback of what was written (`written`: table or side table -> its version before the write) restores
     and rebuilds: every table written, or, with `table`, that table, the tables it is built from and the tables built
     from it; every table derived from a restored one and not restored itself is rebuilt. ValueError when nothing is
     left to restore."""
     if table:
-        if table not in BY_NAME:
-            raise ValueError(_not_a_table(table))
+        if table not in pipeline.by_name:
+            raise ValueError(_not_a_table(pipeline, table))
         if table not in written:
             raise ValueError(f"{asked} committed nothing in {table}")
-        related = {table, *downstream({table}), *upstream_of(table)}
-        allowed = set(with_side_tables([t for t in PUBLISH_ORDER if t in related]))
+        related = {table, *pipeline.downstream({table}), *pipeline.upstream_of(table)}
+        allowed = set(pipeline.with_side_tables([t for t in pipeline.publish_order if t in related]))
         written = {t: v for t, v in written.items() if t in allowed}
     if not written:
         raise ValueError(f"{asked} committed nothing in any table")
-    return _plan(start, end, written, f"rolled back to before {asked}")
+    return _plan(pipeline, start, end, written, f"rolled back to before {asked}")
 
 
-def _not_a_table(name: str) -> str:
-    if name in SIDE_TABLE_OF:
-        owner = SIDE_TABLE_OF[name]
+def _not_a_table(pipeline: Pipeline, name: str) -> str:
+    if name in pipeline.side_table_of:
+        owner = pipeline.side_table_of[name]
         return f"{name} is written with {owner}, from the same build: it is restored with {owner}, never alone"
-    return f"unknown table {name!r}; one of: {', '.join(PUBLISH_ORDER)}"
+    return f"unknown table {name!r}; one of: {', '.join(pipeline.publish_order)}"
 
 
-def _plan(start: date, end: date, restore: dict[str, int], why: str, **asked: Any) -> RollbackPlan:
-    alone = [s for s in restore if s in SIDE_TABLE_OF and SIDE_TABLE_OF[s] not in restore]
+def _plan(pipeline: Pipeline, start: date, end: date, restore: dict[str, int], why: str, **asked: Any) -> RollbackPlan:
+    side_table_of = pipeline.side_table_of
+    alone = [s for s in restore if s in side_table_of and side_table_of[s] not in restore]
     if alone:  # a side table is restored with its table, never alone
-        raise ValueError(_not_a_table(alone[0]))
-    rebuild = [t for t in downstream({t for t in restore if t in BY_NAME}) if t not in restore]
-    order = [t for t in with_side_tables(PUBLISH_ORDER) if t in restore]
+        raise ValueError(_not_a_table(pipeline, alone[0]))
+    unknown = [t for t in restore if t not in pipeline.every_table]
+    if unknown:
+        raise ValueError(_not_a_table(pipeline, unknown[0]))
+    rebuild = [t for t in pipeline.downstream({t for t in restore if t in pipeline.by_name}) if t not in restore]
+    order = [t for t in pipeline.every_table if t in restore]
     return RollbackPlan(start, end, {t: restore[t] for t in order}, rebuild, why, **asked)
 
 
 def plan_rollback(
     spark: SparkSession,
+    pipeline: Pipeline,
     start: date,
     end: date,
     table: str | None = None,
@@ -168,16 +165,18 @@ def plan_rollback(
         what = f"run {before_run}" if before_run else f"backfill {before_backfill}"
         written = {
             t: v
-            for t in with_side_tables(PUBLISH_ORDER)
+            for t in pipeline.every_table
             if (v := version_before(spark, t, before_run, before_backfill)) is not None
         }
-        plan = rollback_plan(start, end, written, what, table)
+        plan = rollback_plan(pipeline, start, end, written, what, table)
         return RollbackPlan(**{**plan.__dict__, **asked})
     if table is None or version is None:
         raise ValueError("give a table and a version, or a run (--before-run) or backfill (--before-backfill)")
+    if table not in pipeline.every_table:
+        raise ValueError(_not_a_table(pipeline, table))
     if version >= 0:
         check_version(spark, table, version)
-    return _plan(start, end, {table: version}, f"{table} rolled back to version {version}", **asked)
+    return _plan(pipeline, start, end, {table: version}, f"{table} rolled back to version {version}", **asked)
 
 
 @dataclass(frozen=True)
@@ -195,23 +194,26 @@ class DayPreview:
         return self.now != self.after
 
 
-def preview(spark: SparkSession, plan: RollbackPlan) -> list[DayPreview]:
+def preview(spark: SparkSession, pipeline: Pipeline, plan: RollbackPlan) -> list[DayPreview]:
     """Per restored table and day: rows and fingerprint now and after the rollback. Writes nothing."""
     found = []
     for table, version in plan.restore.items():
-        now = day_contents(read_days(spark, table, DAY_COLUMN[table], plan.days), DAY_COLUMN[table])
-        after = day_contents(rows_as_of(spark, table, version, plan.days), DAY_COLUMN[table])
+        column = pipeline.day_column[table]
+        now = day_contents(read_days(spark, table, column, plan.days), column)
+        after = day_contents(rows_as_of(spark, table, column, version, plan.days), column)
         none = DayContent(0, None)
         found += [DayPreview(table, day, version, now.get(day, none), after.get(day, none)) for day in plan.days]
     return found
 
 
-def landed_batches(spark: SparkSession, days: list[date]) -> str:
-    """The landed order item batches with rows on `days` (what a release would apply again)."""
-    rows = landing.read_landing(spark, landing.ORDER_ITEMS).where(
-        landing.event_day(landing.ORDER_ITEMS).between(min(days), max(days))
-    )
-    return ", ".join(sorted(str(r[0]) for r in rows.select("ingest_date").distinct().collect() if r[0] is not None))
+def landed_batches(spark: SparkSession, pipeline: Pipeline, days: list[date]) -> str:
+    """The landed batches of the events sources with rows on `days` (what a release would apply again)."""
+    found: set[str] = set()
+    for source in pipeline.sources:
+        if source.kind is SourceKind.EVENTS and landing.batch_dirs(source):
+            rows = landing.read_landing(spark, source).where(landing.event_day(source).between(min(days), max(days)))
+            found |= {str(r[0]) for r in rows.select(BATCH_COLUMN).distinct().collect() if r[0] is not None}
+    return ", ".join(sorted(found))
 
 
 def code_version_at(spark: SparkSession, table: str, version: int) -> str | None:
@@ -225,12 +227,12 @@ def code_version_at(spark: SparkSession, table: str, version: int) -> str | None
     return None
 
 
-def roll_back(spark: SparkSession, plan: RollbackPlan, run: RunInfo) -> dict[str, Publication]:
+def roll_back(spark: SparkSession, pipeline: Pipeline, plan: RollbackPlan, run: RunInfo) -> dict[str, Publication]:
     """Restore, rebuild, hold, through the one write path: every table's days verified before the first commit
     (Refused, nothing written, when a restored table would no longer match the tables it is built from), one commit
     per table, the days held once committed. A restored day is recorded as built by the code that wrote it then."""
     built_by = {t: code_version_at(spark, t, v) for t, v in plan.restore.items()}
-    return publish(spark, plan.change(landed_batches(spark, plan.days), built_by), run)
+    return publish(spark, pipeline, plan.change(pipeline, landed_batches(spark, pipeline, plan.days), built_by), run)
 
 
 def summary(plan: RollbackPlan) -> dict[str, Any]:
@@ -249,44 +251,52 @@ class RollbackConfig(Config):
     version: int | None = Field(default=None, description="with `table`: the Delta version to restore it to")
 
 
-@op(name=ROLLBACK_OP, out=Out(dict), pool=LAKE_WRITES_POOL)
-def roll_back_days_op(
-    context: OpExecutionContext, config: RollbackConfig, pyspark: LazyPySparkResource
-) -> Iterator[Any]:
-    """Restore the days, rebuild what is derived from them, hold them; Dagster records each restored day (what it was
-    restored to) and every check evaluated on what the tables now hold."""
-    liveness.record(context)
-    spark = session_of(pyspark)
-    try:
-        plan = plan_rollback(
-            spark,
-            date.fromisoformat(config.start),
-            date.fromisoformat(config.end),
-            config.table or None,
-            config.version,
-            config.before_run or None,
-            config.before_backfill or None,
-        )
-    except ValueError as error:
-        raise Failure(description=str(error)) from None
-    context.log.info(f"rollback: {plan.describe()}")
-    try:
-        publications = roll_back(spark, plan, RunInfo.of(context.run))
-    except PartlyPublished as error:
-        raise Failure(description=str(error)) from error.cause
-    except Refused as error:
-        raise Failure(description=str(error)) from None
-    for table, publication in publications.items():
-        yield from recording.publication_events(context, table, publication)
-    yield Output(summary(plan))
+def rollback_job(pipeline: Pipeline) -> JobDefinition:
+    """The rollback of a range across the pipeline's graph, as a Dagster job: launchable from the UI with typed
+    config, and what `rollback` runs."""
 
+    @op(name=ROLLBACK_OP, out=Out(dict), pool=LAKE_WRITES_POOL)
+    def roll_back_days_op(
+        context: OpExecutionContext, config: RollbackConfig, pyspark: LazyPySparkResource
+    ) -> Iterator[Any]:
+        """Restore the days, rebuild what is derived from them, hold them; Dagster records each restored day (what it
+        was restored to) and every check evaluated on what the tables now hold."""
+        liveness.record(context, pipeline)
+        spark = session_of(pyspark)
+        try:
+            plan = plan_rollback(
+                spark,
+                pipeline,
+                date.fromisoformat(config.start),
+                date.fromisoformat(config.end),
+                config.table or None,
+                config.version,
+                config.before_run or None,
+                config.before_backfill or None,
+            )
+        except ValueError as error:
+            raise Failure(description=str(error)) from None
+        context.log.info(f"rollback: {plan.describe()}")
+        try:
+            publications = roll_back(spark, pipeline, plan, RunInfo.of(context.run))
+        except PartlyPublished as error:
+            raise Failure(description=str(error)) from error.cause
+        except Refused as error:
+            raise Failure(description=str(error)) from None
+        for table, publication in publications.items():
+            yield from recording.publication_events(context, table, publication)
+        yield Output(summary(plan))
 
-# A rollback rewrites a few days: a short run, its JVM set for that (resources.spark).
-@job(
-    name=ROLLBACK_JOB,
-    executor_def=in_process_executor,
-    resource_defs={"pyspark": spark_resource(settings(), short_runs=True)},
-    description="Roll back a range across the graph: restore, rebuild what is derived, hold the days (see `rollback`).",
-)
-def rollback_job() -> None:
-    roll_back_days_op()
+    # A rollback rewrites a few days: a short run, its JVM set for that (resources.spark).
+    @job(
+        name=ROLLBACK_JOB,
+        executor_def=in_process_executor,
+        resource_defs={"pyspark": spark_resource(settings(), short_runs=True)},
+        tags={PIPELINE_TAG: pipeline.name},
+        description="Roll back a range across the graph: restore, rebuild what is derived, hold the days (see "
+        "`rollback`).",
+    )
+    def rollback_days() -> None:
+        roll_back_days_op()
+
+    return rollback_days

@@ -1,4 +1,5 @@
-"""The audit trail: Delta table `backfill_audit`, one row per (run, asset, partition) written."""
+"""The audit trail: a pipeline's Delta table `backfill_audit` (lake.control_path), one row per (run, asset, partition)
+written."""
 
 from dataclasses import asdict, dataclass
 from datetime import date, datetime
@@ -10,7 +11,7 @@ from pyspark.sql import types as T
 from pyspark.sql.window import Window
 
 from resources.delta_io import day_filter, is_delta_table
-from resources.lake import table_path
+from resources.lake import control_path
 
 AUDIT_TABLE = "backfill_audit"
 
@@ -59,17 +60,17 @@ class AuditRow:
     code_version: str | None = None
 
 
-def append(spark: SparkSession, rows: list[AuditRow]) -> None:
+def append(spark: SparkSession, pipeline: str, rows: list[AuditRow]) -> None:
     """Blind appends: concurrent runs never conflict on the audit table."""
     if rows:
         df = spark.createDataFrame([tuple(asdict(r).values()) for r in rows], SCHEMA)
         # A trail written before a column was added takes it (its earlier rows read null there).
         writer = df.write.format("delta").mode("append").option("mergeSchema", "true").partitionBy("asset")
-        writer.save(table_path(AUDIT_TABLE))
+        writer.save(control_path(pipeline, AUDIT_TABLE))
 
 
-def read(spark: SparkSession) -> DataFrame:
-    path = table_path(AUDIT_TABLE)
+def read(spark: SparkSession, pipeline: str) -> DataFrame:
+    path = control_path(pipeline, AUDIT_TABLE)
     if not is_delta_table(path):
         return spark.createDataFrame([], SCHEMA)
     trail = spark.read.format("delta").load(path)
@@ -85,39 +86,45 @@ class _Found:
     latest: dict[tuple[str, date], DayContent]
 
 
-# run id -> what that run found (a process runs one run at a time: only the current one's is kept).
-_found_by_run: dict[str, _Found] = {}
+# (pipeline, run id) -> what that run found (a process runs one run at a time: only the current one's is kept).
+_found_by_run: dict[tuple[str, str], _Found] = {}
 
 
-def latest_written(spark: SparkSession, trail: DataFrame | None = None) -> DataFrame:
+def latest_written(spark: SparkSession, pipeline: str, trail: DataFrame | None = None) -> DataFrame:
     """The trail's latest row per (asset, day): what last wrote each published day (of `trail`, a part of it)."""
     latest = Window.partitionBy("asset", "partition").orderBy(F.col("ended_at").desc(), F.col("run_id").desc())
-    rows = read(spark) if trail is None else trail
+    rows = read(spark, pipeline) if trail is None else trail
     return rows.withColumn("_n", F.row_number().over(latest)).where("_n = 1").drop("_n")
 
 
-def built_by(spark: SparkSession) -> dict[str, dict[date, str | None]]:
+def built_by(spark: SparkSession, pipeline: str) -> dict[str, dict[date, str | None]]:
     """Asset -> each published day -> the code version that last wrote it (None: not recorded)."""
     found: dict[str, dict[date, str | None]] = {}
-    for r in latest_written(spark).select("asset", "partition", "code_version").collect():
+    for r in latest_written(spark, pipeline).select("asset", "partition", "code_version").collect():
         found.setdefault(r.asset, {})[r.partition] = r.code_version
     return found
 
 
-def latest_before_run(spark: SparkSession, run_id: str, days: list[date]) -> dict[tuple[str, date], DayContent]:
+def latest_before_run(
+    spark: SparkSession, pipeline: str, run_id: str, days: list[date]
+) -> dict[tuple[str, date], DayContent]:
     """Each (asset, day)'s rows and fingerprint as last written before run `run_id`, for `days` (and any asked before
     in the run), to compare a new write with. Read once per run and days: every read of the audit table after an
     append costs a new Delta snapshot, and a run writes several tables (each one's previous state is the same whether
     read before or after the others' writes); the run's own rows are left out, so a later ask still finds what was
     there before it. At most one row per asset per day, so small even for a full history."""
-    if run_id not in _found_by_run:
+    if (pipeline, run_id) not in _found_by_run:
         _found_by_run.clear()
-        _found_by_run[run_id] = _Found(set(), {})
-    found = _found_by_run[run_id]
+        _found_by_run[(pipeline, run_id)] = _Found(set(), {})
+    found = _found_by_run[(pipeline, run_id)]
     missing = sorted(set(days) - found.days)
     if missing:
-        before = read(spark).where((F.col("run_id") != run_id) & day_filter("partition", missing))
-        rows = latest_written(spark, before).select("asset", "partition", "rows_written", "fingerprint").collect()
+        before = read(spark, pipeline).where((F.col("run_id") != run_id) & day_filter("partition", missing))
+        rows = (
+            latest_written(spark, pipeline, before)
+            .select("asset", "partition", "rows_written", "fingerprint")
+            .collect()
+        )
         found.latest.update({(r.asset, r.partition): DayContent(r.rows_written, r.fingerprint) for r in rows})
         found.days.update(missing)
     return found.latest

@@ -1,11 +1,12 @@
-"""Control tables of the late-data restatement (Delta, like every table): the watermark and the late-data exceptions.
+"""A pipeline's control tables (Delta, like every table, in its own folder: lake.control_path): the watermark, the
+late-data exceptions, the days held since a rollback and the plans for code changes.
 
-`etl_watermark` holds one row per pipeline: the highest landing load time (`ingested_at`) whose rows are published,
-the batches already read, and the days of a restatement that started but has not finished (an intent log: they are
+`etl_watermark` holds one row per pipeline: the highest landing load time whose rows are published, the batches
+already read, and the days of each table of a restatement that started but has not finished (an intent log: they are
 rewritten again by the next restatement, so a crash leads to reprocessing, never to skipped rows).
 
-`late_data_exceptions` holds one row per day that received late rows older than the restatement window: not restated
-automatically, waiting for a manual backfill, which resolves it.
+`late_data_exceptions` holds one row per table and day that received late rows older than the restatement window: not
+restated automatically, waiting for a manual backfill, which resolves it.
 
 `held_days` holds one row per day rolled back: restatements leave it as it is (a rollback is not undone by the next
 tick) until the operator releases it.
@@ -20,8 +21,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from resources.delta_io import day_filter, day_predicate, delta_path, table_exists
-from resources.lake import table_path
+from resources.delta_io import day_filter, day_predicate, delta_path, is_delta_table
+from resources.lake import control_path
 
 WATERMARK_TABLE = "etl_watermark"
 EXCEPTIONS_TABLE = "late_data_exceptions"
@@ -30,8 +31,11 @@ WATERMARK_SCHEMA = T.StructType(
     [
         T.StructField("pipeline", T.StringType(), False),
         T.StructField("watermark_ts", T.TimestampType()),
-        T.StructField("batches_read", T.ArrayType(T.StringType())),
-        T.StructField("pending_days", T.ArrayType(T.DateType())),
+        T.StructField("batches_read", T.ArrayType(T.StringType())),  # source/batch
+        T.StructField(
+            "pending",
+            T.ArrayType(T.StructType([T.StructField("table", T.StringType()), T.StructField("day", T.DateType())])),
+        ),
         T.StructField("updated_at", T.TimestampType()),
         T.StructField("run_id", T.StringType()),
     ]
@@ -53,6 +57,7 @@ HOLDS_SCHEMA = T.StructType(
 
 EXCEPTIONS_SCHEMA = T.StructType(
     [
+        T.StructField("table", T.StringType(), False),
         T.StructField("day", T.DateType(), False),
         T.StructField("rows", T.LongType()),
         T.StructField("batches", T.StringType()),
@@ -68,93 +73,125 @@ EXCEPTIONS_SCHEMA = T.StructType(
 @dataclass
 class Watermark:
     watermark_ts: datetime | None = None
-    batches_read: list[str] = field(default_factory=list)
-    pending_days: list[date] = field(default_factory=list)
+    batches_read: list[str] = field(default_factory=list)  # source/batch
+    pending: dict[str, list[date]] = field(default_factory=dict)  # table -> days of a restatement not finished
+
+    @property
+    def pending_days(self) -> list[date]:
+        """Every day pending in any table."""
+        return sorted({d for days in self.pending.values() for d in days})
 
 
 def read_watermark(spark: SparkSession, pipeline: str) -> Watermark:
-    if not table_exists(WATERMARK_TABLE):
+    path = control_path(pipeline, WATERMARK_TABLE)
+    if not is_delta_table(path):
         return Watermark()
-    rows = spark.read.format("delta").load(table_path(WATERMARK_TABLE)).where(F.col("pipeline") == pipeline).collect()
+    rows = spark.read.format("delta").load(path).where(F.col("pipeline") == pipeline).collect()
     if not rows:
         return Watermark()
     r = rows[0]
-    return Watermark(r.watermark_ts, list(r.batches_read or []), list(r.pending_days or []))
+    pending: dict[str, list[date]] = {}
+    for p in r.pending or []:
+        pending.setdefault(p.table, []).append(p.day)
+    return Watermark(r.watermark_ts, list(r.batches_read or []), {t: sorted(d) for t, d in pending.items()})
 
 
 def write_watermark(spark: SparkSession, pipeline: str, wm: Watermark, run_id: str, now: datetime) -> None:
     """Replace the pipeline's row in one commit."""
-    row = (pipeline, wm.watermark_ts, sorted(wm.batches_read), sorted(wm.pending_days), now, run_id)
+    pending = [(t, d) for t in sorted(wm.pending) for d in sorted(wm.pending[t])]
+    row = (pipeline, wm.watermark_ts, sorted(wm.batches_read), pending, now, run_id)
     (
         spark.createDataFrame([row], WATERMARK_SCHEMA)
         .write.format("delta")
         .mode("overwrite")
-        .option("replaceWhere", f"pipeline = '{pipeline}'")
-        .save(table_path(WATERMARK_TABLE))
+        .option("replaceWhere", f"pipeline = '{_quoted(pipeline)}'")
+        .save(control_path(pipeline, WATERMARK_TABLE))
     )
 
 
-def _upsert_open(spark: SparkSession, table: str, new: DataFrame, updated: list[str]) -> None:
-    """Add `new`'s rows to `table` (one row per day): a day's open row (not resolved) gets the `updated` columns of
-    its new row instead of a second row."""
-    path = table_path(table)
-    if not table_exists(table):
+def _upsert_open(spark: SparkSession, path: str, new: DataFrame, match: list[str], updated: list[str]) -> None:
+    """Add `new`'s rows to the control table at `path` (one row per `match` columns): an open row (not resolved) of
+    the same `match` gets the `updated` columns of its new row instead of a second row."""
+    if not is_delta_table(path):
         new.write.format("delta").save(path)
         return
-    view = f"{table}_{uuid.uuid4().hex[:12]}"
+    view = f"control_{uuid.uuid4().hex[:12]}"
     new.createOrReplaceTempView(view)
+    on = " AND ".join(f"t.`{c}` = s.`{c}`" for c in match)
     try:
         spark.sql(
-            f"MERGE INTO {delta_path(path)} t USING {view} s ON t.day = s.day AND t.resolved_at IS NULL "
+            f"MERGE INTO {delta_path(path)} t USING {view} s ON {on} AND t.resolved_at IS NULL "
             f"WHEN MATCHED THEN UPDATE SET {', '.join(f'{c} = s.{c}' for c in updated)} WHEN NOT MATCHED THEN INSERT *"
         )
     finally:
         spark.catalog.dropTempView(view)
 
 
-def _open(spark: SparkSession, table: str, days: list[date] | None) -> list:
+def _open(spark: SparkSession, path: str, days: list[date] | None) -> list:
     """A control table's open rows (not resolved), oldest day first (only those of `days` when given)."""
-    if not table_exists(table):
+    if not is_delta_table(path):
         return []
-    df = spark.read.format("delta").load(table_path(table)).where("resolved_at IS NULL")
+    df = spark.read.format("delta").load(path).where("resolved_at IS NULL")
     if days is not None:
         df = df.where(day_filter("day", days))
     return df.orderBy("day").collect()
 
 
-def _resolve(spark: SparkSession, table: str, days: list[date], run_id: str, now: datetime) -> None:
-    if not days or not table_exists(table):
+def _resolve(spark: SparkSession, path: str, days: list[date], run_id: str, now: datetime, where: str = "") -> None:
+    if not days or not is_delta_table(path):
         return
     # Literals, not parameters: Delta's UPDATE does not take parameters in SET. The session's time zone is UTC.
     at = now.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
-    by = run_id.replace("\\", "\\\\").replace("'", "\\'")
     spark.sql(
-        f"UPDATE {delta_path(table_path(table))} SET resolved_at = TIMESTAMP '{at}', resolved_by_run = '{by}' "
-        f"WHERE resolved_at IS NULL AND ({day_predicate('day', days)})"
+        f"UPDATE {delta_path(path)} SET resolved_at = TIMESTAMP '{at}', resolved_by_run = '{_quoted(run_id)}' "
+        f"WHERE resolved_at IS NULL AND ({day_predicate('day', days)}){where}"
     )
 
 
+class LateException(NamedTuple):
+    """A table's day with late rows older than the restatement window: recorded, not restated."""
+
+    table: str
+    day: date
+    rows: int
+    batches: str
+    window_start: date | None
+
+
 def record_exceptions(
-    spark: SparkSession, rows: list[tuple[date, int, str, date | None]], run_id: str, now: datetime
+    spark: SparkSession, pipeline: str, found: list[LateException], run_id: str, now: datetime
 ) -> None:
-    """Upsert (day, rows, batches, window_start): an open exception for a day is updated, not duplicated, and left
-    as it is when it already says the same (a replayed batch commits nothing)."""
-    if rows:
-        recorded = {(e.day, e.rows, e.batches, e.window_start) for e in open_exceptions(spark, [r[0] for r in rows])}
-        rows = [r for r in rows if tuple(r) not in recorded]
-    if rows:
-        new = spark.createDataFrame([(d, n, b, w, now, run_id, None, None) for d, n, b, w in rows], EXCEPTIONS_SCHEMA)
-        _upsert_open(spark, EXCEPTIONS_TABLE, new, ["rows", "batches", "window_start"])
+    """Upsert each exception: an open exception of a table's day is updated, not duplicated, and left as it is when it
+    already says the same (a replayed batch commits nothing)."""
+    if found:
+        recorded = set(open_exceptions(spark, pipeline, sorted({e.day for e in found})))
+        found = [e for e in found if e not in recorded]
+    if found:
+        new = spark.createDataFrame(
+            [(e.table, e.day, e.rows, e.batches, e.window_start, now, run_id, None, None) for e in found],
+            EXCEPTIONS_SCHEMA,
+        )
+        _upsert_open(
+            spark, control_path(pipeline, EXCEPTIONS_TABLE), new, ["table", "day"], ["rows", "batches", "window_start"]
+        )
 
 
-def open_exceptions(spark: SparkSession, days: list[date] | None = None) -> list:
-    """Unresolved exceptions, oldest day first (only those of `days` when given)."""
-    return _open(spark, EXCEPTIONS_TABLE, days)
+def open_exceptions(
+    spark: SparkSession, pipeline: str, days: list[date] | None = None, table: str | None = None
+) -> list[LateException]:
+    """Unresolved exceptions, oldest day first (only those of `days`, and of `table`, when given)."""
+    found = [
+        LateException(r.table, r.day, r.rows, r.batches, r.window_start)
+        for r in _open(spark, control_path(pipeline, EXCEPTIONS_TABLE), days)
+    ]
+    return [e for e in found if table is None or e.table == table]
 
 
-def resolve_exceptions(spark: SparkSession, days: list[date], run_id: str, now: datetime) -> None:
-    """The days were rewritten from the whole landing: their late rows are now published."""
-    _resolve(spark, EXCEPTIONS_TABLE, days, run_id, now)
+def resolve_exceptions(
+    spark: SparkSession, pipeline: str, table: str, days: list[date], run_id: str, now: datetime
+) -> None:
+    """The table's days were rewritten from the whole landing: their late rows are now published."""
+    _resolve(spark, control_path(pipeline, EXCEPTIONS_TABLE), days, run_id, now, f" AND `table` = '{_quoted(table)}'")
 
 
 class HeldDay(NamedTuple):
@@ -174,19 +211,24 @@ class HeldDay(NamedTuple):
         )
 
 
-def hold_days(spark: SparkSession, days: list[date], why: str, batches: str, run_id: str, now: datetime) -> None:
+def hold_days(
+    spark: SparkSession, pipeline: str, days: list[date], why: str, batches: str, run_id: str, now: datetime
+) -> None:
     """Hold `days` (rolled back): no restatement rewrites them until they are released."""
     new = spark.createDataFrame([(d, why, batches, now, run_id, None, None) for d in days], HOLDS_SCHEMA)
-    _upsert_open(spark, HOLDS_TABLE, new, ["why", "batches", "held_at", "held_by_run"])
+    _upsert_open(spark, control_path(pipeline, HOLDS_TABLE), new, ["day"], ["why", "batches", "held_at", "held_by_run"])
 
 
-def open_holds(spark: SparkSession, days: list[date] | None = None) -> list[HeldDay]:
+def open_holds(spark: SparkSession, pipeline: str, days: list[date] | None = None) -> list[HeldDay]:
     """Days held, oldest first (only those of `days` when given)."""
-    return [HeldDay(r.day, r.why, r.batches, r.held_at, r.held_by_run) for r in _open(spark, HOLDS_TABLE, days)]
+    return [
+        HeldDay(r.day, r.why, r.batches, r.held_at, r.held_by_run)
+        for r in _open(spark, control_path(pipeline, HOLDS_TABLE), days)
+    ]
 
 
-def release_holds(spark: SparkSession, days: list[date], run_id: str, now: datetime) -> None:
-    _resolve(spark, HOLDS_TABLE, days, run_id, now)
+def release_holds(spark: SparkSession, pipeline: str, days: list[date], run_id: str, now: datetime) -> None:
+    _resolve(spark, control_path(pipeline, HOLDS_TABLE), days, run_id, now)
 
 
 # One row per plan for a code change (assets_pkg/plans.py): its document, open until promoted or dropped.
@@ -203,24 +245,27 @@ PLANS_SCHEMA = T.StructType(
 )
 
 
-def record_plan(spark: SparkSession, plan_id: str, document: str, now: datetime) -> None:
+def record_plan(spark: SparkSession, pipeline: str, plan_id: str, document: str, now: datetime) -> None:
     row = (plan_id, now, document, "open", None, None)
-    spark.createDataFrame([row], PLANS_SCHEMA).write.format("delta").mode("append").save(table_path(PLANS_TABLE))
+    path = control_path(pipeline, PLANS_TABLE)
+    spark.createDataFrame([row], PLANS_SCHEMA).write.format("delta").mode("append").save(path)
 
 
-def read_plan(spark: SparkSession, plan_id: str) -> tuple[str, str] | None:
+def read_plan(spark: SparkSession, pipeline: str, plan_id: str) -> tuple[str, str] | None:
     """(document, status) of a plan, None when there is no such plan."""
-    if not table_exists(PLANS_TABLE):
+    path = control_path(pipeline, PLANS_TABLE)
+    if not is_delta_table(path):
         return None
-    rows = spark.read.format("delta").load(table_path(PLANS_TABLE)).where(F.col("plan_id") == plan_id).collect()
+    rows = spark.read.format("delta").load(path).where(F.col("plan_id") == plan_id).collect()
     return (rows[0].document, rows[0].status) if rows else None
 
 
-def resolve_plan(spark: SparkSession, plan_id: str, status: str, run_id: str, now: datetime) -> None:
+def resolve_plan(spark: SparkSession, pipeline: str, plan_id: str, status: str, run_id: str, now: datetime) -> None:
     at = now.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
     spark.sql(
-        f"UPDATE {delta_path(table_path(PLANS_TABLE))} SET status = '{status}', resolved_at = TIMESTAMP '{at}', "
-        f"resolved_by_run = '{_quoted(run_id)}' WHERE plan_id = '{_quoted(plan_id)}' AND status = 'open'"
+        f"UPDATE {delta_path(control_path(pipeline, PLANS_TABLE))} SET status = '{status}', "
+        f"resolved_at = TIMESTAMP '{at}', resolved_by_run = '{_quoted(run_id)}' "
+        f"WHERE plan_id = '{_quoted(plan_id)}' AND status = 'open'"
     )
 
 

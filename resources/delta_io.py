@@ -24,6 +24,10 @@ class TableNotMaterialized(RuntimeError):
     pass
 
 
+class TableOfAnotherPipeline(RuntimeError):
+    """A write to a table another pipeline writes: two pipelines sharing a lake never touch each other's tables."""
+
+
 @dataclass(frozen=True)
 class Commit:
     table: str
@@ -183,6 +187,13 @@ def overwrite_days(df: DataFrame, table: str, column: str, days: Sequence[date],
     path = table_path(table)
     metadata = json.dumps(commit_info, sort_keys=True, default=str)
     before = latest_version(path)
+    if before >= 0:
+        owner = json.loads(_commit_entry(path, before).get("userMetadata") or "{}").get("pipeline")
+        if owner and commit_info.get("pipeline") and owner != commit_info["pipeline"]:
+            raise TableOfAnotherPipeline(
+                f"{table} is written by pipeline {owner!r}, not {commit_info['pipeline']!r}: two pipelines sharing a "
+                "lake must name their tables apart"
+            )
     (
         df.repartition(column)  # one file per day instead of one per day per task
         .write.format("delta")

@@ -4,7 +4,7 @@ from pathlib import Path
 
 from resources.settings import REPO_ROOT, settings
 
-__all__ = ["REPO_ROOT", "lake_root", "landing_path", "plans_root", "shadow_path", "table_path"]
+__all__ = ["REPO_ROOT", "control_path", "lake_root", "landing_path", "plans_root", "shadow_path", "table_path"]
 
 
 def lake_root() -> Path:
@@ -17,6 +17,12 @@ def table_path(table: str, root: Path | None = None) -> str:
 
 def landing_path(dataset: str, root: Path | None = None) -> str:
     return str((root or lake_root()) / "landing" / dataset)
+
+
+def control_path(pipeline: str, table: str, root: Path | None = None) -> str:
+    """A pipeline's control table (its watermark, holds, audit trail...): in a folder of the pipeline's own beside the
+    tables, so that pipelines sharing a lake keep their own."""
+    return str((root or lake_root()) / "warehouse" / "_control" / pipeline / table)
 
 
 def plans_root(root: Path | None = None) -> Path:

@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 
 from assets_pkg.generate import generate
-from assets_pkg.tables import DAY_COLUMN
 from exact_backfills import landing
 from exact_backfills.backfill import run_backfill, runs_url, selected_keys
 from resources.delta_io import read_table
-from resources.lake import table_path
+from resources.lake import control_path, table_path
 from resources.spark import LOCAL_FS_CLASS, LOCAL_FS_CONTEXT_CLASS
 from tests.support.lake import TABLE_KEYS, duplicate_keys, files_by_day, rows, versions
+from tests.support.orders import DAY_COLUMN, ORDER_ITEMS, ORDERS
 
 pytestmark = pytest.mark.slow  # builds a lake and runs backfills: minutes, not seconds
 
@@ -28,7 +28,7 @@ def built(spark, lake):
     _, instance = lake
     summary = generate(spark, START, END, seed=11, rows_per_day=60)
     assert summary.duplicates and summary.corrections and summary.moved_days and summary.late_rows
-    assert run_backfill(START, END, instance=instance, echo=lambda _: None)
+    assert run_backfill(ORDERS, START, END, instance=instance, echo=lambda _: None)
     return instance
 
 
@@ -36,7 +36,7 @@ def latest_versions_in_python(spark):
     """Oracle written without the pipeline's code: the latest landed version of each key, by updated_at then
     ingested_at (the generator's duplicate deliveries are identical rows, so no further tie-break matters)."""
     latest = {}
-    for r in landing.read_landing(spark, landing.ORDER_ITEMS).collect():
+    for r in landing.read_landing(spark, ORDER_ITEMS).collect():
         key = (r.order_id, r.order_item_id)
         if key not in latest or (r.updated_at, r.ingested_at) > (latest[key].updated_at, latest[key].ingested_at):
             latest[key] = r
@@ -80,7 +80,7 @@ def test_rerunning_a_subrange_changes_nothing_and_touches_only_its_days(spark, b
     commits_before = {t: len(versions(spark, t)) for t in TABLES}
 
     a, b = date(2025, 1, 8), date(2025, 1, 17)
-    assert run_backfill(a, b, chunk_size=5, instance=built, echo=lambda _: None)
+    assert run_backfill(ORDERS, a, b, chunk_size=5, instance=built, echo=lambda _: None)
 
     for table in TABLES:
         assert rows(spark, table) == before[table], f"{table}: content changed"
@@ -116,14 +116,14 @@ def test_a_command_line_backfill_links_to_its_runs_reports_each_chunk_and_is_aud
     assert main(["backfill", "--start", "2025-01-10", "--end", "2025-01-12", "--max-partitions-per-run", "2"]) == 0
     out = [line for line in capsys.readouterr().out.splitlines() if not line.startswith("  estimated time")]
     backfill_id = out[0].split()[1].rstrip(":")
-    table_days = 3 * len(selected_keys(None))  # every asset, side tables included
+    table_days = 3 * len(selected_keys(ORDERS, None))  # every asset, side tables included
     assert out[1].startswith(f"backfill {backfill_id}: 2 run(s), {table_days} table-day(s) to write"), out[1]
     assert out[3].strip() == f"its runs in the Dagster UI: {runs_url(backfill_id)}"
     assert "runs?q%5B%5D=tag%3Aexact_backfills%2Fbackfill%3D" + backfill_id in out[3]
     assert out[4].startswith("  [1/2] 2025-01-10..2025-01-11 ok in ") and out[4].endswith("s to go")
     assert out[5].startswith("  [2/2] 2025-01-12..2025-01-12 ok in ") and "to go" not in out[5]
     assert out[6].startswith(f"backfill {backfill_id} measured: 2 run(s), {table_days} table-day(s) built in ")
-    written = audit.read(spark).where(f"backfill_id = '{backfill_id}'")
+    written = audit.read(spark, ORDERS.name).where(f"backfill_id = '{backfill_id}'")
     assert written.select("asset", "partition").distinct().count() == 3 * len(TABLES)
 
 
@@ -140,7 +140,7 @@ def _scanned(instance, table, day):
 def batches_that_can_hold(spark, day):
     """Oracle written without the index: the batches with a row dated `day` or filed there by quarantine (its batch's
     day), and every batch holding a version of an item that has a version dated `day`."""
-    landed = landing.read_landing(spark, landing.ORDER_ITEMS).collect()
+    landed = landing.read_landing(spark, ORDER_ITEMS).collect()
     keys_on_day = {(r.order_id, r.order_item_id) for r in landed if r.order_date == day and r.order_id is not None}
     return {
         r.ingest_date
@@ -153,17 +153,17 @@ def test_a_one_day_run_reads_only_its_day_of_a_table_and_only_the_landed_batches
     day = date(2025, 1, 20)
     before = {t: rows(spark, t) for t in TABLES}
 
-    assert run_backfill(day, day, select=["stg_order_items"], instance=built, echo=lambda _: None)
+    assert run_backfill(ORDERS, day, day, select=["stg_order_items"], instance=built, echo=lambda _: None)
     landing_read = _scanned(built, "stg_order_items", day)["landing/order_items"]
     expected = batches_that_can_hold(spark, day)
-    landed_dirs = landing.batch_dirs(landing.ORDER_ITEMS)
+    landed_dirs = landing.batch_dirs(ORDER_ITEMS)
     assert landing_read["batches"] == len(expected) < landing_read["batches_total"] == len(landed_dirs)
     assert landing_read["files"] == sum(
         1 for d in landed_dirs if date.fromisoformat(landing.batch_name(d)) in expected for f in d.glob("*.parquet")
     )
     assert landing_read["bytes"] < landing_read["bytes_total"]
 
-    assert run_backfill(day, day, select=["daily_revenue"], instance=built, echo=lambda _: None)
+    assert run_backfill(ORDERS, day, day, select=["daily_revenue"], instance=built, echo=lambda _: None)
     fact_read = _scanned(built, "daily_revenue", day)["fact_order_item"]
     fact_files = files_by_day(spark, "fact_order_item", "order_date")
     assert fact_read["files"] == len(fact_files[day.isoformat()]) == 1
@@ -178,23 +178,22 @@ def test_a_build_that_reads_the_whole_landing_indexes_its_batches_as_a_narrowed_
     narrowed build after it does not read the whole landing again; the index is the one a narrowed build makes."""
     import shutil
 
-    from assets_pkg import tables
-    from exact_backfills import landing_index
+    from exact_backfills import builds, landing_index
     from exact_backfills.partitions import days, first_day, last_day
 
-    index_path = Path(table_path(landing_index.INDEX_TABLE))
-    made_by_a_narrowed_build = landing_index.update(spark)
-    assert made_by_a_narrowed_build[landing.ORDER_ITEMS]
+    index_path = Path(control_path(ORDERS.name, landing_index.INDEX_TABLE))
+    made_by_a_narrowed_build = landing_index.update(spark, ORDERS)
+    assert made_by_a_narrowed_build[ORDER_ITEMS.name]
     shutil.rmtree(index_path)
 
     every_day = days(first_day(), last_day())
-    assert not tables.narrowed(every_day)
-    tables.build_stg_order_items(spark, every_day, lambda table, days: None).unpersist()
+    assert not builds.narrowed(every_day)
+    builds.build_events(spark, ORDERS, ORDERS.staging[ORDER_ITEMS.name], every_day).unpersist()
 
     assert index_path.exists()
-    assert landing_index.indexed(spark) == made_by_a_narrowed_build
+    assert landing_index.indexed(spark, ORDERS) == made_by_a_narrowed_build
     for day in (START, date(2025, 1, 20), END):
-        holding = set(landing_index.batches_holding(spark, landing.ORDER_ITEMS, [day]))
+        holding = set(landing_index.batches_holding(spark, ORDERS, ORDER_ITEMS, [day]))
         assert holding == {d.isoformat() for d in batches_that_can_hold(spark, day)}, day
 
 
@@ -202,13 +201,13 @@ def test_a_read_of_the_landing_measures_the_files_it_reads_even_when_an_equal_re
     """Once a read is cached (on a warm engine, by any session), Spark plans later equal reads as that cache, whose
     plan names no file. What a build reads, which decides how its change is evaluated, what its materializations say
     it scanned and which batches it indexes, comes from the files listed for the read: the same with or without it."""
-    uncached = landing.landing_read(spark, landing.ORDER_ITEMS)
+    uncached = landing.landing_read(spark, ORDER_ITEMS)
     assert uncached.scan.bytes > 0 and uncached.batches
-    cached = landing.read_landing(spark, landing.ORDER_ITEMS).persist()
+    cached = landing.read_landing(spark, ORDER_ITEMS).persist()
     try:
         cached.count()
-        assert landing.read_landing(spark, landing.ORDER_ITEMS).inputFiles() == []  # Spark's own view of it
-        again = landing.landing_read(spark, landing.ORDER_ITEMS)
+        assert landing.read_landing(spark, ORDER_ITEMS).inputFiles() == []  # Spark's own view of it
+        again = landing.landing_read(spark, ORDER_ITEMS)
         assert (again.scan, again.batches) == (uncached.scan, uncached.batches)
     finally:
         cached.unpersist()
@@ -224,14 +223,14 @@ def test_a_batch_indexed_while_its_days_were_past_the_partitions_is_found_for_th
     from exact_backfills import landing_index
     from tests.support.lake import environment
 
-    index_path = Path(table_path(landing_index.INDEX_TABLE))
+    index_path = Path(control_path(ORDERS.name, landing_index.INDEX_TABLE))
     day = date(2025, 1, 20)
     shutil.rmtree(index_path)
     try:
         with environment(PARTITION_END_DATE=(day - timedelta(days=3)).isoformat()):
-            landing_index.update(spark)  # `day` and the days before it are past the partitions' end
+            landing_index.update(spark, ORDERS)  # `day` and the days before it are past the partitions' end
         for later in (day - timedelta(days=1), day):
-            holding = set(landing_index.batches_holding(spark, landing.ORDER_ITEMS, [later]))
+            holding = set(landing_index.batches_holding(spark, ORDERS, ORDER_ITEMS, [later]))
             assert holding == {d.isoformat() for d in batches_that_can_hold(spark, later)}, later
     finally:
         shutil.rmtree(index_path)  # indexed afresh by the next build

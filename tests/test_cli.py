@@ -92,6 +92,9 @@ def test_backfill_outside_the_partitions_is_refused(capsys):
         (["import-tpch", "--scale", "0"], "argument --scale: not a number above 0: '0'"),
         (["import-tpch", "--through", "1998-02-30"], "argument --through: not a YYYY-MM-DD date: '1998-02-30'"),
         (["no-such-command"], "invalid choice: 'no-such-command'"),
+        (["--pipeline", "no_such_module:pipeline", "stale"], "no_such_module:pipeline: no module no_such_module"),
+        (["--pipeline", "assets_pkg.pipeline:nope", "stale"], "assets_pkg.pipeline.nope is nothing, not a Pipeline"),
+        (["--pipeline", "assets_pkg.pipeline", "stale"], "is not <module>:<attribute>"),
     ],
 )
 def test_a_mistyped_command_is_one_line_naming_the_mistake_and_exit_2(capsys, argv, said):
@@ -109,8 +112,9 @@ def test_every_commands_help_renders():
     import argparse
 
     from exact_backfills.cli import build_parser
+    from tests.support.orders import ORDERS
 
-    parser = build_parser()
+    parser = build_parser(ORDERS)
     commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
     for name, command in [("", parser), *commands.items()]:
         assert command.format_help().startswith("usage: "), name  # a stray % in a help text raises here
@@ -135,11 +139,12 @@ def test_landing_is_append_only_a_landed_batch_is_never_rewritten(capsys, lake):
 def test_generate_is_deterministic_for_a_seed(spark, tmp_path, monkeypatch):
     from assets_pkg.generate import generate
     from exact_backfills import landing
+    from tests.support.orders import ORDER_ITEMS
 
     def land(root):
         monkeypatch.setenv("LAKE_ROOT", str(root))
         generate(spark, date(2025, 1, 1), date(2025, 1, 4), seed=3, rows_per_day=20, bad_rate=0.1)
-        df = landing.read_landing(spark, landing.ORDER_ITEMS).drop("source_file")
+        df = landing.read_landing(spark, ORDER_ITEMS).drop("source_file")
         return sorted((r.asDict() for r in df.collect()), key=repr)
 
     assert land(tmp_path / "a") == land(tmp_path / "b")

@@ -12,7 +12,6 @@ from datetime import date, timedelta
 import pytest
 from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 
-from assets_pkg.tables import DAY_COLUMN, FACT_ORDER_ITEM, PUBLISH_ORDER, QUARANTINE_ORDER_ITEMS, STG_ORDER_ITEMS
 from exact_backfills.automation import landing_state
 from exact_backfills.checks import day_fingerprints
 from exact_backfills.dagster_names import CLI_BACKFILL_TAG, LAKE_WRITES_POOL, LANDING_STATE_TAG, RESTATE_JOB
@@ -28,6 +27,14 @@ from tests.support.late_batches import (
     next_batch_day,
     snapshot,
     three_corrected_and_two_late_days,
+)
+from tests.support.orders import (
+    DAY_COLUMN,
+    FACT_ORDER_ITEM,
+    ORDERS,
+    PUBLISH_ORDER,
+    QUARANTINE_ORDER_ITEMS,
+    STG_ORDER_ITEMS,
 )
 from tests.support.slot_claims import assert_one_holds_the_slot_and_the_other_gets_it_next
 
@@ -197,7 +204,7 @@ def test_late_rows_are_restated_by_the_sensor_on_exactly_their_days(spark, built
     items, expected = three_corrected_and_two_late_days(spark, START)
     before = snapshot(spark)
     land_batch(spark, items, next_batch_day())
-    state = landing_state()
+    state = landing_state(ORDERS)
     daemon = subprocess.Popen(
         [
             str(os.path.join(os.path.dirname(sys.executable), "dagster-daemon")),

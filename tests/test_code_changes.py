@@ -16,19 +16,19 @@ import pytest
 from dagster import RunRequest, SkipReason, build_sensor_context
 
 from assets_pkg.generate import generate
-from assets_pkg.tables import DAY_COLUMN, PUBLISH_ORDER
 from bench.harness import corrections, land_batch, next_batch_day
 from exact_backfills import code_versions
 from exact_backfills.backfill import run_backfill
 from exact_backfills.checks import BUILT_BY_CURRENT_CODE
-from exact_backfills.code_changes import code_version_sensor
 from exact_backfills.dagster_names import CODE_CHECK_JOB
 from exact_backfills.definitions import defs
+from exact_backfills.location import definitions_of
 from exact_backfills.partitions import days
 from resources.delta_io import history
 from resources.lake import lake_root, table_path
 from tests.support.lake import environment, files_by_day, rows, versions
 from tests.support.late_batches import check_partition_statuses
+from tests.support.orders import DAY_COLUMN, ORDERS, PUBLISH_ORDER
 from tests.support.projects import (
     CHECK_CODE_VERSIONS,
     FACT_NET_REWRITTEN,
@@ -40,6 +40,9 @@ from tests.support.projects import (
     run_commands,
     run_in,
 )
+
+# The sensor as the code location defines it, called as its tick calls it.
+code_version_sensor = definitions_of(ORDERS).resolve_sensor_def("code_version_sensor")
 
 pytestmark = pytest.mark.slow  # builds a lake and runs the project's commands in other processes
 
@@ -56,7 +59,7 @@ CAPPED_UNITS = 'F.sum(F.least("quantity", F.lit(5))).cast("long")'
 def built(spark, lake):
     _, instance = lake
     generate(spark, START, END, seed=3, rows_per_day=40)
-    assert run_backfill(START, END, instance=instance, echo=lambda _: None)
+    assert run_backfill(ORDERS, START, END, instance=instance, echo=lambda _: None)
     return instance
 
 
@@ -77,15 +80,18 @@ def test_with_the_code_that_built_the_lake_nothing_is_stale_by_code_and_every_da
 
 def test_a_fixed_mart_transform_makes_every_day_of_that_mart_stale_and_no_other(built, tmp_path):
     fixed = project_with(tmp_path / "fixed", FEATURE_ROUNDING_FIX)
-    versions = "from exact_backfills.code_versions import current; import json; print(json.dumps(current()))"
+    versions = (
+        "from exact_backfills.code_versions import current; from exact_backfills.pipelines import selected; "
+        "import json; print(json.dumps(current(selected())))"
+    )
     loaded, as_json, said, _ = run_commands(
         fixed, {"python": versions}, ["stale", "--json"], ["stale"], CHECK_CODE_VERSIONS
     )
 
     now = json.loads(loaded.out)
-    assert {t for t in now if now[t] != code_versions.current()[t]} == {"customer_daily_features"}
+    assert {t for t in now if now[t] != code_versions.current(ORDERS)[t]} == {"customer_daily_features"}
     assert json.loads(as_json.out) == {"customer_daily_features": {day: ["code"] for day in EVERY_DAY}}
-    before, after = code_versions.current()["customer_daily_features"], now["customer_daily_features"]
+    before, after = code_versions.current(ORDERS)["customer_daily_features"], now["customer_daily_features"]
     assert f"customer_daily_features: code changed ({before} → {after}) on {len(EVERY_DAY)} day(s)" in said.out
     # Dagster shows exactly those days failing built_by_current_code, every other table's days passing.
     for table in PUBLISH_ORDER:
@@ -94,10 +100,10 @@ def test_a_fixed_mart_transform_makes_every_day_of_that_mart_stale_and_no_other(
 
 
 def test_the_sensor_launches_the_check_when_the_code_loaded_is_not_the_code_last_checked(built):
-    checked = json.dumps(code_versions.current(), sort_keys=True)
+    checked = json.dumps(code_versions.current(ORDERS), sort_keys=True)
     unchanged = code_version_sensor(build_sensor_context(instance=built, definitions=defs, cursor=checked))
     assert isinstance(unchanged, SkipReason)
-    earlier = json.dumps({**code_versions.current(), "customer_daily_features": "0" * 12}, sort_keys=True)
+    earlier = json.dumps({**code_versions.current(ORDERS), "customer_daily_features": "0" * 12}, sort_keys=True)
     changed = code_version_sensor(build_sensor_context(instance=built, definitions=defs, cursor=earlier))
     assert isinstance(changed, RunRequest) and changed.job_name == CODE_CHECK_JOB
 
@@ -301,7 +307,10 @@ def test_a_restatement_between_the_plan_and_its_promotion_makes_promote_refuse_n
     # Last: the late batch changes the landing the from-scratch build above was made from. Landed before the plan, it
     # is restated after it, by the fixed code's restatement, as the sensor would launch it once the fix is deployed.
     land_batch(spark, corrections(spark, START, 2), next_batch_day())
-    restate = {"python": "from exact_backfills.backfill import run_restatement; assert run_restatement().success"}
+    restate = {
+        "python": "from exact_backfills.backfill import run_restatement; "
+        "from exact_backfills.pipelines import selected; assert run_restatement(selected()).success"
+    }
 
     planned, after_plan, restated, after_restatement, promoted = run_commands(
         fixed, PLAN, PUBLISHED_VERSIONS, restate, PUBLISHED_VERSIONS, ["promote", "{plan_id}"]

@@ -8,16 +8,21 @@ from pathlib import Path
 
 import pytest
 
-from assets_pkg.tables import PUBLISH_ORDER
-from exact_backfills.code_staleness import stale_by_code
-from exact_backfills.code_versions import code_versions
+from exact_backfills.code_versions import code_versions as versions_of
+from exact_backfills.dependencies import stale_by_code
 from resources.lake import REPO_ROOT
+from tests.support.orders import ORDERS, PUBLISH_ORDER
+
+
+def code_versions(root: Path | None = None) -> dict[str, str]:
+    """The orders pipeline's versions, from the repository's sources or a copy's."""
+    return versions_of(ORDERS, [root] if root else None)
 
 
 @pytest.fixture
 def project(tmp_path) -> Path:
     """A copy of the project's sources, to edit."""
-    for package in ("exact_backfills", "assets_pkg", "resources"):
+    for package in ("exact_backfills", "assets_pkg", "examples", "resources"):
         shutil.copytree(REPO_ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__", "java"))
     return tmp_path
 
@@ -78,7 +83,7 @@ def test_staging_and_its_quarantine_share_a_version_that_its_restatement_build_i
     assert before["stg_order_items"] == before["quarantine_order_items"]
     edit(
         project,
-        "assets_pkg/tables.py",
+        "exact_backfills/builds.py",
         "every_version = versions.unionByName(",
         "every_version = versions.distinct().unionByName(",
     )
@@ -87,7 +92,7 @@ def test_staging_and_its_quarantine_share_a_version_that_its_restatement_build_i
 
 def test_a_change_to_the_spec_of_a_table_changes_its_version(project):
     before = code_versions(project)
-    edit(project, "assets_pkg/tables.py", 'key=["order_date", "channel"],', 'key=["channel", "order_date"],')
+    edit(project, "assets_pkg/pipeline.py", 'key=["order_date", "channel"],', 'key=["channel", "order_date"],')
     assert changed(before, code_versions(project)) == {"daily_revenue"}
 
 
@@ -115,11 +120,11 @@ def built(**old: list[date]) -> dict[str, dict[date, str]]:
 
 
 def test_nothing_is_stale_when_every_day_was_built_by_the_code_loaded_now():
-    assert all(not days for days in stale_by_code(built(), NOW).values())
+    assert all(not days for days in stale_by_code(ORDERS, built(), NOW).values())
 
 
 def test_a_marts_older_days_are_stale_in_that_mart_alone():
-    stale = stale_by_code(built(customer_daily_features=DAYS[:3]), NOW)
+    stale = stale_by_code(ORDERS, built(customer_daily_features=DAYS[:3]), NOW)
     assert {t: sorted(days) for t, days in stale.items() if days} == {"customer_daily_features": DAYS[:3]}
     assert stale["customer_daily_features"][D].describe() == (
         "customer_daily_features: code changed (customer_daily_features-v1 → customer_daily_features-v2)"
@@ -127,7 +132,7 @@ def test_a_marts_older_days_are_stale_in_that_mart_alone():
 
 
 def test_the_facts_stale_days_make_the_same_days_of_every_mart_stale_saying_why():
-    stale = stale_by_code(built(fact_order_item=[DAYS[1], DAYS[3]]), NOW)
+    stale = stale_by_code(ORDERS, built(fact_order_item=[DAYS[1], DAYS[3]]), NOW)
     assert {t: sorted(days) for t, days in stale.items() if days} == {
         t: [DAYS[1], DAYS[3]]
         for t in ["fact_order_item", "daily_revenue", "customer_daily_features", "daily_category_revenue"]
@@ -136,7 +141,7 @@ def test_the_facts_stale_days_make_the_same_days_of_every_mart_stale_saying_why(
 
 
 def test_a_dimension_day_makes_every_later_fact_day_stale_as_it_is_read_as_of_the_day():
-    stale = stale_by_code(built(dim_product=[DAYS[2]]), NOW)
+    stale = stale_by_code(ORDERS, built(dim_product=[DAYS[2]]), NOW)
     assert sorted(stale["dim_product"]) == [DAYS[2]]
     assert sorted(stale["fact_order_item"]) == DAYS[2:] and sorted(stale["daily_revenue"]) == DAYS[2:]
     assert stale["stg_order_items"] == {}
@@ -145,4 +150,8 @@ def test_a_dimension_day_makes_every_later_fact_day_stale_as_it_is_read_as_of_th
 def test_a_day_built_before_versions_were_recorded_is_stale():
     recorded = built()
     recorded["stg_order_items"][D] = None
-    assert stale_by_code(recorded, NOW)["stg_order_items"][D].describe().endswith("(unrecorded → stg_order_items-v2)")
+    assert (
+        stale_by_code(ORDERS, recorded, NOW)["stg_order_items"][D]
+        .describe()
+        .endswith("(unrecorded → stg_order_items-v2)")
+    )

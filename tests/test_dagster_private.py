@@ -1,4 +1,4 @@
-"""The names assets_pkg/dagster_private.py takes from Dagster's private modules still exist and still mean what the
+"""The names exact_backfills/dagster_private.py takes from Dagster's private modules still exist and still mean what the
 project relies on. When one of these fails, Dagster changed it: look for the public API that replaces it."""
 
 import inspect
@@ -174,7 +174,7 @@ def test_the_claim_the_project_replaces_is_still_dagsters_of_1_13():
 
     source = inspect.getsource(SqlEventLogStorage._claim_concurrency_slot)
     assert hashlib.sha256(source.encode()).hexdigest()[:16] == DAGSTERS_CLAIM_SHA256, (
-        "Dagster changed its slot claim: compare it with assets_pkg/dagster_private.py's, then update the digest"
+        "Dagster changed its slot claim: compare it with exact_backfills/dagster_private.py's, then update the digest"
     )
     assert "self._claim_concurrency_slot(" in inspect.getsource(SqlEventLogStorage.claim_concurrency_slot)
     for storage in (AtomicClaimSqliteEventLogStorage, AtomicClaimPostgresEventLogStorage):
@@ -186,7 +186,7 @@ def test_the_claim_the_project_replaces_is_still_dagsters_of_1_13():
 
 
 def test_dagsters_own_claim_lets_two_processes_hold_the_one_slot_of_a_pool(tmp_path):
-    """Why assets_pkg/dagster_private.py replaces Dagster's claim. When this fails, Dagster's claim is atomic: the
+    """Why exact_backfills/dagster_private.py replaces Dagster's claim. When this fails, Dagster's claim is atomic: the
     AtomicClaim classes and their lines in dagster.yaml and dagster-postgres.yaml go."""
     storage = _instance(tmp_path / "a", "dagster").event_log_storage
     rival = DagsterInstance.from_config(str(tmp_path / "a")).event_log_storage
@@ -264,7 +264,7 @@ def test_the_sqlite_connection_the_project_replaces_is_still_dagsters_of_1_13():
     for name, digest in DAGSTERS_SQLITE_CONNECT_SHA256.items():
         source = inspect.getsource(getattr(SqliteEventLogStorage, name))
         assert hashlib.sha256(source.encode()).hexdigest()[:16] == digest, (
-            f"Dagster changed SqliteEventLogStorage.{name}: compare it with assets_pkg/dagster_private.py's, then "
+            f"Dagster changed SqliteEventLogStorage.{name}: compare it with exact_backfills/dagster_private.py's, then "
             "update the digest"
         )
         owners = [c.__name__ for c in AtomicClaimSqliteEventLogStorage.__mro__ if name in c.__dict__]
@@ -299,7 +299,8 @@ def test_the_check_result_writes_the_project_replaces_are_still_dagsters_of_1_13
     for (owner, name), digest in DAGSTERS_CHECK_RESULT_WRITES_SHA256.items():
         source = inspect.getsource(getattr(classes[owner], name))
         assert hashlib.sha256(source.encode()).hexdigest()[:16] == digest, (
-            f"Dagster changed {owner}.{name}: compare it with assets_pkg/dagster_private.py's, then update the digest"
+            f"Dagster changed {owner}.{name}: compare it with exact_backfills/dagster_private.py's, then update the "
+            "digest"
         )
 
 
@@ -421,7 +422,7 @@ def test_the_asset_metadata_methods_the_project_adds_to_at_once_are_still_dagste
     for (owner, name), digest in DAGSTERS_ASSET_METADATA_SHA256.items():
         source = inspect.getsource(getattr(classes[owner], name))
         assert hashlib.sha256(source.encode()).hexdigest()[:16] == digest, (
-            f"Dagster changed {owner}.{name}: compare it with assets_pkg/dagster_private.py's "
+            f"Dagster changed {owner}.{name}: compare it with exact_backfills/dagster_private.py's "
             "add_asset_metadata_by_partition, then update the digest"
         )
 

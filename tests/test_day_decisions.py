@@ -1,6 +1,7 @@
 """The day decisions, pure and fast (no Spark session): which batches a restatement reads, where its window starts,
-which changed days it rewrites, which become exceptions and which are held; what a rollback restores and rebuilds;
-how a range is chunked and scattered days are written; what a refused change says."""
+which changed days it rewrites, which become exceptions and which are held; which days of which tables a change
+makes stale through each day dependency; what a rollback restores and rebuilds; how a range is chunked and scattered
+days are written; what a refused change says."""
 
 import sqlite3
 from datetime import UTC, date, datetime, timedelta
@@ -9,28 +10,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from assets_pkg.tables import (
-    BY_NAME,
-    CUSTOMER_DAILY_FEATURES,
-    DAILY_CATEGORY_REVENUE,
-    DAILY_REVENUE,
-    DIM_PRODUCT,
-    FACT_ORDER_ITEM,
-    PUBLISH_ORDER,
-    QUARANTINE_ORDER_ITEMS,
-    STG_ORDER_ITEMS,
-    LandedBatches,
-)
-from exact_backfills import landing
+from exact_backfills.builds import LandedBatches
 from exact_backfills.checks import KEYS_NOT_NULL, RECONCILES, UNIQUE_KEY, Outcome
+from exact_backfills.declare import SameDay, TrailingDays
+from exact_backfills.dependencies import carried
 from exact_backfills.landing_index import holding
 from exact_backfills.late_data import (
     DayChange,
     Detection,
-    LateException,
     batches_to_read,
     classify_days,
+    in_window,
     plan_restatement,
+    read_name,
     window_start,
 )
 from exact_backfills.partitions import chunks, days, first_day, last_day
@@ -47,9 +39,21 @@ from exact_backfills.publish import (
     day_ranges,
 )
 from exact_backfills.rollback import RollbackPlan, rollback_plan
-from resources.control import HeldDay, Watermark
+from resources.control import HeldDay, LateException, Watermark
 from resources.delta_io import Scan, day_predicate, day_runs
 from tests.support.lake import environment
+from tests.support.orders import (
+    BY_NAME,
+    CUSTOMER_DAILY_FEATURES,
+    DAILY_CATEGORY_REVENUE,
+    DAILY_REVENUE,
+    DIM_PRODUCT,
+    FACT_ORDER_ITEM,
+    ORDERS,
+    PUBLISH_ORDER,
+    QUARANTINE_ORDER_ITEMS,
+    STG_ORDER_ITEMS,
+)
 
 D = date(2025, 1, 1)
 MARTS = [DAILY_REVENUE, CUSTOMER_DAILY_FEATURES, DAILY_CATEGORY_REVENUE]
@@ -70,28 +74,38 @@ def batches(*offsets: int) -> list[str]:
     return [day(n).isoformat() for n in offsets]
 
 
+def read(source: str, *offsets: int) -> list[str]:
+    """Batches as the watermark records them read."""
+    return [read_name(source, b) for b in batches(*offsets)]
+
+
 # Which batches a restatement reads.
 
 
 def test_a_restatement_reads_new_batches_and_those_in_the_reprocess_window():
-    watermark = Watermark(at(4), batches_read=batches(0, 2, 3, 4))
+    watermark = Watermark(at(4), batches_read=read("items", 0, 2, 3, 4))
     # Never read (day 1), read but within 48 hours of the watermark (days 2..4), and new (day 5).
-    assert batches_to_read(batches(0, 1, 2, 3, 4, 5), watermark, timedelta(hours=48)) == batches(1, 2, 3, 4, 5)
+    assert batches_to_read("items", batches(0, 1, 2, 3, 4, 5), watermark, timedelta(hours=48)) == batches(1, 2, 3, 4, 5)
 
 
 def test_the_first_restatement_reads_every_landed_batch():
-    assert batches_to_read(batches(0, 1, 2), Watermark(), timedelta(hours=72)) == batches(0, 1, 2)
+    assert batches_to_read("items", batches(0, 1, 2), Watermark(), timedelta(hours=72)) == batches(0, 1, 2)
 
 
 def test_without_a_reprocess_window_the_batch_of_the_watermarks_own_day_is_still_read_again():
     # The window is compared by day: the watermark's batch (day 4, read) is read again, older read batches are not.
-    watermark = Watermark(at(4, hour=2), batches_read=batches(0, 1, 2, 3, 4))
-    assert batches_to_read(batches(0, 1, 2, 3, 4, 5), watermark, timedelta(0)) == batches(4, 5)
+    watermark = Watermark(at(4, hour=2), batches_read=read("items", 0, 1, 2, 3, 4))
+    assert batches_to_read("items", batches(0, 1, 2, 3, 4, 5), watermark, timedelta(0)) == batches(4, 5)
 
 
 def test_with_nothing_landed_since_the_watermark_and_nothing_unread_no_batch_is_read():
-    watermark = Watermark(at(9), batches_read=batches(0, 1, 2))
-    assert batches_to_read(batches(0, 1, 2), watermark, timedelta(hours=72)) == []
+    watermark = Watermark(at(9), batches_read=read("items", 0, 1, 2))
+    assert batches_to_read("items", batches(0, 1, 2), watermark, timedelta(hours=72)) == []
+
+
+def test_a_batch_read_of_one_source_is_not_taken_as_read_of_another():
+    watermark = Watermark(at(9), batches_read=read("products", 0, 1, 2))
+    assert batches_to_read("items", batches(0, 1, 2), watermark, timedelta(hours=72)) == batches(0, 1, 2)
 
 
 def test_the_batches_that_can_hold_a_day_are_those_indexed_with_it_and_every_one_not_indexed_yet():
@@ -119,76 +133,82 @@ def test_with_nothing_landed_there_is_no_window():
 
 
 def test_a_changed_day_in_the_window_is_restated_and_one_older_than_the_window_becomes_an_exception():
-    start = day(10)
     inside, first = DayChange(changed=2, batches={"b1"}), DayChange(changed=1)
     older = DayChange(changed=3, batches={"b1"})
-    found = classify_days(
-        {day(20): inside, day(10): first, day(9): older},
-        {day(12): DayChange(product_versions=1)},
-        pending=[],
-        start=start,
-        held_days=set(),
+    restated, outside = in_window(
+        {
+            STG_ORDER_ITEMS: {day(20): inside, day(10): first, day(9): older},
+            DIM_PRODUCT: {day(12): DayChange(versions=1)},
+        },
+        day(10),
     )
-    assert found.order_days == {day(20): inside, day(10): first}  # the window's first day is in it
-    assert found.product_days == {day(12): DayChange(product_versions=1)}
-    assert found.outside == {day(9): older}
-    assert found.held == {}
+    assert restated == {
+        STG_ORDER_ITEMS: {day(20): inside, day(10): first},  # the window's first day is in it
+        DIM_PRODUCT: {day(12): DayChange(versions=1)},
+    }
+    assert outside == {STG_ORDER_ITEMS: {day(9): older}}
+    found = classify_days(restated, outside, pending={}, held_days=set())
+    assert found.days == restated and found.outside == outside and found.held == {}
 
 
 def test_a_day_left_pending_by_an_interrupted_restatement_is_rewritten_whatever_its_age():
-    start = day(30)
-    found = classify_days(
-        {day(2): DayChange(changed=1, batches={"b2"})},
-        {},
-        pending=[day(2), day(5), day(40)],
-        start=start,
-        held_days=set(),
-    )
-    assert found.order_days == {
-        day(2): DayChange(changed=1, batches={"b2"}, pending=True),  # its own changes too, and not an exception
-        day(5): DayChange(pending=True),  # nothing new on it: rewritten all the same
-        day(40): DayChange(pending=True),
+    restated, outside = in_window({STG_ORDER_ITEMS: {day(2): DayChange(changed=1, batches={"b2"})}}, day(30))
+    pending = {STG_ORDER_ITEMS: [day(2), day(5), day(40)], FACT_ORDER_ITEM: [day(5)]}
+    found = classify_days(restated, outside, pending, held_days=set())
+    assert found.days == {
+        STG_ORDER_ITEMS: {
+            day(2): DayChange(changed=1, batches={"b2"}, pending=True),  # its own changes too, and not an exception
+            day(5): DayChange(pending=True),  # nothing new on it: rewritten all the same
+            day(40): DayChange(pending=True),
+        },
+        FACT_ORDER_ITEM: {day(5): DayChange(pending=True)},  # each table's own pending days
     }
     assert found.outside == {} and found.held == {}
 
 
-def test_a_day_changed_in_both_order_items_and_products_is_restated_in_both_and_merged_as_one_exception():
-    order = {day(1): DayChange(changed=2, batches={"b1"}), day(20): DayChange(changed=1, batches={"b1"})}
-    product = {
-        day(1): DayChange(product_versions=1, batches={"b2"}),
-        day(20): DayChange(product_versions=2, batches={"b2"}),
+def test_each_table_keeps_its_own_exceptions_of_the_same_day():
+    changed = {
+        STG_ORDER_ITEMS: {day(1): DayChange(changed=2, batches={"b1"}), day(20): DayChange(changed=1, batches={"b1"})},
+        DIM_PRODUCT: {day(1): DayChange(versions=1, batches={"b2"}), day(20): DayChange(versions=2, batches={"b2"})},
     }
-    found = classify_days(order, product, pending=[], start=day(10), held_days=set())
-    # In the window: the order tables' day and the dimension's day, each rewritten.
-    assert found.order_days == {day(20): order[day(20)]} and found.product_days == {day(20): product[day(20)]}
-    # Too old: one exception for the day, counting both.
-    assert found.outside == {day(1): DayChange(changed=2, product_versions=1, batches={"b1", "b2"})}
+    restated, outside = in_window(changed, day(10))
+    assert restated == {
+        STG_ORDER_ITEMS: {day(20): changed[STG_ORDER_ITEMS][day(20)]},
+        DIM_PRODUCT: {day(20): changed[DIM_PRODUCT][day(20)]},
+    }
+    assert outside == {
+        STG_ORDER_ITEMS: {day(1): changed[STG_ORDER_ITEMS][day(1)]},
+        DIM_PRODUCT: {day(1): changed[DIM_PRODUCT][day(1)]},
+    }
 
 
 def test_a_day_held_since_a_rollback_is_neither_restated_nor_an_exception_but_reported_held():
-    order = {
-        day(1): DayChange(changed=1, batches={"b1"}),
-        day(15): DayChange(changed=2, batches={"b1"}),
-        day(16): DayChange(changed=1),
+    restated = {
+        STG_ORDER_ITEMS: {day(15): DayChange(changed=2, batches={"b1"}), day(16): DayChange(changed=1)},
+        DIM_PRODUCT: {day(15): DayChange(versions=1, batches={"b2"})},
     }
-    product = {day(15): DayChange(product_versions=1, batches={"b2"})}
+    outside = {STG_ORDER_ITEMS: {day(1): DayChange(changed=1, batches={"b1"})}}
     held_days = {day(1), day(15), day(17), day(50)}
-    found = classify_days(order, product, pending=[day(17)], start=day(10), held_days=held_days)
-    assert found.order_days == {day(16): DayChange(changed=1)}
-    assert found.product_days == {} and found.outside == {}
+    found = classify_days(restated, outside, {STG_ORDER_ITEMS: [day(17)]}, held_days)
+    assert found.days == {STG_ORDER_ITEMS: {day(16): DayChange(changed=1)}, DIM_PRODUCT: {}}
+    assert found.outside == {}
     assert found.held == {
         day(1): DayChange(changed=1, batches={"b1"}),  # too old, yet held: held is what it is
-        day(15): DayChange(changed=2, product_versions=1, batches={"b1", "b2"}),  # both changes of the day
+        day(15): DayChange(changed=2, versions=1, batches={"b1", "b2"}),  # every table's change of the day
         day(17): DayChange(pending=True),  # pending, yet held
     }  # a held day nothing changed (day 50) is not reported
 
 
 def test_without_a_window_no_day_is_an_exception_and_the_inputs_are_left_as_they_were():
-    order, product = {day(-400): DayChange(changed=1)}, {day(-300): DayChange(product_versions=1)}
-    found = classify_days(order, product, pending=[day(-200)], start=None, held_days=set())
-    assert set(found.order_days) == {day(-400), day(-200)} and set(found.product_days) == {day(-300)}
+    changed = {STG_ORDER_ITEMS: {day(-400): DayChange(changed=1)}, DIM_PRODUCT: {day(-300): DayChange(versions=1)}}
+    restated, outside = in_window(changed, None)
+    found = classify_days(restated, outside, {STG_ORDER_ITEMS: [day(-200)]}, held_days=set())
+    assert set(found.days[STG_ORDER_ITEMS]) == {day(-400), day(-200)} and set(found.days[DIM_PRODUCT]) == {day(-300)}
     assert found.outside == {}
-    assert order == {day(-400): DayChange(changed=1)} and product == {day(-300): DayChange(product_versions=1)}
+    assert changed == {
+        STG_ORDER_ITEMS: {day(-400): DayChange(changed=1)},
+        DIM_PRODUCT: {day(-300): DayChange(versions=1)},
+    }
 
 
 def _changes(offsets: list[int], counter: str) -> dict[date, DayChange]:
@@ -203,72 +223,88 @@ offsets = st.lists(st.integers(0, 60), unique=True, max_size=12)
 def test_every_changed_day_lands_in_exactly_one_place_and_no_change_is_lost_or_counted_twice(
     order, product, pending, held, start
 ):
-    order_days, product_days = _changes(order, "changed"), _changes(product, "product_versions")
+    changed = {STG_ORDER_ITEMS: _changes(order, "changed"), DIM_PRODUCT: _changes(product, "versions")}
     first = day(start) if start is not None else None
-    found = classify_days(order_days, product_days, [day(n) for n in pending], first, {day(n) for n in held})
-    places = [found.order_days, found.product_days, found.outside, found.held]
+    restated, outside = in_window(changed, first)
+    found = classify_days(restated, outside, {STG_ORDER_ITEMS: [day(n) for n in pending]}, {day(n) for n in held})
+    places = [*found.days.values(), *found.outside.values(), found.held]
     every = {day(n) for n in [*order, *product, *pending]}
     assert set().union(*places) == every
     assert set(found.held) == every & {day(n) for n in held}
-    assert not set(found.held) & (set(found.order_days) | set(found.product_days) | set(found.outside))
-    # Restated days are in the window, or pending; exceptions are before it; pending days are never exceptions.
-    assert all(first is None or d >= first or found.order_days[d].pending for d in found.order_days)
-    assert all(first is None or d >= first for d in found.product_days)
-    assert all(first is not None and d < first for d in found.outside)
-    assert all(found.order_days[day(n)].pending for n in pending if day(n) not in found.held)
-    # An old order day is an exception or pending, never both (its product versions may be an exception: the
-    # dimension's day is another table's).
-    assert all(found.outside[d].changed == 0 for d in set(found.outside) & set(found.order_days))
-    for counter, inputs in (("changed", order_days), ("product_versions", product_days)):
-        assert sum(getattr(c, counter) for place in places for c in place.values()) == len(inputs), counter
-    batches = set().union(*(c.batches for place in places for c in place.values()))
-    assert batches == {f"b{n}" for n in {*order, *product}}
+    for table in changed:
+        assert not set(found.held) & (set(found.days.get(table, {})) | set(found.outside.get(table, {})))
+        # Restated days are in the window, or pending; exceptions are before it; pending days are never exceptions.
+        assert all(first is None or d >= first or c.pending for d, c in found.days.get(table, {}).items())
+        assert all(first is not None and d < first for d in found.outside.get(table, {}))
+        assert not set(found.days.get(table, {})) & set(found.outside.get(table, {}))
+    assert all(found.days[STG_ORDER_ITEMS][day(n)].pending for n in pending if day(n) not in found.held)
+    for counter, table in (("changed", STG_ORDER_ITEMS), ("versions", DIM_PRODUCT)):
+        assert sum(getattr(c, counter) for place in places for c in place.values()) == len(changed[table]), counter
+    found_batches = set().union(*(c.batches for place in places for c in place.values()))
+    assert found_batches == {f"b{n}" for n in {*order, *product}}
+
+
+# What a changed upstream day makes stale through each day dependency.
+
+
+def test_a_changed_day_makes_the_same_day_stale_or_the_days_of_the_trailing_windows_holding_it():
+    assert carried(SameDay(), day(3), day(89)) == [day(3)]
+    assert carried(TrailingDays(7), day(3), day(89)) == [day(3 + i) for i in range(7)]
+    assert carried(TrailingDays(7), day(86), day(89)) == [day(86), day(87), day(88), day(89)]  # not past the last
+    assert carried(TrailingDays(1), day(3), day(89)) == [day(3)]
 
 
 # The change a restatement plans.
 
 
-def _detection(landed: LandedBatches | None) -> Detection:
+def _detection(landed: dict[str, LandedBatches]) -> Detection:
+    order_days = {day(12): DayChange(pending=True), day(14): DayChange(changed=2, batches=set(batches(21)))}
     return Detection(
-        watermark=Watermark(at(20, 2), batches_read=batches(0, 20), pending_days=[day(12)]),
+        watermark=Watermark(at(20, 2), batches_read=read("order_items", 0, 20), pending={STG_ORDER_ITEMS: [day(12)]}),
         new_watermark_ts=at(21, 2),
-        batches_read={landing.ORDER_ITEMS: batches(21), landing.PRODUCTS: batches(21)},
+        batches_read={"order_items": batches(21), "products": batches(21)},
         window_start=day(-69),
-        order_days={day(12): DayChange(pending=True), day(14): DayChange(changed=2, batches=set(batches(21)))},
-        product_days={day(13): DayChange(product_versions=1, batches=set(batches(21)))},
-        outside={day(-80): DayChange(changed=1, quarantined=2, moved_out=1, batches=set(batches(21)))},
+        days={
+            **{t: dict(order_days) for t in ORDER_TABLES},
+            DIM_PRODUCT: {day(13): DayChange(versions=1, batches=set(batches(21)))},
+        },
+        outside={
+            STG_ORDER_ITEMS: {day(-80): DayChange(changed=1, quarantined=2, moved_out=1, batches=set(batches(21)))}
+        },
         landed=landed,
     )
 
 
-def test_a_restatement_writes_the_order_days_in_the_order_tables_and_the_product_days_in_the_dimension():
-    plan = plan_restatement(_detection(landed=None))
+def test_a_restatement_writes_each_tables_stale_days():
+    plan = plan_restatement(_detection(landed={}))
     assert plan.change.operation is Operation.RESTATEMENT
     assert plan.change.days == {**{t: [day(12), day(14)] for t in ORDER_TABLES}, DIM_PRODUCT: [day(13)]}
-    # No order item batch kept: staging is built from the landing, as a backfill builds it.
+    # No batch kept: staging is built from the landing, as a backfill builds it.
     assert all(plan.change.source(t) == Rebuilt() for t in plan.change.tables())
-    assert plan.exceptions == [LateException(day(-80), 4, day(21).isoformat(), day(-69))]
+    assert plan.exceptions == [LateException(STG_ORDER_ITEMS, day(-80), 4, day(21).isoformat(), day(-69))]
     # The intent: every day it writes is pending before the first write; once written, none is, and every batch is
     # read.
-    assert plan.pending == [day(12), day(13), day(14)]
-    assert plan.watermark == Watermark(at(21, 2), batches(0, 20, 21), [])
+    assert plan.pending == {**{t: [day(12), day(14)] for t in ORDER_TABLES}, DIM_PRODUCT: [day(13)]}
+    assert plan.watermark == Watermark(at(21, 2), sorted([*read("order_items", 0, 20, 21), *read("products", 21)]), {})
 
 
 def test_staging_is_restated_from_the_batches_just_read_and_every_other_table_is_rebuilt():
     landed = LandedBatches(batches(21), rows=None, staged=None)  # what detection read (never read here)
-    plan = plan_restatement(_detection(landed))
+    plan = plan_restatement(_detection({STG_ORDER_ITEMS: landed}))
     assert plan.change.source(STG_ORDER_ITEMS) == Restated(landed)
     assert {t: plan.change.source(t) for t in plan.change.tables() if t != STG_ORDER_ITEMS} == dict.fromkeys(
-        [DIM_PRODUCT, FACT_ORDER_ITEM, *MARTS], Rebuilt()
+        [FACT_ORDER_ITEM, *MARTS, DIM_PRODUCT], Rebuilt()
     )
 
 
 def test_a_restatement_with_nothing_changed_writes_nothing_and_only_advances_the_watermark():
-    wm = Watermark(at(20, 2), batches(0, 20), [])
-    found = Detection(wm, at(21, 2), {landing.ORDER_ITEMS: batches(21), landing.PRODUCTS: []}, day(-69), {}, {}, {})
+    wm = Watermark(at(20, 2), read("order_items", 0, 20), {})
+    found = Detection(
+        wm, at(21, 2), {"order_items": batches(21), "products": []}, day(-69), {t: {} for t in PUBLISH_ORDER}
+    )
     plan = plan_restatement(found)
-    assert plan.change.days == {} and plan.change.tables() == [] and plan.exceptions == [] and plan.pending == []
-    assert plan.watermark == Watermark(at(21, 2), batches(0, 20, 21), [])
+    assert plan.change.days == {} and plan.change.tables() == [] and plan.exceptions == [] and plan.pending == {}
+    assert plan.watermark == Watermark(at(21, 2), read("order_items", 0, 20, 21), {})
 
 
 # How a change holds a table's staged rows: checkpointed (the plan cut) when computed from a table the change writes,
@@ -288,28 +324,28 @@ def test_the_whole_historys_staged_rows_are_cached_unless_computed_from_a_table_
     whole = Change(Operation.BACKFILL, dict.fromkeys(PUBLISH_ORDER, _every_day()))
     fact = BY_NAME[FACT_ORDER_ITEM]
     # Built from the staged rows of staging and the dimension only.
-    assert not checkpointed(fact, whole, [])
+    assert not checkpointed(ORDERS, fact, whole, [])
     # Joined with the dimension's days read as published, which the change writes.
-    assert checkpointed(fact, whole, [_published_read_of(DIM_PRODUCT)])
+    assert checkpointed(ORDERS, fact, whole, [_published_read_of(DIM_PRODUCT)])
     # A mart rebuilt alone reads the fact, which the change leaves alone.
     alone = Change(Operation.BACKFILL, {DAILY_REVENUE: _every_day()})
-    assert not checkpointed(BY_NAME[DAILY_REVENUE], alone, [_published_read_of(FACT_ORDER_ITEM)])
+    assert not checkpointed(ORDERS, BY_NAME[DAILY_REVENUE], alone, [_published_read_of(FACT_ORDER_ITEM)])
     # A side table the change writes counts as written.
     staging = Change(Operation.BACKFILL, {STG_ORDER_ITEMS: _every_day()})
-    assert checkpointed(BY_NAME[STG_ORDER_ITEMS], staging, [_published_read_of(QUARANTINE_ORDER_ITEMS)])
+    assert checkpointed(ORDERS, BY_NAME[STG_ORDER_ITEMS], staging, [_published_read_of(QUARANTINE_ORDER_ITEMS)])
 
 
 def test_a_few_days_staged_rows_are_checkpointed_whatever_they_are_computed_from():
     few = Change(Operation.BACKFILL, dict.fromkeys(PUBLISH_ORDER, [first_day(), first_day() + timedelta(days=1)]))
-    assert all(checkpointed(BY_NAME[t], few, []) for t in PUBLISH_ORDER)
+    assert all(checkpointed(ORDERS, BY_NAME[t], few, []) for t in PUBLISH_ORDER)
 
 
 def test_a_restatements_staging_and_a_restored_table_read_their_own_rows_and_are_checkpointed():
     landed = LandedBatches(batches(21), rows=None, staged=None)
     restated = Change(Operation.RESTATEMENT, {STG_ORDER_ITEMS: _every_day()}, {STG_ORDER_ITEMS: Restated(landed)})
-    assert checkpointed(BY_NAME[STG_ORDER_ITEMS], restated, [])
+    assert checkpointed(ORDERS, BY_NAME[STG_ORDER_ITEMS], restated, [])
     restored = Change(Operation.ROLLBACK, {DIM_PRODUCT: _every_day()}, {DIM_PRODUCT: Restored(3)})
-    assert checkpointed(BY_NAME[DIM_PRODUCT], restored, [])
+    assert checkpointed(ORDERS, BY_NAME[DIM_PRODUCT], restored, [])
 
 
 def test_a_change_of_a_few_days_commits_its_tables_at_once_and_one_over_every_day_in_the_graphs_order():
@@ -334,7 +370,7 @@ EVERY_TABLE_WRITTEN = {
 
 def test_rolling_back_a_run_restores_every_table_it_wrote_and_rebuilds_the_tables_derived_from_them():
     written = {FACT_ORDER_ITEM: 3, STG_ORDER_ITEMS: 6, QUARANTINE_ORDER_ITEMS: 4}  # a run of staging and the fact
-    plan = rollback_plan(day(0), day(2), written, "run r1")
+    plan = rollback_plan(ORDERS, day(0), day(2), written, "run r1")
     assert (plan.start, plan.end, plan.days) == (day(0), day(2), [day(0), day(1), day(2)])
     # In the order they are committed: a side table just before its table.
     assert list(plan.restore.items()) == [(QUARANTINE_ORDER_ITEMS, 4), (STG_ORDER_ITEMS, 6), (FACT_ORDER_ITEM, 3)]
@@ -343,12 +379,12 @@ def test_rolling_back_a_run_restores_every_table_it_wrote_and_rebuilds_the_table
 
 
 def test_rolling_back_the_dimension_rebuilds_the_fact_and_the_marts_but_not_staging():
-    plan = rollback_plan(day(0), day(0), {DIM_PRODUCT: 2}, "run r2")
+    plan = rollback_plan(ORDERS, day(0), day(0), {DIM_PRODUCT: 2}, "run r2")
     assert plan.restore == {DIM_PRODUCT: 2} and plan.rebuild == [FACT_ORDER_ITEM, *MARTS]
 
 
 def test_rolling_back_a_run_that_wrote_every_table_restores_them_all_and_rebuilds_none():
-    plan = rollback_plan(day(0), day(0), EVERY_TABLE_WRITTEN, "backfill bf1")
+    plan = rollback_plan(ORDERS, day(0), day(0), EVERY_TABLE_WRITTEN, "backfill bf1")
     assert plan.restore == EVERY_TABLE_WRITTEN and plan.rebuild == []
 
 
@@ -371,41 +407,43 @@ def test_rolling_back_a_run_that_wrote_every_table_restores_them_all_and_rebuild
 def test_narrowed_to_a_table_a_rollback_restores_that_table_what_it_is_built_from_and_what_it_builds(
     table, restored, rebuilt
 ):
-    plan = rollback_plan(day(0), day(1), EVERY_TABLE_WRITTEN, "run r3", table)
+    plan = rollback_plan(ORDERS, day(0), day(1), EVERY_TABLE_WRITTEN, "run r3", table)
     assert plan.restore == {t: EVERY_TABLE_WRITTEN[t] for t in restored}
     assert list(plan.restore) == restored and plan.rebuild == rebuilt
 
 
 def test_narrowed_to_a_table_only_what_the_run_wrote_is_restored_and_the_rest_derived_from_it_is_rebuilt():
     written = {QUARANTINE_ORDER_ITEMS: 4, STG_ORDER_ITEMS: 6, FACT_ORDER_ITEM: 3, CUSTOMER_DAILY_FEATURES: 5}
-    plan = rollback_plan(day(0), day(1), written, "run r4", STG_ORDER_ITEMS)
+    plan = rollback_plan(ORDERS, day(0), day(1), written, "run r4", STG_ORDER_ITEMS)
     assert plan.restore == written and plan.rebuild == [DAILY_REVENUE, DAILY_CATEGORY_REVENUE]
 
 
 def test_a_rollback_of_a_run_that_wrote_nothing_is_refused_naming_the_run():
     with pytest.raises(ValueError, match="^run r5 committed nothing in any table$"):
-        rollback_plan(day(0), day(1), {}, "run r5")
+        rollback_plan(ORDERS, day(0), day(1), {}, "run r5")
     with pytest.raises(ValueError, match="^backfill bf2 committed nothing in any table$"):
-        rollback_plan(day(0), day(1), {}, "backfill bf2")
+        rollback_plan(ORDERS, day(0), day(1), {}, "backfill bf2")
 
 
 def test_a_rollback_narrowed_to_a_table_the_run_did_not_write_is_refused_naming_the_run_and_the_table():
     with pytest.raises(ValueError, match=f"^run r6 committed nothing in {DIM_PRODUCT}$"):
-        rollback_plan(day(0), day(1), {STG_ORDER_ITEMS: 6, QUARANTINE_ORDER_ITEMS: 4}, "run r6", DIM_PRODUCT)
+        rollback_plan(ORDERS, day(0), day(1), {STG_ORDER_ITEMS: 6, QUARANTINE_ORDER_ITEMS: 4}, "run r6", DIM_PRODUCT)
 
 
 def test_a_side_table_is_restored_with_its_table_never_alone():
     with pytest.raises(ValueError, match="quarantine_order_items is written with stg_order_items"):
-        rollback_plan(day(0), day(1), EVERY_TABLE_WRITTEN, "run r7", QUARANTINE_ORDER_ITEMS)
+        rollback_plan(ORDERS, day(0), day(1), EVERY_TABLE_WRITTEN, "run r7", QUARANTINE_ORDER_ITEMS)
     with pytest.raises(ValueError, match="restored with stg_order_items, never alone"):
-        rollback_plan(day(0), day(1), {QUARANTINE_ORDER_ITEMS: 4}, "run r8")
+        rollback_plan(ORDERS, day(0), day(1), {QUARANTINE_ORDER_ITEMS: 4}, "run r8")
     with pytest.raises(ValueError, match="unknown table 'nope'"):
-        rollback_plan(day(0), day(1), EVERY_TABLE_WRITTEN, "run r9", "nope")
+        rollback_plan(ORDERS, day(0), day(1), EVERY_TABLE_WRITTEN, "run r9", "nope")
 
 
 def test_a_rollback_is_published_as_restored_tables_with_their_side_tables_rebuilt_tables_and_a_hold():
-    plan = rollback_plan(day(0), day(2), {QUARANTINE_ORDER_ITEMS: 4, STG_ORDER_ITEMS: 6, FACT_ORDER_ITEM: -1}, "run r1")
-    change = plan.change("2025-01-02, 2025-01-03")
+    plan = rollback_plan(
+        ORDERS, day(0), day(2), {QUARANTINE_ORDER_ITEMS: 4, STG_ORDER_ITEMS: 6, FACT_ORDER_ITEM: -1}, "run r1"
+    )
+    change = plan.change(ORDERS, "2025-01-02, 2025-01-03")
     assert change.operation is Operation.ROLLBACK
     assert change.tables() == [STG_ORDER_ITEMS, FACT_ORDER_ITEM, *MARTS]
     assert change.days == {t: [day(0), day(1), day(2)] for t in change.tables()}
@@ -561,6 +599,4 @@ def test_a_change_refused_for_held_days_names_who_held_each_day_and_how_to_relea
         "rollback: 2025-01-02 held since 2025-01-05 10:30 UTC by run r9 (rolled back to before "
         "run r1"
     )
-    assert said.endswith(
-        "Publish them again with `python -m assets_pkg release --start D1 --end D2`, or leave them out."
-    )
+    assert said.endswith("Publish them again with `release --start D1 --end D2`, or leave them out.")

@@ -5,13 +5,14 @@ from datetime import timedelta
 import pytest
 from dagster import AssetKey, Definitions, FreshnessPolicy, in_process_executor
 
-from assets_pkg.tables import DAY_COLUMN, TABLES
+from exact_backfills import checks
 from exact_backfills.assets import freshness_policy
 from exact_backfills.dagster_names import ALL_ASSETS_JOB, RESTATE_JOB
 from exact_backfills.definitions import defs
 from exact_backfills.partitions import daily_partitions, max_partitions_per_run
 from resources.spark import LOCAL_JAVA_OPTIONS, SHORT_RUN_JAVA_OPTIONS
 from tests.support.lake import environment
+from tests.support.orders import DAY_COLUMN, ORDERS, TABLES
 
 
 def test_every_declared_table_is_a_daily_partitioned_asset_with_a_chunked_backfill_policy_and_its_checks():
@@ -19,9 +20,10 @@ def test_every_declared_table_is_a_daily_partitioned_asset_with_a_chunked_backfi
     names = {k.to_user_string() for k in graph.materializable_asset_keys}
     assert names == set(DAY_COLUMN)  # every table, side tables included, and nothing else
     for table in TABLES:
-        assert {u for u in table.upstream} == {k.to_user_string() for k in graph.get(AssetKey(table.name)).parent_keys}
-        checks = {k.name for k in graph.asset_check_keys if k.asset_key == AssetKey(table.name)}
-        assert set(table.checks.names()) <= checks, table.name
+        parents = {k.to_user_string() for k in graph.get(AssetKey(table.name)).parent_keys}
+        assert set(ORDERS.upstream_assets(table.name)) == parents
+        declared = {k.name for k in graph.asset_check_keys if k.asset_key == AssetKey(table.name)}
+        assert set(checks.names(table)) <= declared, table.name
     for key in graph.materializable_asset_keys:
         node = graph.get(key)
         assert node.partitions_def == daily_partitions, key

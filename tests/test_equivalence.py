@@ -16,15 +16,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from assets_pkg.generate import generate
-from assets_pkg.tables import PUBLISH_ORDER
 from exact_backfills import late_data
 from exact_backfills.backfill import run_backfill, run_checks, run_restatement, run_rollback, step_failures
 from exact_backfills.dagster_names import RELEASE_TAG
-from exact_backfills.landing import ORDER_ITEM_SCHEMA
 from exact_backfills.rollback import plan_rollback
 from resources.delta_io import read_days
 from tests.support.lake import environment, from_scratch, rows, versions
 from tests.support.late_batches import corrections, land_batch, new_items, next_batch_day
+from tests.support.orders import ORDER_ITEMS, ORDERS, PUBLISH_ORDER
 
 pytestmark = pytest.mark.slow  # real Spark, Delta and Dagster for every example: minutes
 
@@ -54,7 +53,7 @@ def _staged(spark, day, n):
 def land(spark, kind: str, day: date, n: int, order_ids: int) -> None:
     batch = next_batch_day()
     if kind == "duplicates":  # the same versions delivered again
-        contract = [c for c in ORDER_ITEM_SCHEMA.fieldNames() if c != "ingested_at"]  # land_batch sets ingested_at
+        contract = [c for c in ORDER_ITEMS.columns if c != "ingested_at"]  # land_batch sets ingested_at
         items = [(*(r[c] for c in contract), None) for r in _staged(spark, day, n)]
     elif kind == "corrections":
         items = corrections(spark, day, n)
@@ -72,15 +71,15 @@ def apply(spark, instance, step: tuple, order_ids: int) -> None:
     if kind == "land":
         land(spark, args[0], START + timedelta(days=args[1]), args[2], order_ids)
     elif kind in ("restate", "replay_tick"):
-        assert run_restatement(instance).success
+        assert run_restatement(ORDERS, instance).success
     elif kind == "backfill":
         a, b = sorted(START + timedelta(days=o) for o in args)
-        assert run_backfill(a, b, instance=instance, echo=lambda _: None)
+        assert run_backfill(ORDERS, a, b, instance=instance, echo=lambda _: None)
     elif kind == "rollback":  # a table to the version before its last write (its derived tables rebuilt), released
         table, (a, b) = args[0], sorted(START + timedelta(days=o) for o in args[1:])
-        plan = plan_rollback(spark, a, b, table=table, version=versions(spark, table)[0] - 1)
+        plan = plan_rollback(spark, ORDERS, a, b, table=table, version=versions(spark, table)[0] - 1)
         before = {t: versions(spark, t)[0] for t in PUBLISH_ORDER}
-        result = run_rollback(plan, instance=instance)
+        result = run_rollback(ORDERS, plan, instance=instance)
         if not result.success:
             # Refused when the restored days would not match the tables they are built from: nothing written.
             assert any("refused, nothing restored" in message for _, message in step_failures(result)), step_failures(
@@ -88,14 +87,14 @@ def apply(spark, instance, step: tuple, order_ids: int) -> None:
             )
             assert {t: versions(spark, t)[0] for t in PUBLISH_ORDER} == before, plan
             return
-        assert run_backfill(a, b, instance=instance, echo=lambda _: None, tags={RELEASE_TAG: "true"})
+        assert run_backfill(ORDERS, a, b, instance=instance, echo=lambda _: None, tags={RELEASE_TAG: "true"})
     elif kind == "crash_before_watermark":
 
         def crash():
             raise RuntimeError("killed between the writes and the watermark")
 
         with pytest.raises(RuntimeError):
-            late_data.restate(spark, before_watermark=crash)
+            late_data.restate(spark, ORDERS, before_watermark=crash)
 
 
 @given(seed=st.integers(0, 10_000), schedule=st.lists(operations, min_size=2, max_size=4))
@@ -104,12 +103,14 @@ def test_any_schedule_of_operations_ends_equal_to_a_from_scratch_build_with_ever
     with environment(LAKE_ROOT=str(lake), DAGSTER_HOME=str(lake / "dagster_home")):
         with DagsterInstance.ephemeral() as instance:
             summary = generate(spark, START, END, seed=seed, rows_per_day=4)
-            assert run_backfill(START, date.fromisoformat(max(summary.batches)), instance=instance, echo=lambda _: None)
+            assert run_backfill(
+                ORDERS, START, date.fromisoformat(max(summary.batches)), instance=instance, echo=lambda _: None
+            )
             for i, step in enumerate(schedule):
                 apply(spark, instance, step, order_ids=9_000_000 + 100 * i)
-            assert run_restatement(instance).success  # what the sensor does once the schedule is over
+            assert run_restatement(ORDERS, instance).success  # what the sensor does once the schedule is over
             last = next_batch_day() - timedelta(days=1)
-            assert run_checks(START, END, PUBLISH_ORDER, instance=instance)[0].success, schedule
+            assert run_checks(ORDERS, START, END, PUBLISH_ORDER, instance=instance)[0].success, schedule
             published = {t: rows(spark, t) for t in [*PUBLISH_ORDER, "quarantine_order_items"]}
             expected = from_scratch(spark, lake / "scratch-parent", START, last)
         for table, content in published.items():

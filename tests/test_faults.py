@@ -14,19 +14,23 @@ import pytest
 from dagster import DagsterRunStatus, RunRequest, RunsFilter, build_sensor_context
 
 from assets_pkg.generate import generate
-from assets_pkg.tables import PUBLISH_ORDER, STG_ORDER_ITEMS
-from exact_backfills.automation import landing_state, late_data_sensor
+from exact_backfills.automation import landing_state
 from exact_backfills.backfill import run_backfill
 from exact_backfills.cli import main
 from exact_backfills.dagster_names import REPAIR_OF_TAG, RESTATE_JOB
 from exact_backfills.definitions import defs
 from exact_backfills.liveness import ACTIVE
+from exact_backfills.location import definitions_of
 from exact_backfills.partitions import days as day_range
 from exact_backfills.publish import KILL_AT
 from resources import audit, control
 from resources.lake import REPO_ROOT
 from tests.support.lake import from_scratch, rows, versions
 from tests.support.late_batches import corrections, land_batch, next_batch_day
+from tests.support.orders import ORDERS, PUBLISH_ORDER, STG_ORDER_ITEMS
+
+# The sensor as the code location defines it, called as its tick calls it.
+late_data_sensor = definitions_of(ORDERS).resolve_sensor_def("late_data_sensor")
 
 pytestmark = pytest.mark.slow  # builds a lake and runs backfills in processes of their own: minutes
 
@@ -39,7 +43,7 @@ def built(spark, lake):
     _, instance = lake
     summary = generate(spark, START, END, seed=11, rows_per_day=6)
     last = date.fromisoformat(max(summary.batches))  # quarantine files rows by their batch's day
-    assert run_backfill(START, FIRST_HALF_END, instance=instance, echo=lambda _: None)
+    assert run_backfill(ORDERS, START, FIRST_HALF_END, instance=instance, echo=lambda _: None)
     return instance, last
 
 
@@ -63,7 +67,7 @@ def active(instance) -> list:
 
 def repair_by_the_sensor(instance) -> None:
     """What late_data_sensor does on its next tick: close the dead run, then launch a run of the same days."""
-    request = late_data_sensor(build_sensor_context(instance=instance, definitions=defs, cursor=landing_state()))
+    request = late_data_sensor(build_sensor_context(instance=instance, definitions=defs, cursor=landing_state(ORDERS)))
     assert isinstance(request, RunRequest) and REPAIR_OF_TAG in request.tags, request
     job = defs.resolve_job_def(request.job_name)
     result = job.execute_in_process(
@@ -105,11 +109,11 @@ def test_killed_between_two_tables_commits_is_repaired_by_the_sensor_to_the_from
 
 def publish_the_days_left_unpublished(spark, instance, last: date) -> None:
     """Every landed day published (the tests above leave them so; alone, this publishes them)."""
-    audited = audit.read(spark).where(f"asset = '{STG_ORDER_ITEMS}'").select("partition")
+    audited = audit.read(spark, ORDERS.name).where(f"asset = '{STG_ORDER_ITEMS}'").select("partition")
     published = {r.partition for r in audited.collect()}
     unpublished = [d for d in day_range(START, last) if d not in published]
     if unpublished:
-        assert run_backfill(unpublished[0], unpublished[-1], instance=instance, echo=lambda _: None)
+        assert run_backfill(ORDERS, unpublished[0], unpublished[-1], instance=instance, echo=lambda _: None)
 
 
 def test_a_restatement_killed_between_its_commits_and_its_watermark_is_repaired_to_the_from_scratch_result(
@@ -120,10 +124,10 @@ def test_a_restatement_killed_between_its_commits_and_its_watermark_is_repaired_
     batch = next_batch_day()
     land_batch(spark, corrections(spark, date(2025, 1, 2), 2) + corrections(spark, date(2025, 1, 7), 1), batch)
     killed(["restate"], "before-watermark")
-    assert control.read_watermark(spark, "order_items").pending_days  # the days it rewrote stay pending
+    assert control.read_watermark(spark, ORDERS.name).pending_days  # the days it rewrote stay pending
 
     repair_by_the_sensor(instance)
-    assert control.read_watermark(spark, "order_items").pending_days == []
+    assert control.read_watermark(spark, ORDERS.name).pending_days == []
     assert active(instance) == []
     expected = from_scratch(spark, tmp_path, START, max(last, batch))
     assert {t: rows(spark, t) for t in expected} == expected

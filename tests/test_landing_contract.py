@@ -14,14 +14,13 @@ import pytest
 from pyspark.sql import functions as F
 
 from assets_pkg.generate import generate
-from assets_pkg.tables import QUARANTINE_ORDER_ITEMS, STG_ORDER_ITEMS
-from exact_backfills import landing
 from exact_backfills.backfill import run_backfill, run_restatement
 from exact_backfills.cli import main
 from resources.delta_io import read_table
 from resources.lake import landing_path
 from tests.support.lake import rows
 from tests.support.landing_files import ORDER_ITEM_ARROW_TYPES
+from tests.support.orders import ORDER_ITEMS, ORDERS, QUARANTINE_ORDER_ITEMS, STG_ORDER_ITEMS
 
 pytestmark = pytest.mark.slow  # builds a lake and runs restatements: minutes, not seconds
 
@@ -55,7 +54,7 @@ def write_file(batch: date, name: str, records: list[dict], types: dict | None =
     types = {**CONTRACT, **(types or {})}
     columns = {c: t for c, t in types.items() if t is not None}
     table = pa.table({c: pa.array([r.get(c) for r in records], t) for c, t in columns.items()})
-    folder = Path(landing_path(landing.ORDER_ITEMS)) / f"ingest_date={batch}"
+    folder = Path(landing_path(ORDER_ITEMS.name)) / f"ingest_date={batch}"
     folder.mkdir(parents=True, exist_ok=True)
     pq.write_table(table, folder / name, **options)
     return f"ingest_date={batch}/{name}"
@@ -65,7 +64,7 @@ def write_file(batch: date, name: str, records: list[dict], types: dict | None =
 def built(spark, lake):
     _, instance = lake
     summary = generate(spark, START, END, seed=3, rows_per_day=6)
-    assert run_backfill(START, END, instance=instance, echo=lambda _: None)
+    assert run_backfill(ORDERS, START, END, instance=instance, echo=lambda _: None)
     return instance, date.fromisoformat(max(summary.batches)) + timedelta(days=1)
 
 
@@ -99,11 +98,11 @@ def landed(built):
     extra = write_file(
         batch, "extra_column.parquet", [{**item(8_000_006, batch), "coupon": "X"}], {"coupon": pa.string()}
     )
-    folder = Path(landing_path(landing.ORDER_ITEMS)) / f"ingest_date={batch}"
+    folder = Path(landing_path(ORDER_ITEMS.name)) / f"ingest_date={batch}"
     (folder / "zero_bytes.parquet").write_bytes(b"")
     (folder / "corrupt.parquet").write_bytes(b"PAR1 this is not parquet at all PAR1")
-    (Path(landing_path(landing.ORDER_ITEMS)) / "ingest_date=latest").mkdir()
-    result = run_restatement(instance)
+    (Path(landing_path(ORDER_ITEMS.name)) / "ingest_date=latest").mkdir()
+    result = run_restatement(ORDERS, instance)
     assert result.success
     return instance, batch, names, extra
 
@@ -148,7 +147,7 @@ def test_check_names_every_refused_file_and_folder(landed, capsys):
 def test_a_later_good_batch_is_restated_as_usual(spark, landed):
     instance, batch, _, _ = landed
     write_file(batch + timedelta(days=1), "good.parquet", [item(8_000_010, batch + timedelta(days=1))])
-    assert run_restatement(instance).success
+    assert run_restatement(ORDERS, instance).success
     assert read_table(spark, STG_ORDER_ITEMS).where("order_id = 8000010").count() == 1
 
 
@@ -158,7 +157,7 @@ def test_withdrawing_a_refused_file_moves_it_aside_with_why_and_republishes_its_
     assert main(["withdraw", "--file", file, "--reason", "producer sent an old schema"]) == 0
     out = capsys.readouterr().out
     assert "withdrew" in out
-    assert not (Path(landing_path(landing.ORDER_ITEMS)) / names["missing_channel.parquet"]).exists()
+    assert not (Path(landing_path(ORDER_ITEMS.name)) / names["missing_channel.parquet"]).exists()
     quarantined = read_table(spark, QUARANTINE_ORDER_ITEMS).where(
         F.col("source_file") == names["missing_channel.parquet"]
     )
@@ -174,7 +173,7 @@ def test_withdrawing_a_published_file_removes_its_rows_and_restores_the_previous
         [{**item(8_000_003, batch + timedelta(days=2)), "quantity": 5, "updated_at": UPDATED + timedelta(days=1)}],
     )
     instance = landed[0]
-    assert run_restatement(instance).success
+    assert run_restatement(ORDERS, instance).success
     assert read_table(spark, STG_ORDER_ITEMS).where("order_id = 8000003").first().quantity == 5
     assert main(["withdraw", "--file", f"order_items/{file}", "--reason", "sent twice by mistake"]) == 0
     capsys.readouterr()

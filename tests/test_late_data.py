@@ -20,18 +20,8 @@ from dagster import (
 from pyspark.sql import functions as F
 
 from assets_pkg.generate import generate
-from assets_pkg.tables import (
-    DAILY_REVENUE,
-    DAY_COLUMN,
-    DIM_PRODUCT,
-    FACT_ORDER_ITEM,
-    LANDING_ORDER_ITEMS,
-    PUBLISH_ORDER,
-    QUARANTINE_ORDER_ITEMS,
-    STG_ORDER_ITEMS,
-)
 from exact_backfills import landing, late_data
-from exact_backfills.assets import publish_tables
+from exact_backfills.assets import publish_step
 from exact_backfills.automation import landing_assets
 from exact_backfills.backfill import observe_landing, run_backfill
 from exact_backfills.checks import LATE_DATA, UP_TO_DATE
@@ -45,7 +35,7 @@ from resources.delta_io import read_days, read_table
 from resources.lake import table_path
 from resources.settings import settings
 from resources.spark import spark_resource
-from tests.support.lake import rows, versions
+from tests.support.lake import control_versions, rows
 from tests.support.late_batches import (
     ORDER_TABLES,
     assert_rewrote_exactly,
@@ -55,6 +45,19 @@ from tests.support.late_batches import (
     new_items,
     snapshot,
     three_corrected_and_two_late_days,
+)
+from tests.support.orders import (
+    DAILY_REVENUE,
+    DAY_COLUMN,
+    DIM_PRODUCT,
+    FACT_ORDER_ITEM,
+    LANDING_ORDER_ITEMS,
+    ORDER_ITEMS,
+    ORDERS,
+    PRODUCTS,
+    PUBLISH_ORDER,
+    QUARANTINE_ORDER_ITEMS,
+    STG_ORDER_ITEMS,
 )
 
 pytestmark = pytest.mark.slow  # builds a lake and runs backfills: minutes, not seconds
@@ -68,7 +71,7 @@ class Lake:
     def __init__(self, last_batch: date):
         self.next_batch = last_batch + timedelta(days=1)
 
-    def land(self, spark, items, dataset=landing.ORDER_ITEMS):
+    def land(self, spark, items, dataset=ORDER_ITEMS):
         batch, self.next_batch = self.next_batch, self.next_batch + timedelta(days=1)
         return batch, land_batch(spark, items, batch, dataset)
 
@@ -80,14 +83,16 @@ class DagsterStaleness:
     def __init__(self, instance):
         self.instance, self.cursor = instance, None
         condition = AutomationCondition.any_deps_match(AutomationCondition.data_version_changed())
-        watched = publish_tables.map_asset_specs(
+        watched = publish_step(ORDERS).map_asset_specs(
             lambda spec: (
                 spec.replace_attributes(automation_condition=condition)
                 if spec.key == AssetKey(STG_ORDER_ITEMS)
                 else spec
             )
         )
-        self.defs = Definitions(assets=[*landing_assets, watched], resources={"pyspark": spark_resource(settings())})
+        self.defs = Definitions(
+            assets=[*landing_assets(ORDERS), watched], resources={"pyspark": spark_resource(settings())}
+        )
 
     def changed_days(self) -> set[date]:
         result = evaluate_automation_conditions(self.defs, self.instance, cursor=self.cursor)
@@ -117,9 +122,9 @@ def stale_days(order_days: int) -> dict[str, int]:
 def lake_state(spark, lake):
     _, instance = lake
     summary = generate(spark, START, END, seed=31, rows_per_day=30)
-    assert observe_landing(instance).success  # as the `generate` command does
+    assert observe_landing(ORDERS, instance).success  # as the `generate` command does
     built_end = date.fromisoformat(max(summary.batches))
-    assert run_backfill(START, built_end, chunk_size=62, instance=instance, echo=lambda _: None)
+    assert run_backfill(ORDERS, START, built_end, chunk_size=62, instance=instance, echo=lambda _: None)
     return Lake(built_end)
 
 
@@ -128,7 +133,7 @@ def test_restating_with_no_new_data_rewrites_nothing(spark, lake_state, capsys):
     assert main(["restate"]) == 0
     assert "nothing to restate" in capsys.readouterr().out
     assert_rewrote_exactly(spark, before, set(), tables=[])
-    assert control.read_watermark(spark, late_data.PIPELINE).watermark_ts is not None
+    assert control.read_watermark(spark, ORDERS.name).watermark_ts is not None
 
 
 def test_corrections_on_three_old_days_and_late_rows_on_two_others_restate_exactly_those_five_days(
@@ -143,13 +148,15 @@ def test_corrections_on_three_old_days_and_late_rows_on_two_others_restate_exact
     batch, ingested = lake_state.land(spark, items)
 
     # The preview names the days, why, and the batch, before anything is written: on the terminal...
-    found = late_data.detect(spark)
-    assert set(found.order_days) == expected and not found.product_days and not found.outside
-    assert sorted(found.order_days[d].changed for d in expected) == [2, 2, 2, 3, 3]
+    found = late_data.detect(spark, ORDERS)
+    staged = found.days[STG_ORDER_ITEMS]
+    assert set(staged) == expected and not found.days[DIM_PRODUCT] and not found.outside
+    assert sorted(staged[d].changed for d in expected) == [2, 2, 2, 3, 3]
     assert main(["stale"]) == 0
     out = capsys.readouterr().out
+    assert f"{STG_ORDER_ITEMS}: {len(expected)} day(s) to restate" in out
     for day in expected:
-        assert f"order tables {day}:" in out and str(batch) in out
+        assert f"  {day}: " in out and str(batch) in out
     # `metrics` says how far each table is behind its landing: the days to restate, and the landed data's lag.
     behind = published_freshness(capsys)
     assert {a["asset"]: a["stale_days"] for a in behind["assets"]} == stale_days(5)
@@ -173,7 +180,7 @@ def test_corrections_on_three_old_days_and_late_rows_on_two_others_restate_exact
     out = capsys.readouterr().out
     assert "restated fact_order_item: 5 day(s)" in out
     assert_rewrote_exactly(spark, before, expected)
-    assert control.read_watermark(spark, late_data.PIPELINE).watermark_ts == ingested.replace(tzinfo=None)
+    assert control.read_watermark(spark, ORDERS.name).watermark_ts == ingested.replace(tzinfo=None)
     assert main(["check", "--start", str(START), "--end", str(lake_state.next_batch - timedelta(days=1))]) == 0
     capsys.readouterr()
     caught_up = published_freshness(capsys)
@@ -212,7 +219,9 @@ def test_rolling_the_fact_back_before_a_restatement_rolls_back_its_chunk_and_hol
     assert main(["restate"]) == 0
     capsys.readouterr()
     restatement = instance.get_runs(RunsFilter(job_name=RESTATE_JOB, statuses=[DagsterRunStatus.SUCCESS]), limit=1)[0]
-    restated = sorted({r.partition for r in audit.read(spark).where(f"run_id = '{restatement.run_id}'").collect()})
+    restated = sorted(
+        {r.partition for r in audit.read(spark, ORDERS.name).where(f"run_id = '{restatement.run_id}'").collect()}
+    )
     assert restated == corrected
     a, b = restated[0], restated[-1]
     chunk = [
@@ -257,7 +266,7 @@ def test_rolling_the_fact_back_before_a_restatement_rolls_back_its_chunk_and_hol
     out = capsys.readouterr().out
     assert "refused, nothing restored" in out and f"reconciles_with_upstream of {DAILY_REVENUE} on " in out, out
     assert_rewrote_exactly(spark, before, set(), tables=[])
-    assert control.open_holds(spark) == []
+    assert control.open_holds(spark, ORDERS.name) == []
 
     # The fact, and with it every table of the restatement's chunk, holds what it held before it, in one commit each;
     # every check passes.
@@ -274,7 +283,7 @@ def test_rolling_the_fact_back_before_a_restatement_rolls_back_its_chunk_and_hol
     ).records[0]
     assert latest.run_id != restatement.run_id and "restored_to_version" in latest.asset_materialization.metadata
     assert instance.get_run_by_id(latest.run_id).job_name == ROLLBACK_JOB
-    assert {h.day for h in control.open_holds(spark)} == set(days(a, b))
+    assert {h.day for h in control.open_holds(spark, ORDERS.name)} == set(days(a, b))
 
     # Held: a restatement does not apply the batch again, `stale` says who holds the days and why, a backfill is
     # refused.
@@ -283,24 +292,26 @@ def test_rolling_the_fact_back_before_a_restatement_rolls_back_its_chunk_and_hol
     assert main(["stale"]) == 0
     out = capsys.readouterr().out
     assert f"HELD {a} held since" in out and restatement.run_id in out
-    assert not run_backfill(a, b, instance=instance, echo=lambda _: None)
+    assert not run_backfill(ORDERS, a, b, instance=instance, echo=lambda _: None)
     assert_rewrote_exactly(spark, before, set(), tables=[])
 
     # Released: the days are published again from the landing, the batch applied, and no longer held.
     assert main(["release", "--start", str(a), "--end", str(b)]) == 0
     assert content_of_days(spark, chunk, restated) == restated_content
-    assert control.open_holds(spark) == []
+    assert control.open_holds(spark, ORDERS.name) == []
 
 
 def test_replaying_the_same_batch_changes_nothing(spark, lake_state):
-    late_data.restate(spark)  # every batch landed so far read and published: the replay below reads them again
+    late_data.restate(spark, ORDERS)  # every batch landed so far read and published: the replay below reads them again
     before = snapshot(spark)
-    watermark_commits = versions(spark, control.WATERMARK_TABLE)
-    result = late_data.restate(spark)
-    assert result.detection.batches_read[landing.ORDER_ITEMS], "the reprocess window re-reads the batch"
+    watermark_commits = control_versions(spark, control.WATERMARK_TABLE)
+    result = late_data.restate(spark, ORDERS)
+    assert result.detection.batches_read[ORDER_ITEMS.name], "the reprocess window re-reads the batch"
     assert result.publications == {}
     assert_rewrote_exactly(spark, before, set(), tables=[])
-    assert versions(spark, control.WATERMARK_TABLE) == watermark_commits, "nothing new: not even the watermark commits"
+    assert control_versions(spark, control.WATERMARK_TABLE) == watermark_commits, (
+        "nothing new: not even the watermark commits"
+    )
 
 
 def test_a_restatement_stages_from_staging_and_the_new_batches_without_reading_the_history(spark, lake_state, tmp_path):
@@ -317,15 +328,15 @@ def test_a_restatement_stages_from_staging_and_the_new_batches_without_reading_t
     }
     history = tmp_path / "history"
     history.mkdir()
-    older = [p for p in landing.batch_dirs(landing.ORDER_ITEMS) if landing.batch_name(p) != batch.isoformat()]
+    older = [p for p in landing.batch_dirs(ORDER_ITEMS) if landing.batch_name(p) != batch.isoformat()]
     for p in older:
         shutil.move(p, history / p.name)
     try:
-        result = late_data.restate(spark)
+        result = late_data.restate(spark, ORDERS)
     finally:
         for p in older:
             shutil.move(history / p.name, p)
-    assert set(result.detection.order_days) == {day}
+    assert set(result.detection.days[STG_ORDER_ITEMS]) == {day}
     staged_after = {
         (r.order_id, r.order_item_id): r.quantity
         for r in read_days(spark, STG_ORDER_ITEMS, "order_date", [day]).collect()
@@ -336,7 +347,7 @@ def test_a_restatement_stages_from_staging_and_the_new_batches_without_reading_t
 
     # The next batch restates the day again and reads that batch again (the reprocess window): still one row.
     lake_state.land(spark, corrections(spark, day, 3)[2:])
-    assert batch.isoformat() in late_data.restate(spark).detection.batches_read[landing.ORDER_ITEMS]
+    assert batch.isoformat() in late_data.restate(spark, ORDERS).detection.batches_read[ORDER_ITEMS.name]
     assert quarantined_from(spark, day, batch) == [(*broken[:2], "negative_or_null_quantity")]
 
 
@@ -350,9 +361,9 @@ def test_a_correction_that_moves_an_item_to_another_day_restates_both_days(spark
     moved = [(*r[:2], new_day, *r[3:]) for r in corrections(spark, old_day, 1)]
     lake_state.land(spark, moved)
     before = snapshot(spark)
-    result = late_data.restate(spark)
-    assert set(result.detection.order_days) == {old_day, new_day}
-    assert result.detection.order_days[old_day].moved_out == 1
+    result = late_data.restate(spark, ORDERS)
+    assert set(result.detection.days[STG_ORDER_ITEMS]) == {old_day, new_day}
+    assert result.detection.days[STG_ORDER_ITEMS][old_day].moved_out == 1
     assert_rewrote_exactly(spark, before, {old_day, new_day})
     key = moved[0][:2]
     placed = (
@@ -368,30 +379,30 @@ class Crash(RuntimeError):
 def test_a_crash_between_the_writes_and_the_watermark_ends_in_reprocessing_never_in_skipped_rows(spark, lake_state):
     day = START + timedelta(days=15)
     _, ingested = lake_state.land(spark, new_items(day, 9_100_000, 2))
-    watermark = control.read_watermark(spark, late_data.PIPELINE)
+    watermark = control.read_watermark(spark, ORDERS.name)
 
     def crash_after_staging(table, _):
         if table == "stg_order_items":
             raise Crash("killed after staging was written")
 
     with pytest.raises(Crash):
-        late_data.restate(spark, on_publication=crash_after_staging)
-    after_crash = control.read_watermark(spark, late_data.PIPELINE)
+        late_data.restate(spark, ORDERS, on_publication=crash_after_staging)
+    after_crash = control.read_watermark(spark, ORDERS.name)
     assert after_crash.watermark_ts == watermark.watermark_ts and after_crash.pending_days == [day]
 
     def crash_before_watermark():
         raise Crash("killed before the watermark update")
 
     with pytest.raises(Crash):
-        late_data.restate(spark, before_watermark=crash_before_watermark)
-    assert control.read_watermark(spark, late_data.PIPELINE).pending_days == [day]
+        late_data.restate(spark, ORDERS, before_watermark=crash_before_watermark)
+    assert control.read_watermark(spark, ORDERS.name).pending_days == [day]
 
     # Staging already holds the rows, yet the day is rewritten again in every table: reprocessing, not skipping.
     before = snapshot(spark)
-    result = late_data.restate(spark)
-    assert result.detection.order_days[day].pending
+    result = late_data.restate(spark, ORDERS)
+    assert result.detection.days[STG_ORDER_ITEMS][day].pending
     assert_rewrote_exactly(spark, before, {day})
-    final = control.read_watermark(spark, late_data.PIPELINE)
+    final = control.read_watermark(spark, ORDERS.name)
     assert final.pending_days == [] and final.watermark_ts == ingested.replace(tzinfo=None)
     fact_keys = {r.order_id for r in read_days(spark, "fact_order_item", "order_date", [day]).collect()}
     assert {9_100_000, 9_100_001} <= fact_keys
@@ -421,7 +432,7 @@ def test_a_product_status_change_restates_the_later_days_and_an_old_day_reruns_i
     )
     flipped = "PASSIVE" if current.status == "ACTIVE" else "ACTIVE"
     at = datetime.combine(change_day, datetime.min.time(), tzinfo=UTC) + timedelta(hours=9)
-    lake_state.land(spark, [(product_id, current.category, flipped, current.list_price, at, None)], landing.PRODUCTS)
+    lake_state.land(spark, [(product_id, current.category, flipped, current.list_price, at, None)], PRODUCTS)
 
     later_days = {
         r.order_date
@@ -431,9 +442,10 @@ def test_a_product_status_change_restates_the_later_days_and_an_old_day_reruns_i
         .distinct()
         .collect()
     }
-    found = late_data.detect(spark)
-    assert set(found.product_days) == {change_day}
-    assert set(found.order_days) == later_days
+    found = late_data.detect(spark, ORDERS)
+    assert set(found.days[DIM_PRODUCT]) == {change_day}
+    # Staging's rows do not change: the product version makes stale the later days that read it, and only those.
+    assert set(found.days[FACT_ORDER_ITEM]) == later_days and not found.days[STG_ORDER_ITEMS]
 
     old_day = max(
         r.order_date
@@ -441,9 +453,9 @@ def test_a_product_status_change_restates_the_later_days_and_an_old_day_reruns_i
     )
     old_rows = rows_of_day(spark, old_day)
     before = snapshot(spark)
-    late_data.restate(spark)
-    expected = {t: later_days for t in ORDER_TABLES} | {"dim_product": {change_day}}
-    assert_rewrote_exactly(spark, before, expected, tables=PUBLISH_ORDER)
+    late_data.restate(spark, ORDERS)
+    expected = {t: later_days for t in ORDER_TABLES if t != STG_ORDER_ITEMS} | {"dim_product": {change_day}}
+    assert_rewrote_exactly(spark, before, expected, tables=[t for t in PUBLISH_ORDER if t != STG_ORDER_ITEMS])
     statuses = {
         r.order_date: r.product_status
         for r in read_table(spark, "fact_order_item").where(F.col("product_id") == product_id).collect()
@@ -451,7 +463,7 @@ def test_a_product_status_change_restates_the_later_days_and_an_old_day_reruns_i
     assert all(status == flipped for day, status in statuses.items() if day >= change_day)
     assert all(status == current.status for day, status in statuses.items() if day < change_day)
 
-    assert run_backfill(old_day, old_day, echo=lambda _: None)
+    assert run_backfill(ORDERS, old_day, old_day, echo=lambda _: None)
     assert rows_of_day(spark, old_day) == old_rows
 
 
@@ -472,15 +484,15 @@ def test_rows_older_than_the_window_are_exceptions_until_a_manual_backfill(
     assert main(["restate"]) == 0
     assert f"late rows older than the restatement window on {old_day}" in capsys.readouterr().out
     assert_rewrote_exactly(spark, before, set(), tables=[])
-    assert [r.day for r in control.open_exceptions(spark)] == [old_day]
+    assert [r.day for r in control.open_exceptions(spark, ORDERS.name)] == [old_day]
     assert latest_check_status(instance, STG_ORDER_ITEMS, LATE_DATA, old_day) == "FAILED"
     # Replayed, the batch is read again and its old rows found again: the open exception already says so.
-    commits = {t: versions(spark, t) for t in (control.EXCEPTIONS_TABLE, control.WATERMARK_TABLE)}
-    assert late_data.restate(spark).detection.outside.keys() == {old_day}
-    assert {t: versions(spark, t) for t in commits} == commits
+    commits = {t: control_versions(spark, t) for t in (control.EXCEPTIONS_TABLE, control.WATERMARK_TABLE)}
+    assert late_data.restate(spark, ORDERS).detection.outside[STG_ORDER_ITEMS].keys() == {old_day}
+    assert {t: control_versions(spark, t) for t in commits} == commits
 
-    assert run_backfill(old_day, old_day, instance=instance, echo=lambda _: None)
-    assert control.open_exceptions(spark) == []
+    assert run_backfill(ORDERS, old_day, old_day, instance=instance, echo=lambda _: None)
+    assert control.open_exceptions(spark, ORDERS.name) == []
     assert latest_check_status(instance, STG_ORDER_ITEMS, LATE_DATA, old_day) == "SUCCEEDED"
 
 
@@ -497,7 +509,12 @@ def test_after_every_restatement_above_every_table_equals_a_from_scratch_build(
 
     with DagsterInstance.ephemeral() as instance:
         assert run_backfill(
-            START, lake_state.next_batch - timedelta(days=1), chunk_size=90, instance=instance, echo=lambda _: None
+            ORDERS,
+            START,
+            lake_state.next_batch - timedelta(days=1),
+            chunk_size=90,
+            instance=instance,
+            echo=lambda _: None,
         )
     for table in COMPARED:
         assert rows(spark, table) == restated[table], f"{table} differs from a from-scratch build"

@@ -1,24 +1,32 @@
-"""The package's shape, read from its source with `ast` (nothing imported): no import cycle between the modules of
-assets_pkg and resources, deferred imports inside functions included; and tables.py, the spec, is the one module
-that names a table (transforms.py holds the SQL of the tables' columns)."""
+"""The packages' shape, read from their source with `ast`: no import cycle between the modules of exact_backfills,
+assets_pkg and resources, deferred imports inside functions included; and the machinery (exact_backfills) names no
+table, source or column of any pipeline and imports none: a pipeline is a declaration the machinery reads."""
 
 import ast
+import re
 from pathlib import Path
 
+from exact_backfills.declare import BATCH_COLUMN, FILE_COLUMN, QUARANTINE_DAY, RUN_COLUMN, VALID_FROM
+from examples.ml_features.pipeline import pipeline as ML_FEATURES
 from resources.lake import REPO_ROOT
+from tests.support.orders import ORDERS
 
-PACKAGES = ("exact_backfills", "assets_pkg", "resources")
-# The tables the landing first reaches, by every spelling a module would name them with.
-TABLE_NAMES = ("stg_order_items", "STG_ORDER_ITEMS", "quarantine_order_items", "QUARANTINE_ORDER_ITEMS")
-NAMING_TABLES = {"tables.py", "transforms.py"}
+PACKAGES = ("exact_backfills", "assets_pkg", "examples", "resources")
+PIPELINES = [ORDERS, ML_FEATURES]
+# The columns the machinery adds to a pipeline's rows: its own names.
+MACHINERY_COLUMNS = {BATCH_COLUMN, FILE_COLUMN, QUARANTINE_DAY, RUN_COLUMN, VALID_FROM}
+# Words the machinery uses in a meaning of its own, which a pipeline may name a column too: a run's, a plan's and the
+# engine's status; the id of an event in Dagster's event log.
+MACHINERY_WORDS = {"status", "event_id"}
 
 
 def modules() -> dict[str, Path]:
     """Every module of the packages, by its dotted name (a package by its own)."""
     found = {}
     for package in PACKAGES:
-        for path in sorted((REPO_ROOT / package).glob("*.py")):
-            found[package if path.stem == "__init__" else f"{package}.{path.stem}"] = path
+        for path in sorted((REPO_ROOT / package).rglob("*.py")):
+            parts = path.relative_to(REPO_ROOT).with_suffix("").parts
+            found[".".join(parts[:-1] if path.stem == "__init__" else parts)] = path
     return found
 
 
@@ -98,13 +106,33 @@ def test_a_cycle_is_named_along_its_modules():
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": set(), "d": {"a", "c"}}) == []
 
 
-def test_only_the_spec_names_a_table():
-    naming = []
-    for path in sorted((REPO_ROOT / "assets_pkg").glob("*.py")):
-        if path.name in NAMING_TABLES:
-            continue
-        for number, line in enumerate(path.read_text().splitlines(), start=1):
-            naming += [f"assets_pkg/{path.name}:{number}: {name}" for name in TABLE_NAMES if name in line]
-    assert not naming, (
-        "a module other than the spec (tables.py) names a table; derive it from tables.TABLES:\n" + "\n".join(naming)
-    )
+def _declared_names(pipeline) -> tuple[set[str], set[str]]:
+    """(the tables, side tables, sources and landing assets a pipeline declares; the columns it names)."""
+    tables = {*pipeline.every_table, *(s.name for s in pipeline.sources), *pipeline.landing_assets}
+    columns = {c for s in pipeline.sources for c in s.schema.fieldNames()}
+    columns |= {c for t in pipeline.tables for c in (*t.key, t.day_column)}
+    return tables, columns - MACHINERY_COLUMNS - MACHINERY_WORDS
+
+
+def test_the_machinery_names_no_table_source_or_column_of_a_pipeline_and_imports_none():
+    """Checked against every pipeline's declaration: a table or source name anywhere in a module of the machinery
+    (code, strings, comments), a column as a string, an import of a pipeline's package."""
+    found = []
+    for pipeline in PIPELINES:
+        tables, columns = _declared_names(pipeline)
+        package = pipeline.declared_in.split(".")[0]
+        for path in sorted((REPO_ROOT / "exact_backfills").glob("*.py")):
+            text = path.read_text()
+            where = f"exact_backfills/{path.name}"
+            for name in sorted(tables):
+                for number, line in enumerate(text.splitlines(), start=1):
+                    if re.search(rf"\b{re.escape(name)}\b", line):
+                        found.append(f"{where}:{number}: names {pipeline.name}'s {name}")
+            for node in ast.walk(ast.parse(text)):
+                named = node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
+                if named in columns:
+                    found.append(f"{where}:{node.lineno}: names {pipeline.name}'s column {named}")
+                if isinstance(node, ast.Import | ast.ImportFrom):
+                    modules = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+                    found += [f"{where}:{node.lineno}: imports {m}" for m in modules if m.split(".")[0] == package]
+    assert not found, "the machinery knows a pipeline:\n" + "\n".join(found)

@@ -10,27 +10,32 @@ import pytest
 from dagster import AssetKey, RunRequest, build_sensor_context
 
 from assets_pkg.generate import generate
-from assets_pkg.tables import (
+from exact_backfills import publish as publishing
+from exact_backfills import recording
+from exact_backfills.automation import landing_state
+from exact_backfills.backfill import run_backfill, run_checks
+from exact_backfills.checks import UP_TO_DATE
+from exact_backfills.dagster_names import ALL_ASSETS_JOB, PUBLISHED_TAG, REPAIR_OF_TAG
+from exact_backfills.definitions import defs
+from exact_backfills.location import definitions_of
+from exact_backfills.partitions import days
+from exact_backfills.publish import Change, Operation, Refused, RunInfo, publish
+from tests.support.lake import rows, versions
+from tests.support.late_batches import latest_check_status
+from tests.support.orders import (
     BY_NAME,
     DAILY_REVENUE,
     FACT_ORDER_ITEM,
+    ORDERS,
     PUBLISH_ORDER,
     QUARANTINE_ORDER_ITEMS,
     STG_ORDER_ITEMS,
     downstream,
     with_side_tables,
 )
-from exact_backfills import publish as publishing
-from exact_backfills import recording
-from exact_backfills.automation import landing_state, late_data_sensor
-from exact_backfills.backfill import run_backfill, run_checks
-from exact_backfills.checks import UP_TO_DATE
-from exact_backfills.dagster_names import ALL_ASSETS_JOB, PUBLISHED_TAG, REPAIR_OF_TAG
-from exact_backfills.definitions import defs
-from exact_backfills.partitions import days
-from exact_backfills.publish import Change, Operation, Refused, RunInfo, publish
-from tests.support.lake import rows, versions
-from tests.support.late_batches import latest_check_status
+
+# The sensor as the code location defines it, called as its tick calls it.
+late_data_sensor = definitions_of(ORDERS).resolve_sensor_def("late_data_sensor")
 
 pytestmark = pytest.mark.slow  # builds a lake and runs backfills: minutes, not seconds
 
@@ -42,7 +47,7 @@ TABLES = [*PUBLISH_ORDER, QUARANTINE_ORDER_ITEMS]
 def built(spark, lake):
     _, instance = lake
     generate(spark, START, END, seed=5, rows_per_day=8, bad_rate=0.1)
-    assert run_backfill(START, END, instance=instance, echo=lambda _: None)
+    assert run_backfill(ORDERS, START, END, instance=instance, echo=lambda _: None)
     return instance
 
 
@@ -56,16 +61,15 @@ def test_a_blocking_failure_in_a_mart_writes_nothing_in_any_table_of_the_run(spa
     build = BY_NAME[DAILY_REVENUE].build
 
     def revenue_with_a_duplicate(spark, days_, read):
-        built_revenue = build(spark, days_, read)
-        built_revenue.table = built_revenue.table.unionByName(built_revenue.table.limit(1))
-        return built_revenue
+        revenue = build(spark, days_, read)
+        return revenue.unionByName(revenue.limit(1))
 
     monkeypatch.setitem(
         BY_NAME, DAILY_REVENUE, dataclasses.replace(BY_NAME[DAILY_REVENUE], build=revenue_with_a_duplicate)
     )
     change = Change(Operation.BACKFILL, {t: days(START, END) for t in PUBLISH_ORDER})
     with pytest.raises(Refused) as failed:
-        publish(spark, change, RunInfo("test-run"))
+        publish(spark, ORDERS, change, RunInfo("test-run"))
     assert list(failed.value.failing) == [DAILY_REVENUE]
     assert "unique_key of daily_revenue on" in str(failed.value) and "nothing written in any of" in str(failed.value)
     # Staging and the fact passed their checks, and were not published either.
@@ -91,7 +95,7 @@ def test_a_failure_between_commits_names_what_was_committed_and_the_days_are_run
     a, b = date(2025, 1, 3), date(2025, 1, 5)
     _conflict_on_the_fact(monkeypatch)
     said = []
-    assert run_backfill(a, b, instance=instance, echo=said.append) is False
+    assert run_backfill(ORDERS, a, b, instance=instance, echo=said.append) is False
     monkeypatch.undo()
     out = "\n".join(said)
     assert "failed after committing quarantine_order_items (" in out and "stg_order_items (version" in out
@@ -105,7 +109,7 @@ def test_a_failure_between_commits_names_what_was_committed_and_the_days_are_run
     assert latest.run_id == failed.run_id
     assert {latest_check_status(instance, FACT_ORDER_ITEM, UP_TO_DATE, d) for d in days(a, b)} == {"FAILED"}
 
-    request = late_data_sensor(build_sensor_context(instance=instance, definitions=defs, cursor=landing_state()))
+    request = late_data_sensor(build_sensor_context(instance=instance, definitions=defs, cursor=landing_state(ORDERS)))
     assert isinstance(request, RunRequest) and request.job_name == ALL_ASSETS_JOB
     assert request.tags[REPAIR_OF_TAG] == failed.run_id
     assert (request.tags["dagster/asset_partition_range_start"], request.tags["dagster/asset_partition_range_end"]) == (
@@ -118,10 +122,10 @@ def test_a_failure_between_commits_names_what_was_committed_and_the_days_are_run
     assert repaired.success
     assert content(spark) == expected  # the days hold what they held: staging's rows were already the same
     assert {latest_check_status(instance, FACT_ORDER_ITEM, UP_TO_DATE, d) for d in days(a, b)} == {"SUCCEEDED"}
-    result, _ = run_checks(START, END, PUBLISH_ORDER, instance=instance)
+    result, _ = run_checks(ORDERS, START, END, PUBLISH_ORDER, instance=instance)
     assert result.success
     # Repaired once: the sensor does not run it again.
-    unchanged_landing = build_sensor_context(instance=instance, definitions=defs, cursor=landing_state())
+    unchanged_landing = build_sensor_context(instance=instance, definitions=defs, cursor=landing_state(ORDERS))
     assert not isinstance(late_data_sensor(unchanged_landing), RunRequest)
 
 
@@ -133,12 +137,14 @@ def test_committing_one_table_after_the_other_no_commit_starts_after_a_failed_on
     monkeypatch.setattr(publishing, "at_once", lambda change: False)
     _conflict_on_the_fact(monkeypatch)
     with pytest.raises(publishing.PartlyPublished) as failed:
-        publish(spark, Change(Operation.BACKFILL, {t: days(a, b) for t in PUBLISH_ORDER}), RunInfo("one-by-one"))
+        publish(
+            spark, ORDERS, Change(Operation.BACKFILL, {t: days(a, b) for t in PUBLISH_ORDER}), RunInfo("one-by-one")
+        )
     before_the_fact = PUBLISH_ORDER[: PUBLISH_ORDER.index(FACT_ORDER_ITEM)]
     assert set(failed.value.commits) == set(with_side_tables(before_the_fact))
     assert failed.value.not_committed == downstream({FACT_ORDER_ITEM})
     monkeypatch.undo()
-    assert run_backfill(a, b, instance=built, echo=lambda _: None)
+    assert run_backfill(ORDERS, a, b, instance=built, echo=lambda _: None)
     assert content(spark) == expected
 
 
@@ -161,7 +167,7 @@ def test_a_tables_days_are_recorded_in_dagster_while_the_next_table_is_committed
 
     monkeypatch.setattr(publishing, "overwrite_days", fact)
     monkeypatch.setattr(recording, "publication_events", staging_waits_for_the_facts_commit)
-    assert run_backfill(date(2025, 1, 2), date(2025, 1, 3), instance=instance, echo=lambda _: None)
+    assert run_backfill(ORDERS, date(2025, 1, 2), date(2025, 1, 3), instance=instance, echo=lambda _: None)
     monkeypatch.undo()
 
     assert staging_recorded_during_the_facts_commit == [True]
@@ -184,7 +190,9 @@ def test_a_change_reading_little_is_evaluated_interpreted_and_one_reading_more_c
     try:
         for reads, up_to in (("little", spark_module.INTERPRETED_UP_TO_BYTES), ("more", -1)):
             monkeypatch.setattr(spark_module, "INTERPRETED_UP_TO_BYTES", up_to)
-            modes[reads] = {spark.conf.get(factory_mode) for _ in publishing.publishing(spark, change, RunInfo("t"))}
+            modes[reads] = {
+                spark.conf.get(factory_mode) for _ in publishing.publishing(spark, ORDERS, change, RunInfo("t"))
+            }
             assert spark.conf.get(factory_mode) == "FALLBACK"
     finally:
         spark.conf.set(factory_mode, tests_mode)

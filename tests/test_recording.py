@@ -15,6 +15,7 @@ from exact_backfills.partitions import days
 from resources.delta_io import read_days, read_table
 from resources.lake import table_path
 from tests.support.late_batches import check_partition_statuses
+from tests.support.orders import ORDERS
 
 pytestmark = pytest.mark.slow  # builds a lake and runs backfills: minutes, not seconds
 
@@ -26,7 +27,7 @@ DAY = date(2025, 1, 5)
 def built(spark, lake):
     _, instance = lake
     generate(spark, START, END, seed=3, rows_per_day=20)
-    assert run_backfill(START, END, instance=instance, echo=lambda _: None)
+    assert run_backfill(ORDERS, START, END, instance=instance, echo=lambda _: None)
     return instance
 
 
@@ -78,5 +79,5 @@ def test_a_duplicate_written_behind_the_pipelines_back_shows_its_day_failed_with
     assert failed and failed[0].event.dagster_event.event_specific_data.metadata["duplicate_rows"].value == 1
 
     # Rebuilding the day publishes it afresh: every check passes on it again.
-    assert run_backfill(DAY, DAY, select=["fact_order_item"], instance=built, echo=lambda _: None)
+    assert run_backfill(ORDERS, DAY, DAY, select=["fact_order_item"], instance=built, echo=lambda _: None)
     assert check_partition_statuses(built, "fact_order_item", UNIQUE_KEY)[DAY.isoformat()] == "SUCCEEDED"

@@ -14,7 +14,6 @@ import pytest
 from dagster import DagsterEventType, DagsterRun, DagsterRunStatus, RunsFilter, SkipReason, build_sensor_context
 
 from assets_pkg.generate import generate
-from exact_backfills.automation import late_data_sensor
 from exact_backfills.backfill import run_backfill
 from exact_backfills.cli import main
 from exact_backfills.dagster_names import (
@@ -26,9 +25,14 @@ from exact_backfills.dagster_names import (
     REPAIR_OF_TAG,
 )
 from exact_backfills.definitions import defs
+from exact_backfills.location import definitions_of
 from resources.lake import REPO_ROOT
 from tests.support.dagster_ui import DagsterDev
 from tests.support.lake import TABLE_KEYS, from_scratch, rows
+from tests.support.orders import ORDERS
+
+# The sensor as the code location defines it, called as its tick calls it.
+late_data_sensor = definitions_of(ORDERS).resolve_sensor_def("late_data_sensor")
 
 pytestmark = pytest.mark.slow  # builds a lake and runs backfills: minutes, not seconds
 
@@ -50,7 +54,7 @@ def _started_run(instance, tags: dict[str, str] | None = None, timeout: float = 
 def built(spark, lake):
     _, instance = lake
     generate(spark, START, END, seed=2, rows_per_day=5)
-    assert run_backfill(START, END, instance=instance, echo=lambda _: None)
+    assert run_backfill(ORDERS, START, END, instance=instance, echo=lambda _: None)
     return instance
 
 

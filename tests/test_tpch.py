@@ -5,13 +5,13 @@ from datetime import date
 import pytest
 from pyspark.sql import functions as F
 
-from assets_pkg.tables import PUBLISH_ORDER
 from assets_pkg.tpch import tpch_dir
 from exact_backfills.cli import main
 from exact_backfills.partitions import days
 from exact_backfills.publish import Change, Operation, RunInfo, publish
 from resources.delta_io import read_table
 from resources.spark import get_spark
+from tests.support.orders import ORDERS, PUBLISH_ORDER
 
 pytestmark = pytest.mark.slow  # builds a lake and runs backfills: minutes, not seconds
 
@@ -30,7 +30,7 @@ def tpch_lake(lake):
         env.setenv("PARTITION_START_DATE", FIRST.isoformat())
         env.setenv("PARTITION_END_DATE", LAST.isoformat())
         every_day = Change(Operation.BACKFILL, {t: days(FIRST, LAST) for t in PUBLISH_ORDER})
-        publish(get_spark(), every_day, RunInfo("tpch-full-history"))
+        publish(get_spark(), ORDERS, every_day, RunInfo("tpch-full-history"))
     return root
 
 

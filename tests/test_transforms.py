@@ -1,4 +1,4 @@
-"""The pipeline's rules on hand-made rows, with real Spark."""
+"""The orders pipeline's rules and the machinery's staging on hand-made rows, with real Spark."""
 
 from datetime import date, datetime
 from decimal import Decimal
@@ -7,9 +7,11 @@ import pytest
 from pyspark.sql import types as T
 
 from assets_pkg import transforms
-from exact_backfills import quarantine
-from exact_backfills.landing import ORDER_ITEM_SCHEMA, PRODUCT_SCHEMA
+from exact_backfills import builds, quarantine
 from exact_backfills.partitions import days
+from tests.support.orders import ORDER_ITEMS, PRODUCTS
+
+ORDER_ITEM_SCHEMA, PRODUCT_SCHEMA = ORDER_ITEMS.schema, PRODUCTS.schema
 
 D = date.fromisoformat
 
@@ -56,7 +58,10 @@ def versions_schema():
 
 def stg(spark, schema, rows, start, end):
     df = spark.createDataFrame(rows, schema)
-    return {(r.order_id, r.order_item_id): r for r in transforms.stg_order_items(df, days(D(start), D(end))).collect()}
+    return {
+        (r.order_id, r.order_item_id): r
+        for r in builds.current_versions(ORDER_ITEMS, df, days(D(start), D(end))).collect()
+    }
 
 
 def test_duplicate_deliveries_collapse_to_one_row(spark, versions_schema):
@@ -89,7 +94,7 @@ def test_a_key_whose_latest_version_is_on_a_day_but_in_neither_staging_nor_quara
     versions = spark.createDataFrame(rows, versions_schema)
     staged = versions.where("order_id = 1")
     quarantined = versions.where("order_id = 3")
-    lost = quarantine.lost_keys(versions, staged, quarantined, [D("2025-01-05")]).collect()
+    lost = quarantine.lost_keys(ORDER_ITEMS, versions, staged, quarantined, [D("2025-01-05")]).collect()
     assert [(r.day, r.order_id, r.order_item_id) for r in lost] == [(D("2025-01-05"), 2, 1)]
 
 
@@ -117,13 +122,13 @@ def test_narrowed_to_a_days_items_a_moved_item_keeps_all_its_versions_and_leaves
         item(2, 1, "2025-01-07", 2, "2025-01-07 10:00:00", "2025-01-08 01:00:00"),  # never on the day
     ]
     versions = spark.createDataFrame(rows, versions_schema)
-    marked = transforms.mark_items_dated_on(versions, [D("2025-01-05")])
-    narrowed = marked.where(transforms.ITEM_ON_DAYS).drop(transforms.ITEM_ON_DAYS)
+    marked = builds.mark_keys_dated_on(ORDER_ITEMS, versions, [D("2025-01-05")])
+    narrowed = marked.where(builds.KEY_ON_DAYS).drop(builds.KEY_ON_DAYS)
     assert sorted((r.order_id, r.order_date) for r in narrowed.collect()) == [
         (1, D("2025-01-05")),
         (1, D("2025-01-20")),
     ]
-    assert transforms.stg_order_items(narrowed, [D("2025-01-05")]).count() == 0
+    assert builds.current_versions(ORDER_ITEMS, narrowed, [D("2025-01-05")]).count() == 0
 
 
 def test_an_old_day_rerun_sees_the_product_as_it_was_that_day(spark, versions_schema):
@@ -159,7 +164,7 @@ def test_an_old_day_rerun_sees_the_product_as_it_was_that_day(spark, versions_sc
             ]
         ),
     )
-    changes = transforms.dim_product_changes(products, D("2025-01-01"), days(D("2025-01-01"), D("2025-01-31")))
+    changes = builds.dimension_versions(PRODUCTS, products, D("2025-01-01"), days(D("2025-01-01"), D("2025-01-31")))
     items = spark.createDataFrame(
         [
             item(1, 1, "2025-01-05", 2, "2025-01-05 10:00:00", "2025-01-06 01:00:00"),
@@ -224,7 +229,8 @@ def test_category_revenue_groups_by_the_products_category_as_of_the_order_day(sp
 
 
 def test_a_days_fingerprint_depends_on_its_rows_and_not_on_their_order(spark):
-    from exact_backfills.checks import TableChecks, day_contents, evaluate_blocking
+    from exact_backfills import Table
+    from exact_backfills.checks import day_contents, evaluate_blocking
 
     schema = "order_date date, order_id long, amount decimal(18,2)"
     rows = [(D("2025-01-01"), i, Decimal(i)) for i in range(1, 50)] + [(D("2025-01-02"), 1, Decimal("1.00"))]
@@ -242,7 +248,6 @@ def test_a_days_fingerprint_depends_on_its_rows_and_not_on_their_order(spark):
         assert contents(other)[day] != published[day]
         assert contents(other)[D("2025-01-02")] == published[D("2025-01-02")]  # another day's rows, unchanged
     # The checks record the same fingerprint, from the same pass as their counts.
-    verified = evaluate_blocking(
-        spark.createDataFrame(rows, schema), None, None, ["order_id"], "order_date", TableChecks(), sorted(published)
-    )
+    table = Table("t", key=["order_id"], day_column="order_date", upstream={}, build=lambda *_: None)
+    verified = evaluate_blocking(spark.createDataFrame(rows, schema), None, None, table, sorted(published))
     assert {d: verified.profile(d).content for d in published} == published

@@ -8,19 +8,23 @@ from dagster import RunRequest, build_sensor_context
 from pyspark.sql import functions as F
 
 from assets_pkg.generate import generate
-from assets_pkg.tables import BY_NAME, PUBLISH_ORDER, downstream
-from exact_backfills import landing
-from exact_backfills.automation import landing_state, late_data_sensor
+from exact_backfills import checks, landing
+from exact_backfills.automation import landing_state
 from exact_backfills.backfill import run_backfill
 from exact_backfills.checks import day_contents
 from exact_backfills.cli import main
 from exact_backfills.definitions import defs
+from exact_backfills.location import definitions_of
 from exact_backfills.partitions import days
 from resources import audit
 from resources.delta_io import read_days, read_table
 from resources.lake import table_path
 from tests.support.lake import files_by_day, versions
 from tests.support.late_batches import check_partition_statuses
+from tests.support.orders import BY_NAME, ORDER_ITEMS, ORDERS, PUBLISH_ORDER, downstream
+
+# The sensor as the code location defines it, called as its tick calls it.
+late_data_sensor = definitions_of(ORDERS).resolve_sensor_def("late_data_sensor")
 
 pytestmark = pytest.mark.slow  # builds a lake and runs backfills: minutes, not seconds
 
@@ -36,7 +40,7 @@ def built(spark, lake):
     assert summary.bad_rows > 0
     # Through the last landed batch: a row without a usable order_date is quarantined on its batch's day.
     assert max(summary.batches) == BUILT_END.isoformat()
-    assert run_backfill(START, BUILT_END, chunk_size=27, instance=instance, echo=lambda _: None)
+    assert run_backfill(ORDERS, START, BUILT_END, chunk_size=27, instance=instance, echo=lambda _: None)
     return instance
 
 
@@ -48,7 +52,7 @@ def inject_duplicate(spark, table, day):
 
 
 def test_every_landed_key_is_in_the_fact_or_in_quarantine_with_a_reason(spark, built):
-    versions_ = landing.read_landing(spark, landing.ORDER_ITEMS)
+    versions_ = landing.read_landing(spark, ORDER_ITEMS)
     keys = ["order_id", "order_item_id"]
     landed = versions_.where("order_id IS NOT NULL AND order_item_id IS NOT NULL").select(*keys).distinct()
     quarantined = read_table(spark, "quarantine_order_items")
@@ -68,12 +72,12 @@ def test_every_landed_key_is_in_the_fact_or_in_quarantine_with_a_reason(spark, b
 def test_every_check_shows_every_day_of_the_backfill_as_passed(built):
     expected = {day.isoformat(): "SUCCEEDED" for day in days(START, BUILT_END)}
     for table in PUBLISH_ORDER:
-        for check in BY_NAME[table].checks.names():
+        for check in checks.names(BY_NAME[table]):
             assert check_partition_statuses(built, table, check) == expected, (table, check)
 
 
 def test_the_audit_trail_has_one_row_per_run_asset_and_day(spark, built):
-    rows = audit.read(spark).where("operation = 'backfill'")
+    rows = audit.read(spark, ORDERS.name).where("operation = 'backfill'")
     assert rows.groupBy("run_id", "asset", "partition").count().where("count > 1").count() == 0
     per_asset = {r.asset: r.n for r in rows.groupBy("asset").agg(F.countDistinct("partition").alias("n")).collect()}
     assert per_asset == {t: len(days(START, BUILT_END)) for t in PUBLISH_ORDER}
@@ -94,7 +98,7 @@ def test_a_duplicate_behind_the_pipelines_back_fails_check_naming_day_and_key_an
     assert f"FAIL unique_key {DAY}" in out
     assert f"order_id={dup.order_id}, order_item_id={dup.order_item_id}" in out
     # The failed check run wrote nothing: late_data_sensor has nothing to run again.
-    request = late_data_sensor(build_sensor_context(instance=built, definitions=defs, cursor=landing_state()))
+    request = late_data_sensor(build_sensor_context(instance=built, definitions=defs, cursor=landing_state(ORDERS)))
     assert not isinstance(request, RunRequest), request.tags
 
     assert (
@@ -116,7 +120,7 @@ def test_a_duplicate_behind_the_pipelines_back_fails_check_naming_day_and_key_an
     files_after = files_by_day(spark, table, "order_date")
     assert all(files_after[d] == files_before[d] for d in files_before if d != DAY.isoformat())
     assert main(["check", "--asset", table, "--start", str(START), "--end", str(END)]) == 0
-    assert audit.read(spark).where(f"operation = 'rollback' AND asset = '{table}'").count() == 1
+    assert audit.read(spark, ORDERS.name).where(f"operation = 'rollback' AND asset = '{table}'").count() == 1
     # The day is held since the rollback; releasing it publishes it again from the landing: the same rows.
     assert main(["release", "--start", str(DAY), "--end", str(DAY)]) == 0
     assert day_contents(read_table(spark, table), "order_date") == fingerprint_before
@@ -126,7 +130,7 @@ def test_a_blocking_failure_publishes_nothing_and_stops_the_downstream_partition
     dup = inject_duplicate(spark, "stg_order_items", DAY)
     before = {t: versions(spark, t)[0] for t in downstream({"fact_order_item"})}
 
-    assert run_backfill(START, END, select=["fact_order_item"], chunk_size=31, instance=built) is False
+    assert run_backfill(ORDERS, START, END, select=["fact_order_item"], chunk_size=31, instance=built) is False
     out = capsys.readouterr().out
     assert f"unique_key of fact_order_item on {DAY}" in out and "nothing written in any of" in out
     assert f"order_id={dup.order_id}, order_item_id={dup.order_item_id}" in out

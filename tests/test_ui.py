@@ -6,13 +6,13 @@ the sensor's restatement; the landing shows as observed; a fixed transform shows
 stale. The tests share the lake and run in file order."""
 
 from datetime import date, timedelta
+from decimal import Decimal
 
 import pytest
 from dagster import AssetKey
 
 from assets_pkg.generate import generate
-from assets_pkg.tables import FACT_ORDER_ITEM, PUBLISH_ORDER, QUARANTINE_ORDER_ITEMS, TABLES
-from exact_backfills import cli, late_data
+from exact_backfills import cli
 from exact_backfills.automation import landing_state
 from exact_backfills.backfill import observe_landing, run_backfill, run_restatement
 from exact_backfills.checks import (
@@ -26,12 +26,16 @@ from exact_backfills.checks import (
 )
 from exact_backfills.dagster_names import LANDING_STATE_TAG, RESTATE_JOB
 from exact_backfills.definitions import defs
+from examples.ml_features.generate import generate as generate_ml
+from examples.ml_features.pipeline import STG_APP_EVENTS, TRAINING_SET, USER_DAILY_FEATURES
+from examples.ml_features.pipeline import pipeline as ML
+from examples.ml_features.sources import APP_EVENTS
 from resources import audit, control
 from resources.delta_io import read_days, read_table
-from resources.lake import table_path
+from resources.lake import REPO_ROOT, table_path
 from tests.support.browser import dagster_ui
 from tests.support.dagster_ui import DagsterDev, instance_at
-from tests.support.lake import TABLE_KEYS, duplicate_keys, rows
+from tests.support.lake import TABLE_KEYS, duplicate_keys, environment, rows, versions
 from tests.support.late_batches import (
     ORDER_TABLES,
     assert_rewrote_exactly,
@@ -40,11 +44,12 @@ from tests.support.late_batches import (
     snapshot,
     three_corrected_and_two_late_days,
 )
+from tests.support.orders import FACT_ORDER_ITEM, ORDERS, PUBLISH_ORDER, QUARANTINE_ORDER_ITEMS, TABLES
 from tests.support.projects import CHECK_CODE_VERSIONS, FEATURE_ROUNDING_FIX, project_with, run_commands
 
 pytestmark = [pytest.mark.slow, pytest.mark.daemon]
 
-START, DAYS, UI_DAYS, CHUNK = date(2025, 1, 1), 90, 30, 15
+START, DAYS, UI_DAYS, CHUNK, ML_DAYS = date(2025, 1, 1), 90, 30, 15, 40
 ALL_DAYS = {"Passed": DAYS, "Failed": 0, "Missing": 0}
 
 
@@ -58,21 +63,34 @@ def _checks() -> dict[str, list[str]]:
     return by_table
 
 
+# The ML pipeline's labels land up to 110 days after their day: a restatement window that holds them.
+WINDOW = {"RESTATEMENT_WINDOW_DAYS": "200"}
+
+
 @pytest.fixture(scope="module")
 def dagster_dev(spark, lake):
+    """Both pipelines in one lake and one Dagster instance, a code location each (examples/workspace.yaml)."""
     root, _ = lake
     end = START + timedelta(days=DAYS - 1)
     generate(spark, START, end, seed=5, rows_per_day=20)
+    generate_ml(spark, START, START + timedelta(days=ML_DAYS - 1), seed=5, rows_per_day=12)
     home = root / "dagster_dev_home"
-    with instance_at(home) as instance:
+    with instance_at(home) as instance, environment(**WINDOW):
         # What `generate`, `backfill` and `restate` do, in-process and recorded in the instance the webserver reads:
         # the landing observed, the history built in one run, then the restatement the sensor then does not repeat.
-        assert observe_landing(instance).success
-        assert run_backfill(START, end, chunk_size=DAYS, instance=instance, echo=lambda _: None)
-        assert run_restatement(instance).success
+        for pipeline in (ORDERS, ML):
+            assert observe_landing(pipeline, instance).success
+            assert run_backfill(pipeline, START, end, chunk_size=DAYS, instance=instance, echo=lambda _: None)
+            assert run_restatement(pipeline, instance).success
     dev = DagsterDev(
         home,
-        env={"LAKE_ROOT": str(root), "BACKFILL_MAX_PARTITIONS_PER_RUN": str(CHUNK), "LATE_DATA_SENSOR_INTERVAL_S": "5"},
+        env={
+            "LAKE_ROOT": str(root),
+            "BACKFILL_MAX_PARTITIONS_PER_RUN": str(CHUNK),
+            "LATE_DATA_SENSOR_INTERVAL_S": "5",
+            **WINDOW,
+        },
+        workspace=REPO_ROOT / "examples" / "workspace.yaml",
     )
     try:
         dev.wait_until_up()
@@ -199,7 +217,7 @@ def test_a_duplicate_written_behind_the_pipelines_back_shows_its_day_failed_with
 
     # Rebuilding the day puts it right, and the view says so.
     with instance_at(root / "dagster_dev_home") as instance:
-        assert run_backfill(day, day, instance=instance, echo=lambda _: None)
+        assert run_backfill(ORDERS, day, day, instance=instance, echo=lambda _: None)
     seen = ui.check_partitions("fact_order_item", UNIQUE_KEY, ALL_DAYS)
     assert (seen["Failed"], seen["Passed"]) == (0, DAYS), seen
 
@@ -229,14 +247,14 @@ def test_a_late_batch_shows_exactly_its_days_stale_then_passed_after_the_sensors
     ui.screenshot("late-batch-stale-days")
 
     ui.set_sensor("late_data_sensor", running=True)
-    run = dagster_dev.wait_for_run(RESTATE_JOB, (LANDING_STATE_TAG, landing_state()))
+    run = dagster_dev.wait_for_run(RESTATE_JOB, (LANDING_STATE_TAG, landing_state(ORDERS)))
 
     assert run["status"] == "SUCCESS"
     # One restatement: one commit per order table, on exactly the 5 days.
     assert_rewrote_exactly(spark, before, expected)
     quantities = {(r.order_id, r.order_item_id): r.quantity for r in read_table(spark, "fact_order_item").collect()}
     assert all(quantities[(r[0], r[1])] == r[6] for r in items)
-    assert control.read_watermark(spark, late_data.PIPELINE).watermark_ts == ingested.replace(tzinfo=None)
+    assert control.read_watermark(spark, ORDERS.name).watermark_ts == ingested.replace(tzinfo=None)
     for table in ORDER_TABLES:
         seen = ui.check_partitions(table, UP_TO_DATE, ALL_DAYS)
         assert (seen["Failed"], seen["Passed"]) == (0, DAYS), (table, seen)
@@ -248,7 +266,9 @@ def test_a_rolled_back_restatement_shows_each_day_restored_and_held_until_releas
 ):
     root, _ = lake
     restatement = dagster_dev.runs(RESTATE_JOB)[0]  # the sensor's, of the late batch above
-    restated = sorted({r.partition for r in audit.read(spark).where(f"run_id = '{restatement['runId']}'").collect()})
+    restated = sorted(
+        {r.partition for r in audit.read(spark, ORDERS.name).where(f"run_id = '{restatement['runId']}'").collect()}
+    )
     day = restated[0].isoformat()
     with instance_at(root / "dagster_dev_home"):
         assert cli.main(["rollback", "--start", day, "--end", day, "--before-run", restatement["runId"]]) == 0
@@ -265,7 +285,7 @@ def test_a_rolled_back_restatement_shows_each_day_restored_and_held_until_releas
 
     with instance_at(root / "dagster_dev_home"):
         assert cli.main(["release", "--start", day, "--end", day]) == 0
-    assert control.open_holds(spark) == []
+    assert control.open_holds(spark, ORDERS.name) == []
     assert "restored_to_version" not in ui.asset_day(FACT_ORDER_ITEM, day)
 
 
@@ -306,3 +326,67 @@ def test_the_terminal_of_dagster_dev_shows_no_line_per_event(dagster_dev, lake):
     printed = (root / "dagster_dev_home" / "dagster_dev.log").read_text()
     assert " - DEBUG - " not in printed and "STEP_START" not in printed
     assert "Found a dagster instance configuration value" not in printed
+
+
+# The ML pipeline, its own code location and group in the same instance and lake.
+
+
+def _ml_checks(table: str) -> list[str]:
+    """The checks the ML tests look at per table: keys, freshness, reconciliation and the user's own."""
+    declared = ML.by_name[table]
+    return [UNIQUE_KEY, UP_TO_DATE, *([RECONCILES] if declared.reconcile else []), *(c.name for c in declared.checks)]
+
+
+def test_the_ml_pipeline_a_second_location_backfills_a_range_from_its_groups_dialog_changing_nothing(
+    spark, dagster_dev, ui
+):
+    before = {table: rows(spark, table) for table in ML.every_table}
+    orders_versions = {t: versions(spark, t) for t in PUBLISH_ORDER}
+    last = START + timedelta(days=UI_DAYS - 1)
+    backfill_id, _ = ui.launch_backfill("ml_features", START.isoformat(), last.isoformat(), shot="ml-launch-backfill")
+    page = ui.backfill_page(backfill_id, until="Succeeded")
+    for asset in ML.every_table:
+        assert f"{asset}\n{asset}\n100% completed\n{UI_DAYS}\n0\n{UI_DAYS}\n0" in page, f"{asset} not shown complete"
+    assert {table: rows(spark, table) for table in ML.every_table} == before
+    # The orders pipeline's tables, in the same lake, were not touched.
+    assert {t: versions(spark, t) for t in PUBLISH_ORDER} == orders_versions
+
+
+def test_every_ml_table_shows_every_day_materialized_and_its_checks_passed_the_users_own_included(ui):
+    for table in ML.publish_order:
+        assert ui.asset_partitions(table, {"Materialized": DAYS, "Missing": 0})["Materialized"] == DAYS, table
+        for check in _ml_checks(table):
+            seen = ui.check_partitions(table, check, ALL_DAYS)
+            assert {k: seen.get(k) for k in ALL_DAYS} == ALL_DAYS, (table, check, seen)
+    status, panel = ui.day_result((START + timedelta(days=5)).isoformat())
+    ui.screenshot("ml-user-check-passed")
+    assert status == "Passed" and "active\n" in panel and "labelled\n" in panel, panel
+
+
+def test_a_late_event_shows_its_day_and_the_six_after_stale_then_passed_after_the_sensors_restatement(
+    spark, dagster_dev, ui
+):
+    ui.set_sensor("late_data_sensor", running=False, location="ml_features")
+    day = START + timedelta(days=10)
+    window = {day + timedelta(days=i) for i in range(7)}
+    expected = {STG_APP_EVENTS: {day}, USER_DAILY_FEATURES: window, TRAINING_SET: window}
+    before = snapshot(spark, ML.every_table, ML.day_column)
+    batch = next_batch_day(APP_EVENTS)
+    land_batch(spark, [("late-ui", 2, day, "purchase", Decimal("30.00"), None)], batch, APP_EVENTS)
+
+    observation = dagster_dev.wait_for_run(None, run_id=ui.observe("landing_app_events"))
+    assert observation["status"] == "SUCCESS"
+    for table, days in expected.items():
+        seen = ui.check_partitions(table, UP_TO_DATE, {"Failed": len(days), "Passed": DAYS - len(days)})
+        assert (seen["Failed"], seen["Passed"]) == (len(days), DAYS - len(days)), (table, seen)
+    status, panel = ui.day_result((day + timedelta(days=6)).isoformat())
+    ui.screenshot("ml-late-event-stale-window")
+    assert status == "Failed" and f"trailing window of the change on {day}" in panel, panel
+
+    ui.set_sensor("late_data_sensor", running=True, location="ml_features")
+    run = dagster_dev.wait_for_run(RESTATE_JOB, (LANDING_STATE_TAG, landing_state(ML)))
+    assert run["status"] == "SUCCESS"
+    assert_rewrote_exactly(spark, before, expected, tables=list(expected), day_column=ML.day_column)
+    for table in expected:
+        seen = ui.check_partitions(table, UP_TO_DATE, ALL_DAYS)
+        assert (seen["Failed"], seen["Passed"]) == (0, DAYS), (table, seen)

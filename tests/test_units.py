@@ -8,12 +8,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from assets_pkg.tables import BY_NAME, PUBLISH_ORDER, TABLES, downstream
 from exact_backfills import landing
 from exact_backfills.dagster_names import PREVIEW_JOB
 from exact_backfills.publish import Change, Operation, PartlyPublished
 from resources.delta_io import Commit, is_delta_table
 from tests.support.landing_files import ORDER_ITEM_ARROW_TYPES
+from tests.support.orders import ORDER_ITEMS, ORDERS, PUBLISH_ORDER, TABLES
 
 D = date(2025, 1, 1)
 
@@ -26,9 +26,9 @@ def test_every_table_is_published_after_every_table_it_reads():
     position = {name: i for i, name in enumerate(PUBLISH_ORDER)}
     assert set(position) == {t.name for t in TABLES}
     for t in TABLES:
-        assert all(position[u] < position[t.name] for u in t.upstream if u in BY_NAME), t.name
+        assert all(position[u] < position[t.name] for u in t.upstream), t.name
     # What a change to the fact carries into: the fact, then every table that reads it, in the publish order.
-    derived = downstream({"fact_order_item"})
+    derived = ORDERS.downstream({"fact_order_item"})
     assert derived[0] == "fact_order_item" and {"stg_order_items", "dim_product"}.isdisjoint(derived)
     assert derived == [t for t in PUBLISH_ORDER if t in derived]
     assert set(derived[1:]) == {t.name for t in TABLES if "fact_order_item" in t.upstream} | {"daily_revenue"}
@@ -72,7 +72,7 @@ def test_the_landing_contract_reads_every_timestamp_encoding_and_refuses_what_it
     (batch / "empty.parquet").write_bytes(b"")
     (batch / "_SUCCESS").write_bytes(b"")  # a writer's marker, not data
 
-    found = landing.landed_files("order_items")
+    found = landing.landed_files(ORDER_ITEMS)
     assert sorted(p.rsplit("/", 1)[1] for p in found.plain) == ["int96.parquet", "micros.parquet", "millis.parquet"]
     assert [[p.rsplit("/", 1)[1] for p in paths] for paths in found.nanos.values()] == [["nanos.parquet"]]
     assert list(found.nanos) == [("updated_at",)]
@@ -90,7 +90,7 @@ def test_a_failure_between_commits_names_the_operation_and_what_was_committed_wi
         "quarantine_order_items": Commit("quarantine_order_items", None, 0, 0, 0),
         "stg_order_items": Commit("stg_order_items", 7, 10, 2, 2),
     }
-    error = PartlyPublished(change, commits, RuntimeError("ConcurrentAppendException: files were added"))
+    error = PartlyPublished(ORDERS, change, commits, RuntimeError("ConcurrentAppendException: files were added"))
     assert str(error).startswith(
         "backfill failed after committing quarantine_order_items (no change, 2025-01-01..2025-01-02), stg_order_items "
         "(version 7, 2025-01-01..2025-01-02); not committed: fact_order_item (RuntimeError: ConcurrentAppendException"

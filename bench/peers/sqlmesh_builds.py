@@ -1,5 +1,5 @@
-"""What the SQLMesh peer's Python models run: the project's own builds (assets_pkg.tables), as bench/run.py's `_bare`
-does, with upstream tables read from the peer's own (SQLMesh-managed) tables.
+"""What the SQLMesh peer's Python models run: the project's own builds (exact_backfills.builds), as bench/run.py's
+`_bare` does, with upstream tables read from the peer's own (SQLMesh-managed) tables.
 
 Lives outside the SQLMesh project folder on purpose: SQLMesh serializes the code of a project's own modules into its
 snapshots, but imports modules from elsewhere, so the cache below is one object shared by the models in a process."""
@@ -9,7 +9,9 @@ from typing import Any
 
 from pyspark.sql import DataFrame
 
-from assets_pkg.tables import BY_NAME, DAY_COLUMN, QUARANTINE_ORDER_ITEMS, STG_ORDER_ITEMS, Staged
+from assets_pkg.pipeline import QUARANTINE_ORDER_ITEMS, STG_ORDER_ITEMS, pipeline
+from exact_backfills.builds import Staged
+from exact_backfills.builds import build as build_days
 from exact_backfills.partitions import days as day_range
 from resources.delta_io import day_filter
 
@@ -99,12 +101,15 @@ def build(context: Any, table: str, start: Any, end: Any) -> DataFrame:
 
     def read(upstream: str, upstream_days: list[date]) -> DataFrame:
         physical = context.resolve_table(f"{SCHEMA}.{upstream}")
-        return spark.table(physical).where(day_filter(DAY_COLUMN[upstream], upstream_days))
+        return spark.table(physical).where(day_filter(pipeline.day_column[upstream], upstream_days))
+
+    def built(name: str) -> Staged:
+        return build_days(spark, pipeline, pipeline.by_name[name], days, read)
 
     if table == QUARANTINE_ORDER_ITEMS:
-        staged = _staged.pop((days[0], days[-1]), None) or BY_NAME[STG_ORDER_ITEMS].build(spark, days, read)
+        staged = _staged.pop((days[0], days[-1]), None) or built(STG_ORDER_ITEMS)
         return staged.side_tables[QUARANTINE_ORDER_ITEMS]
-    staged = BY_NAME[table].build(spark, days, read)
+    staged = built(table)
     if table == STG_ORDER_ITEMS:
         _staged[(days[0], days[-1])] = staged
     return staged.table

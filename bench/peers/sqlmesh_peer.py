@@ -109,10 +109,10 @@ def main() -> int:
         builder = builder.config(key, value)
     spark = builder.enableHiveSupport().getOrCreate()
 
-    from assets_pkg.tables import TABLES
+    from assets_pkg.pipeline import pipeline
 
     rows, bare = {}, {}
-    for table in [name for t in TABLES for name in (t.name, *(s.name for s in t.side_tables))]:
+    for table in pipeline.every_table:
         peer_df = spark.table(f"{SCHEMA}.{table}")
         rows[table] = peer_df.count()
         path = lake / "bare" / table

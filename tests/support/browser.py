@@ -72,7 +72,9 @@ class DagsterUI:
             self.page.wait_for_timeout(500)
         return seen
 
-    def launch_backfill(self, group: str, first_day: str, last_day: str) -> tuple[str, str]:
+    def launch_backfill(
+        self, group: str, first_day: str, last_day: str, shot: str = "launch-backfill"
+    ) -> tuple[str, str]:
         """What a person does: the group's "Materialize all", a custom partition range, "Launch backfill". Returns
         the backfill's id and what the dialog said."""
         self.open(f"/asset-groups/{group}")
@@ -82,7 +84,7 @@ class DagsterUI:
         partitions.press("Enter")
         dialog = self.page.get_by_role("dialog")
         dialog.get_by_text(f"{_days_between(first_day, last_day)} partitions").wait_for()
-        self.screenshot("launch-backfill")
+        self.screenshot(shot)
         said = dialog.inner_text()
         dialog.get_by_role("button", name="Launch backfill").click()
         toast = self.page.get_by_text(re.compile(r"Created backfill \w+"))
@@ -180,14 +182,14 @@ class DagsterUI:
         toast = self.page.get_by_text(re.compile(r"Launched run \w+"))
         return toast.inner_text().split()[-1]
 
-    def resource(self, name: str, location: str = "exact_backfills") -> str:
+    def resource(self, name: str, location: str = "orders") -> str:
         """The resource's page: its configuration, each field with its value and description."""
         self.open(f"/locations/{location}/resources/{name}")
         self.page.get_by_text("Configuration").first.wait_for()
         self.page.wait_for_timeout(500)
         return self._text()
 
-    def set_sensor(self, sensor: str, running: bool, location: str = "exact_backfills") -> None:
+    def set_sensor(self, sensor: str, running: bool, location: str = "orders") -> None:
         """The "Running" switch on the sensor's page."""
         self.open(f"/locations/{location}/sensors/{sensor}")
         switch = self.page.get_by_role("checkbox").first

@@ -6,11 +6,12 @@ from collections import defaultdict
 from contextlib import contextmanager
 from pathlib import Path
 
-from assets_pkg.tables import TABLES
+from exact_backfills.declare import Pipeline
 from resources.delta_io import history, read_table
-from resources.lake import table_path
+from resources.lake import control_path, table_path
+from tests.support.orders import ORDERS, TABLES
 
-TABLE_KEYS = {t.name: t.key for t in TABLES}
+TABLE_KEYS = {t.name: list(t.key) for t in TABLES}
 
 
 @contextmanager
@@ -48,24 +49,28 @@ def versions(spark, table):
     return [r.version for r in history(spark, table_path(table))]
 
 
-def duplicate_keys(spark, table):
-    keys = TABLE_KEYS[table]
+def control_versions(spark, table, pipeline: Pipeline = ORDERS):
+    """The versions of one of a pipeline's control tables (its watermark, exceptions, ...)."""
+    return [r.version for r in history(spark, control_path(pipeline.name, table))]
+
+
+def duplicate_keys(spark, table, pipeline: Pipeline = ORDERS):
+    keys = list(pipeline.by_name[table].key)
     return read_table(spark, table).groupBy(*keys).count().where("count > 1").count()
 
 
-def from_scratch(spark, tmp_path, start, end, view=None):
+def from_scratch(spark, tmp_path, start, end, view=None, pipeline: Pipeline = ORDERS):
     """Every table's rows as a from-scratch backfill of start..end over a copy of this lake's landing builds them, in
     a lake and a Dagster instance of its own (or `view(spark)` of that lake)."""
     import shutil
 
     from dagster import DagsterInstance
 
-    from assets_pkg.tables import DAY_COLUMN
     from exact_backfills.backfill import run_backfill
     from resources.lake import lake_root
 
     scratch = tmp_path / "scratch"
     shutil.copytree(lake_root() / "landing", scratch / "landing")
     with environment(LAKE_ROOT=str(scratch)), DagsterInstance.ephemeral() as instance:
-        assert run_backfill(start, end, chunk_size=366, instance=instance, echo=lambda _: None)
-        return view(spark) if view else {t: rows(spark, t) for t in DAY_COLUMN}
+        assert run_backfill(pipeline, start, end, chunk_size=366, instance=instance, echo=lambda _: None)
+        return view(spark) if view else {t: rows(spark, t) for t in pipeline.every_table}

@@ -4,9 +4,9 @@ a batch, and the corrections of staged items, are the bench's own (bench/harness
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 
-from assets_pkg.tables import DAY_COLUMN, PUBLISH_ORDER, TABLES, Role
 from bench.harness import corrections, land_batch, next_batch_day
 from tests.support.lake import files_by_day, versions
+from tests.support.orders import DAY_COLUMN, ORDER_TABLES, PUBLISH_ORDER
 
 __all__ = [
     "ORDER_TABLES",
@@ -20,9 +20,6 @@ __all__ = [
     "snapshot",
     "three_corrected_and_two_late_days",
 ]
-
-# The tables by order day: every table but the dimensions.
-ORDER_TABLES = [t.name for t in TABLES if t.role is not Role.DIMENSION]
 
 
 def new_items(day, first_order_id, n):
@@ -54,15 +51,15 @@ def three_corrected_and_two_late_days(spark, start: date) -> tuple[list, set[dat
     return items, set(corrected_days) | set(late_days)
 
 
-def snapshot(spark):
-    return {t: (len(versions(spark, t)), files_by_day(spark, t, DAY_COLUMN[t])) for t in PUBLISH_ORDER}
+def snapshot(spark, tables=PUBLISH_ORDER, day_column=DAY_COLUMN):
+    return {t: (len(versions(spark, t)), files_by_day(spark, t, day_column[t])) for t in tables}
 
 
-def assert_rewrote_exactly(spark, before, expected_days, tables=ORDER_TABLES):
+def assert_rewrote_exactly(spark, before, expected_days, tables=ORDER_TABLES, day_column=DAY_COLUMN):
     """One new commit in each of `tables`, rewriting exactly `expected_days` (a set, or a set per table); other
-    tables, and other days' files, untouched."""
-    after = snapshot(spark)
-    for table in PUBLISH_ORDER:
+    tables of `before`, and other days' files, untouched."""
+    after = snapshot(spark, list(before), day_column)
+    for table in before:
         days_of_table = expected_days.get(table, set()) if isinstance(expected_days, dict) else expected_days
         n_before, files_before = before[table]
         n_after, files_after = after[table]

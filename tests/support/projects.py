@@ -53,7 +53,7 @@ for command in json.loads(sys.argv[1]):
             code = 0
         else:
             code = main([arg.replace("{plan_id}", plan_id) for arg in command])
-    if isinstance(command, list) and command[:1] == ["plan"] and "--json" in command:
+    if isinstance(command, list) and "plan" in command and "--json" in command:
         plan_id = json.loads(out.getvalue())["plan_id"]
     said.append([code, out.getvalue(), err.getvalue()])
 print(json.dumps(said))

@@ -11,8 +11,10 @@ from sqlglot import exp
 from sqlmesh import ExecutionContext, model
 from sqlmesh.core.model.kind import ModelKindName
 
-from assets_pkg.tables import BY_NAME, DAY_COLUMN, TABLES
+from assets_pkg.pipeline import pipeline
 from bench.peers.sqlmesh_builds import COLUMNS, SCHEMA, build
+
+BY_NAME, DAY_COLUMN = pipeline.by_name, pipeline.day_column
 
 
 def _struct(aggregates: list[str]) -> exp.Expression:
@@ -24,19 +26,19 @@ def _struct(aggregates: list[str]) -> exp.Expression:
 
 def _owner(side: str) -> str:
     """The table a side table is written with."""
-    return next(t.name for t in TABLES if side in {s.name for s in t.side_tables})
+    return pipeline.side_table_of[side]
 
 
 def _audits(table: str) -> list:
-    """The project's key and reconciliation checks of `table` (tables.py), as SQLMesh audits."""
+    """The project's key and reconciliation checks of `table` (its declaration), as SQLMesh audits."""
     # A side table's rows are keyed by its own day and its table's key; a key may be there twice on a day (two bad
     # versions): no uniqueness.
-    key = BY_NAME[table].key if table in BY_NAME else [DAY_COLUMN[table], *BY_NAME[_owner(table)].key]
+    key = list(BY_NAME[table].key) if table in BY_NAME else [DAY_COLUMN[table], *BY_NAME[_owner(table)].key]
     columns = [exp.column(c) for c in key]
     audits: list = [("not_null", {"columns": columns})]
     if table in BY_NAME:
         audits.append(("unique_combination_of_columns", {"columns": columns}))
-    rec = BY_NAME[table].checks.reconciliation if table in BY_NAME else None
+    rec = BY_NAME[table].reconcile if table in BY_NAME else None
     if rec:
         here, there = zip(*rec.measures.values(), strict=True)
         audits.append(
@@ -54,7 +56,7 @@ def _audits(table: str) -> list:
 
 def _spec(table: str) -> dict[str, t.Any]:
     # A table depends on its upstream tables; a side table on its table, whose build made its rows.
-    depends_on = [u for u in BY_NAME[table].upstream if u in BY_NAME] if table in BY_NAME else [_owner(table)]
+    depends_on = list(BY_NAME[table].upstream) if table in BY_NAME else [_owner(table)]
     batch = os.environ.get("PEER_BATCH_SIZE")
     return dict(
         name=f"{SCHEMA}.{table}",

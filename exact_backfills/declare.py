@@ -1,0 +1,457 @@
+"""What a daily pipeline declares of itself, and all the machinery knows of it.
+
+A pipeline is one `Pipeline(...)`, assigned to a module attribute: its **sources**, landed under the landing contract
+(`$LAKE_ROOT/landing/<source>/ingest_date=D/*.parquet`), and its **tables**, each partitioned by day. A source is
+taken into the lake by a `Staging` table, which the machinery builds (each key's current version on its day, or a
+dimension's versions by the day they take effect); every other table is a `Table` with a build of the user's, reading
+its upstream tables through a **day dependency** each: the same day, a trailing window of days, or a dimension as of
+the day. From the declaration the machinery derives the Dagster assets and checks, the order tables are published in,
+which days a landed batch or a code change makes stale (through every day dependency), plans, rollback's closure,
+the command line's table names and the metrics.
+
+A build reads only what `read` gives it and returns the rows of the days it is given: the write that follows
+replaces exactly those days, and Delta refuses a row of any other day."""
+
+import argparse
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import date, timedelta
+from enum import Enum
+from functools import cached_property
+from typing import Any, NamedTuple
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import types as T
+
+# The columns the machinery adds to a landed row: its batch (the folder's day) and its file, relative to the source's
+# folder.
+BATCH_COLUMN = "ingest_date"
+FILE_COLUMN = "source_file"
+# A dimension's versions, by the day each takes effect.
+VALID_FROM = "valid_from"
+# Quarantine's day column: the day a rejected row is filed on.
+QUARANTINE_DAY = "quarantine_day"
+# The run that wrote a quarantined row.
+RUN_COLUMN = "run_id"
+
+# `read(upstream)`: the upstream table's rows of the days the build's day dependency on it names.
+Read = Callable[[str], DataFrame]
+# `build(spark, days, read)`: the table's rows of `days`.
+Build = Callable[[SparkSession, list[date], Read], DataFrame]
+
+
+class DeclarationError(ValueError):
+    """A declaration the machinery cannot build from: one line naming the pipeline, the table or source, and why."""
+
+
+class SourceKind(Enum):
+    """What a source's rows are, and so how its staging table holds them."""
+
+    EVENTS = "events"  # each key has one current version (the newest), on the day its day column gives
+    DIMENSION = "dimension"  # each version takes effect on its day and holds until the key's next version
+
+
+@dataclass(frozen=True)
+class Rule:
+    """Rows of a source that break its contract beyond the schema's types: quarantined with `reason`. `breaks` is a
+    SQL condition over the row's columns, true on a row that breaks it."""
+
+    reason: str
+    breaks: str
+
+
+@dataclass(frozen=True)
+class Source:
+    """A dataset landed as immutable, append-only Parquet batches under `landing/<name>/ingest_date=D/`.
+
+    - `schema`: the contract. A file whose columns or types differ is refused by name, never read.
+    - `key`: the natural key; `newest`: the column deciding which version of a key is newest (later wins; then the
+      later load time, the later file, and a hash of the row, so that every run resolves ties the same way).
+    - `day`: the column giving a row's day: a date column for events; for a dimension, the date (or timestamp) its
+      version takes effect (versions before the first partition take effect on it).
+    - `loaded_at`: the load time, a timestamp: the restatement watermark follows it, never the event's day.
+    - `rules`: rows breaking the contract beyond its types, quarantined with the reason (events only). Rows with a
+      null key, day or timestamp, a day outside the partitions, or a day after their load are quarantined too."""
+
+    name: str
+    schema: T.StructType
+    key: Sequence[str]
+    day: str
+    newest: str
+    loaded_at: str
+    kind: SourceKind = SourceKind.EVENTS
+    rules: Sequence[Rule] = ()
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key", tuple(self.key))
+        object.__setattr__(self, "rules", tuple(self.rules))
+
+    @property
+    def columns(self) -> list[str]:
+        return self.schema.fieldNames()
+
+    @property
+    def version_columns(self) -> list[str]:
+        """A landed version as staging and quarantine keep it: the row, its batch and its file."""
+        return [*self.columns, BATCH_COLUMN, FILE_COLUMN]
+
+    def problems(self) -> list[str]:
+        types = {f.name: f.dataType for f in self.schema.fields}
+        named = (*self.key, self.day, self.newest, self.loaded_at)
+        found = [f"{c} is not a column of its schema" for c in dict.fromkeys(named) if c not in types]
+        if found:
+            return found
+        if not self.key:
+            found.append("no key")
+        if self.kind is SourceKind.EVENTS and not isinstance(types[self.day], T.DateType):
+            found.append(f"its day column {self.day} is {types[self.day].simpleString()}, not a date")
+        if not isinstance(types[self.day], T.DateType | T.TimestampType):
+            found.append(f"its day column {self.day} is {types[self.day].simpleString()}, not a date or timestamp")
+        if not isinstance(types[self.loaded_at], T.TimestampType):
+            found.append(f"its load time {self.loaded_at} is {types[self.loaded_at].simpleString()}, not a timestamp")
+        clash = {BATCH_COLUMN, FILE_COLUMN, VALID_FROM, QUARANTINE_DAY, RUN_COLUMN, "reason", "refused"} & set(types)
+        found += [f"its column {c} is a name the machinery adds" for c in sorted(clash)]
+        if self.rules and self.kind is SourceKind.DIMENSION:
+            found.append("a dimension has no quarantine: its rules would never apply")
+        return found
+
+
+# Day dependencies: which of an upstream table's days a day of a table is built from, and so which of its days a
+# changed upstream day makes stale.
+
+
+@dataclass(frozen=True)
+class SameDay:
+    """Day D is built from the upstream's day D."""
+
+
+@dataclass(frozen=True)
+class TrailingDays:
+    """Day D is built from the upstream's `days` days ending on D (D-(days-1)..D): a changed upstream day makes it
+    and the next `days - 1` days stale. Dagster's `TimeWindowPartitionMapping(start_offset=-(days - 1))`."""
+
+    days: int
+
+
+@dataclass(frozen=True)
+class AsOf:
+    """Day D reads a dimension as of D: every version that took effect up to D, each valid until the next. A new
+    version taking effect on day V makes stale the days from V on whose rows hold one of its keys in the columns `on`
+    (the table's columns matching the dimension's key, in its order); with no `on`, every day from V on."""
+
+    on: Sequence[str] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "on", tuple(self.on))
+
+
+DayDependency = SameDay | TrailingDays | AsOf
+
+
+def days_read(dependency: DayDependency, days: Sequence[date], first_day: date) -> list[date]:
+    """The upstream days a build of `days` reads through `dependency`."""
+    if isinstance(dependency, SameDay):
+        return sorted(set(days))
+    if isinstance(dependency, TrailingDays):
+        return sorted(
+            {d - timedelta(days=i) for d in days for i in range(dependency.days) if d - timedelta(days=i) >= first_day}
+        )
+    return [first_day + timedelta(days=i) for i in range((max(days) - first_day).days + 1)]
+
+
+@dataclass(frozen=True)
+class Reconcile:
+    """`measures` of a table equal the same measures of `upstream` day by day (blocking): name -> (a SQL aggregate
+    over this table's rows of the day, a SQL aggregate over the upstream's rows of the day)."""
+
+    upstream: str
+    measures: Mapping[str, tuple[str, str]]
+
+
+@dataclass(frozen=True)
+class DayCheck:
+    """A check of the user's, evaluated on every day a change writes (before it is written) and on what is published:
+    `figures` are SQL aggregates over the day's rows, computed for every day at once, grouped by day; `passes` decides
+    from a day's figures (a name -> value mapping; None where the day has no rows to aggregate). Shown in Dagster
+    like the built-in checks, with the figures; `blocking` refuses the change (nothing written in any table) when it
+    fails on any day, like unique_key."""
+
+    name: str
+    figures: Mapping[str, str]
+    passes: Callable[[Mapping[str, Any]], bool]
+    blocking: bool = False
+    description: str = ""
+
+
+class SideTable(NamedTuple):
+    """A table written with another, from the same build (rows accepted vs rows quarantined)."""
+
+    name: str
+    day_column: str
+
+
+@dataclass(frozen=True)
+class Table:
+    """A table built by the user's code from its upstream tables.
+
+    - `key`: its natural key, one row per key and day; `day_column`: its daily partition.
+    - `upstream`: each table it reads, with the day dependency on it.
+    - `build(spark, days, read)`: its rows of `days`; `read(name)` gives an upstream's rows of the days its day
+      dependency names (the rows this change builds for that table, the published ones elsewhere). It must be
+      deterministic (no clock, no randomness) and read nothing else.
+    - `reconcile`: measures equal to an upstream's, day by day; `checks`: the user's own checks."""
+
+    name: str
+    key: Sequence[str]
+    day_column: str
+    upstream: Mapping[str, DayDependency]
+    build: Build
+    description: str = ""
+    reconcile: Reconcile | None = None
+    checks: Sequence[DayCheck] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key", tuple(self.key))
+        object.__setattr__(self, "checks", tuple(self.checks))
+
+    @property
+    def source(self) -> None:
+        """A table the user builds takes no source into the lake."""
+        return None
+
+    @property
+    def side_tables(self) -> tuple[SideTable, ...]:
+        return ()
+
+
+@dataclass(frozen=True)
+class Staging:
+    """A table the machinery builds from one source. For events: each key's current version on its day, with every
+    row breaking the contract in a quarantine side table (`quarantine`, by default `quarantine_<source>`), keyed like
+    the source. For a dimension: its versions by the day they take effect (`valid_from`), the newest of a day
+    winning, keyed by the source's key and `valid_from`. Late and corrected rows restate exactly the days they
+    change."""
+
+    name: str
+    source: Source
+    description: str = ""
+    quarantine: str = ""
+    checks: Sequence[DayCheck] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "checks", tuple(self.checks))
+        if not self.quarantine and self.events:
+            object.__setattr__(self, "quarantine", f"quarantine_{self.source.name}")
+
+    @property
+    def upstream(self) -> Mapping[str, DayDependency]:
+        """None of the tables: its source's landing is its upstream in Dagster."""
+        return {}
+
+    @property
+    def reconcile(self) -> None:
+        return None
+
+    @property
+    def events(self) -> bool:
+        return self.source.kind is SourceKind.EVENTS
+
+    @property
+    def key(self) -> tuple[str, ...]:
+        return tuple(self.source.key) if self.events else (*self.source.key, VALID_FROM)
+
+    @property
+    def day_column(self) -> str:
+        return self.source.day if self.events else VALID_FROM
+
+    @property
+    def side_tables(self) -> tuple[SideTable, ...]:
+        return (SideTable(self.quarantine, QUARANTINE_DAY),) if self.events else ()
+
+
+Declared = Table | Staging
+
+
+@dataclass(frozen=True)
+class Demo:
+    """What `generate` asks a pipeline's demo data generator for."""
+
+    start: date
+    end: date
+    seed: int
+    rows_per_day: int
+    bad_rate: float
+
+
+@dataclass(frozen=True)
+class Command:
+    """A command of the pipeline's own on the command line, one that lands data (the landing is observed in Dagster
+    afterwards): `arguments` adds its options, `run` lands and says what it landed."""
+
+    name: str
+    help: str
+    arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[SparkSession, argparse.Namespace], str]
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """A daily pipeline: its sources and its tables (in any order: published in the graph's), and optionally a
+    deterministic demo data generator (`generate(spark, Demo) -> what it landed`) and commands of its own."""
+
+    name: str
+    sources: Sequence[Source]
+    tables: Sequence[Declared]
+    generate: Callable[[SparkSession, Demo], str] | None = None
+    commands: Sequence[Command] = ()
+    description: str = ""
+    declared_in: str = field(default="", init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        # The module that declares it: code versions read its declarations there.
+        object.__setattr__(self, "declared_in", sys._getframe(2).f_globals.get("__name__", ""))
+        object.__setattr__(self, "sources", tuple(self.sources))
+        object.__setattr__(self, "tables", tuple(self.tables))
+        object.__setattr__(self, "commands", tuple(self.commands))
+        problems = self._problems()
+        if problems:
+            raise DeclarationError(
+                f"pipeline {self.name!r}: {problems[0]}"
+                + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else "")
+            )
+
+    def _problems(self) -> list[str]:
+        found: list[str] = []
+        if not self.name.isidentifier():
+            found.append(f"its name {self.name!r} is not an identifier (it names a Dagster group and a folder)")
+        source_names = [s.name for s in self.sources]
+        found += [
+            f"source {n} is declared twice" for n in sorted({n for n in source_names if source_names.count(n) > 1})
+        ]
+        for source in self.sources:
+            found += [f"source {source.name}: {p}" for p in source.problems()]
+        names = [n for t in self.tables for n in (t.name, *(s.name for s in t.side_tables))]
+        found += [f"table {n} is declared twice" for n in sorted({n for n in names if names.count(n) > 1})]
+        by_name = {t.name: t for t in self.tables}
+        staged = [t.source.name for t in self.tables if isinstance(t, Staging)]
+        for t in self.tables:
+            if isinstance(t, Staging):
+                if t.source.name not in source_names:
+                    found.append(f"table {t.name}: its source {t.source.name} is not one of the pipeline's sources")
+                if staged.count(t.source.name) > 1:
+                    found.append(f"source {t.source.name} is staged by more than one table")
+                continue
+            for up, dependency in t.upstream.items():
+                if up not in by_name:
+                    found.append(f"table {t.name}: its upstream {up} is not a table of the pipeline")
+                elif isinstance(dependency, AsOf) and not (isinstance(by_name[up], Staging) and not by_name[up].events):  # type: ignore[union-attr]
+                    found.append(f"table {t.name}: it reads {up} as of the day, which only a dimension's staging is")
+                elif isinstance(dependency, TrailingDays) and dependency.days < 1:
+                    found.append(f"table {t.name}: a trailing window of {dependency.days} days")
+                elif not isinstance(dependency, SameDay | TrailingDays | AsOf):
+                    found.append(f"table {t.name}: {dependency!r} is not a day dependency")
+            if t.reconcile and t.reconcile.upstream not in t.upstream:
+                found.append(f"table {t.name}: it reconciles with {t.reconcile.upstream}, which it does not read")
+            if not t.key:
+                found.append(f"table {t.name}: no key")
+        for t in self.tables:
+            check_names = [c.name for c in t.checks]
+            found += [
+                f"table {t.name}: check {n} is declared twice"
+                for n in sorted({n for n in check_names if check_names.count(n) > 1})
+            ]
+        for source in self.sources:
+            if source.name not in staged:
+                found.append(f"source {source.name}: no Staging table takes it into the lake")
+        if not found:
+            try:
+                self.publish_order  # noqa: B018  # a cycle is refused here
+            except DeclarationError as e:
+                found.append(str(e))
+        return found
+
+    @cached_property
+    def by_name(self) -> dict[str, Declared]:
+        return {t.name: t for t in self.tables}
+
+    def table(self, name: str) -> Declared:
+        return self.by_name[name]
+
+    @cached_property
+    def publish_order(self) -> list[str]:
+        """A topological order of the tables (ties in declaration order): each after every table it reads."""
+        order: list[str] = []
+        while len(order) < len(self.tables):
+            ready = [t.name for t in self.tables if t.name not in order and all(u in order for u in t.upstream)]
+            if not ready:
+                raise DeclarationError(
+                    f"the tables' upstreams form a cycle: {[t.name for t in self.tables if t.name not in order]}"
+                )
+            order.append(ready[0])
+        return order
+
+    @cached_property
+    def day_column(self) -> dict[str, str]:
+        """Every table's day column (its partition, and what a write replaces), side tables included."""
+        return {
+            **{t.name: t.day_column for t in self.tables},
+            **{side.name: side.day_column for t in self.tables for side in t.side_tables},
+        }
+
+    @cached_property
+    def side_table_of(self) -> dict[str, str]:
+        """Every side table's table."""
+        return {side.name: t.name for t in self.tables for side in t.side_tables}
+
+    def with_side_tables(self, tables: Sequence[str]) -> list[str]:
+        """Every table and its side tables, a side table just before its table (as a change commits them)."""
+        return [name for t in tables for name in [*(s.name for s in self.by_name[t].side_tables), t]]
+
+    @cached_property
+    def every_table(self) -> list[str]:
+        """Every table the pipeline writes, side tables included, in publish order."""
+        return self.with_side_tables(self.publish_order)
+
+    def downstream(self, tables: set[str]) -> list[str]:
+        """`tables` and every table built from them, in publish order."""
+        found = set(tables)
+        for name in self.publish_order:
+            if any(u in found for u in self.by_name[name].upstream):
+                found.add(name)
+        return [t for t in self.publish_order if t in found]
+
+    def upstream_of(self, table: str) -> set[str]:
+        """Every table `table` is built from, directly or not."""
+        found: set[str] = set()
+        stack = [table]
+        while stack:
+            for up in self.by_name[stack.pop()].upstream:
+                if up not in found:
+                    found.add(up)
+                    stack.append(up)
+        return found
+
+    @cached_property
+    def staging(self) -> dict[str, Staging]:
+        """Source name -> the table that takes it into the lake."""
+        return {t.source.name: t for t in self.tables if isinstance(t, Staging)}
+
+    @cached_property
+    def sources_by_name(self) -> dict[str, Source]:
+        return {s.name: s for s in self.sources}
+
+    @cached_property
+    def landing_assets(self) -> dict[str, Source]:
+        """The landing as Dagster assets: `landing_<source>`, observing each source."""
+        return {landing_asset(s): s for s in self.sources}
+
+    def upstream_assets(self, table: str) -> list[str]:
+        """What a table's asset depends on in Dagster: its upstream tables, or the landing asset of its source."""
+        declared = self.by_name[table]
+        return [landing_asset(declared.source)] if isinstance(declared, Staging) else list(declared.upstream)
+
+
+def landing_asset(source: Source) -> str:
+    return f"landing_{source.name}"

@@ -1,0 +1,47 @@
+"""A pipeline's Dagster code location: its tables and landing as assets with their checks, its jobs and sensors, one
+Spark session per run process (in-process executor). Built once per pipeline in a process."""
+
+from dagster import Definitions, in_process_executor
+
+from exact_backfills import automation, code_changes
+from exact_backfills.assets import all_assets_job, publish_step
+from exact_backfills.dagster_private import batch_materializations
+from exact_backfills.declare import Pipeline
+from exact_backfills.rollback import rollback_job
+from resources.settings import settings
+from resources.spark import spark_resource
+
+_built: dict[int, Definitions] = {}
+
+
+def definitions_of(pipeline: Pipeline) -> Definitions:
+    """The pipeline's Definitions: what a code location loads, and what the command line runs its jobs from."""
+    if id(pipeline) not in _built:
+        configured = settings()  # validated once: a SettingsError names the variable
+        batch_materializations()  # a range run's materializations written a batch at a time (dagster_private.py)
+        all_assets = all_assets_job(pipeline)
+        restate = automation.restate_job(pipeline)
+        check_code = code_changes.check_code_versions_job(pipeline)
+        _built[id(pipeline)] = Definitions(
+            assets=[*automation.landing_assets(pipeline), publish_step(pipeline)],
+            asset_checks=automation.landing_checks(pipeline),
+            jobs=[
+                all_assets,
+                restate,
+                automation.preview_job(pipeline),
+                rollback_job(pipeline),
+                check_code,
+                code_changes.plan_job(pipeline),
+                code_changes.promote_job(pipeline),
+            ],
+            sensors=[
+                automation.late_data_sensor(pipeline, restate, all_assets),
+                code_changes.code_version_sensor(pipeline, check_code),
+            ],
+            # The Spark resource is configured from the settings, which are a resource too: the UI's resources page
+            # shows the values runs use (resources/settings.py).
+            resources={"pyspark": spark_resource(configured), "settings": configured},
+            # Steps of a run share its process and so its SparkSession: a JVM per step would cost seconds each.
+            executor=in_process_executor,
+        )
+    return _built[id(pipeline)]

@@ -1,0 +1,244 @@
+"""The ML pipeline on the same machinery as the orders pipeline: retried events collapse, a late event restates its day
+and the six after it in the 7-day features and the training set and nothing else, a user's status change restates the
+later days of that user, a label beyond the restatement window is an exception until a manual backfill, a code change
+is planned and promoted on exactly the days it changes, and a rollback holds its days until released; every table
+equals a from-scratch build afterwards.
+
+The tests share one lake and run in file order: each lands a new batch on top of what the previous ones left."""
+
+import json
+import shutil
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
+
+import pytest
+from dagster import RunRequest, build_sensor_context
+
+from exact_backfills import landing
+from exact_backfills.backfill import observe_landing, run_backfill, run_checks, run_restatement, run_rollback
+from exact_backfills.checks import LATE_DATA, UP_TO_DATE
+from exact_backfills.dagster_names import RELEASE_TAG, RESTATE_JOB
+from exact_backfills.location import definitions_of
+from exact_backfills.partitions import days, first_day, last_day
+from exact_backfills.rollback import plan_rollback
+from examples.ml_features.generate import generate
+from examples.ml_features.pipeline import (
+    DIM_USER_STATUS,
+    STG_APP_EVENTS,
+    STG_LABELS,
+    TRAINING_SET,
+    USER_DAILY_FEATURES,
+)
+from examples.ml_features.pipeline import pipeline as ML
+from examples.ml_features.sources import APP_EVENTS, LABELS, USER_STATUS
+from resources import audit, control
+from resources.delta_io import read_days, read_table
+from resources.lake import lake_root
+from tests.support.lake import environment, from_scratch, rows
+from tests.support.late_batches import assert_rewrote_exactly, land_batch, latest_check_status, snapshot
+from tests.support.projects import Edit, project_with, run_commands, run_in
+
+pytestmark = pytest.mark.slow  # builds a lake and runs backfills: minutes, not seconds
+
+START, END = date(2025, 1, 1), date(2025, 2, 9)
+EVERY_TABLE = ML.every_table
+REFERENCE = "examples.ml_features.pipeline:pipeline"
+# The ML pipeline's sensor as its code location defines it, called as its tick calls it.
+late_data_sensor = definitions_of(ML).resolve_sensor_def("late_data_sensor")
+
+
+def window(day: date) -> set[date]:
+    """The days whose 7-day window holds `day`."""
+    return {day + timedelta(days=i) for i in range(7)}
+
+
+class Lake:
+    """The shared lake: the day the next batch lands (after every batch landed so far, the labels' included)."""
+
+    def __init__(self):
+        newest = max(landing.batch_name(p) for s in ML.sources for p in landing.batch_dirs(s))
+        self.next_batch = date.fromisoformat(newest) + timedelta(days=1)
+
+    def land(self, spark, rows_, source=APP_EVENTS) -> date:
+        batch, self.next_batch = self.next_batch, self.next_batch + timedelta(days=1)
+        land_batch(spark, rows_, batch, source)
+        return batch
+
+
+@pytest.fixture(scope="module")
+def built(spark, lake):
+    _, instance = lake
+    # Labels land up to 110 days after their day: a window that holds them, so that late rows here are restated.
+    with environment(RESTATEMENT_WINDOW_DAYS="200"):
+        generate(spark, START, END, seed=11, rows_per_day=12)
+        assert observe_landing(ML, instance).success
+        assert run_backfill(ML, first_day(), last_day(), instance=instance, echo=lambda _: None)
+        assert run_restatement(ML, instance).success  # reads every batch once: nothing to restate
+        yield Lake()
+
+
+def event(event_id: str, user: int, day: date, kind: str = "click", amount: Decimal | None = None) -> tuple:
+    return (event_id, user, day, kind, amount, None)
+
+
+def test_the_ml_pipeline_is_its_own_dagster_group_built_with_every_check_passing(built, lake):
+    _, instance = lake
+    graph = definitions_of(ML).resolve_asset_graph()
+    groups = {graph.get(k).group_name for k in graph.materializable_asset_keys}
+    assert groups == {"ml_features"}
+    result, evaluations = run_checks(ML, START, END, ML.publish_order, instance=instance)
+    failing = [(e.asset_key.to_user_string(), e.check_name, e.partition) for e in evaluations if not e.passed]
+    assert result.success and not failing, failing
+    # The user's own check of the training set is among them, day by day, with its figures.
+    share = [e for e in evaluations if e.check_name == "labelled_share"]
+    assert {e.partition for e in share} == {d.isoformat() for d in days(START, END)}
+    assert all({"active", "labelled"} <= set(e.metadata) for e in share)
+
+
+def test_a_retried_event_is_staged_once_from_its_newest_delivery_and_changes_no_feature(spark, built):
+    day = START + timedelta(days=5)
+    staged = read_days(spark, STG_APP_EVENTS, "event_date", [day]).orderBy("event_id").first()
+    features = {t: rows(spark, t) for t in (USER_DAILY_FEATURES, TRAINING_SET)}
+    batch = built.land(spark, [event(staged.event_id, staged.user_id, day, staged.event_type, staged.amount)])
+    assert run_restatement(ML).success
+    again = read_table(spark, STG_APP_EVENTS).where(f"event_id = '{staged.event_id}'").collect()
+    assert len(again) == 1 and again[0].ingest_date == batch  # the newest delivery wins, once
+    assert {t: rows(spark, t) for t in features} == features
+
+
+def test_a_late_event_restates_its_day_and_the_six_after_in_the_features_and_the_training_set_and_nothing_else(
+    spark, built, lake
+):
+    _, instance = lake
+    day = START + timedelta(days=10)
+    before = snapshot(spark, EVERY_TABLE, ML.day_column)
+    built.land(spark, [event("late-1", 3, day, "purchase", Decimal("42.00"))])
+    # The sensor sees the batch and launches the restatement.
+    tick = late_data_sensor(build_sensor_context(instance=instance, definitions=definitions_of(ML)))
+    assert isinstance(tick, RunRequest) and tick.job_name == RESTATE_JOB
+    found = run_restatement(ML, instance)
+    assert found.success
+    expected = {STG_APP_EVENTS: {day}, USER_DAILY_FEATURES: window(day), TRAINING_SET: window(day)}
+    assert_rewrote_exactly(spark, before, expected, tables=list(expected), day_column=ML.day_column)
+    features = {r.feature_date: r for r in read_table(spark, USER_DAILY_FEATURES).where("user_id = 3").collect()}
+    assert all(features[d].purchases_7d >= 1 for d in window(day))
+    for table in (USER_DAILY_FEATURES, TRAINING_SET):
+        assert {d: latest_check_status(instance, table, UP_TO_DATE, d) for d in window(day)} == dict.fromkeys(
+            window(day), "SUCCEEDED"
+        )
+
+
+def test_a_users_status_change_restates_the_later_days_holding_that_user_and_nothing_else(spark, built):
+    since = START + timedelta(days=20)
+    changed_later = {r.user_id for r in read_table(spark, DIM_USER_STATUS).where(f"valid_from >= '{since}'").collect()}
+    user = min({r.user_id for r in read_table(spark, USER_DAILY_FEATURES).collect()} - changed_later)
+    later = {
+        r.feature_date
+        for r in read_table(spark, USER_DAILY_FEATURES)
+        .where(f"user_id = {user} AND feature_date >= '{since}'")
+        .collect()
+    }
+    before = snapshot(spark, EVERY_TABLE, ML.day_column)
+    at = datetime.combine(since, datetime.min.time(), tzinfo=UTC) + timedelta(hours=9)
+    built.land(spark, [(user, "vip", at, None)], USER_STATUS)
+    assert run_restatement(ML).success
+    expected = {DIM_USER_STATUS: {since}, USER_DAILY_FEATURES: later, TRAINING_SET: later}
+    assert_rewrote_exactly(spark, before, expected, tables=list(expected), day_column=ML.day_column)
+    statuses = {r.feature_date: r.status for r in read_table(spark, TRAINING_SET).where(f"user_id = {user}").collect()}
+    assert all(status == "vip" for d, status in statuses.items() if d >= since)
+    assert all(status != "vip" for d, status in statuses.items() if d < since)
+
+
+def test_a_label_landing_beyond_the_restatement_window_is_an_exception_until_a_manual_backfill(
+    spark, built, lake, monkeypatch
+):
+    _, instance = lake
+    monkeypatch.setenv("RESTATEMENT_WINDOW_DAYS", "30")
+    day = START + timedelta(days=3)
+    labelled = read_days(spark, STG_LABELS, "label_date", [day]).orderBy("user_id").first()
+    at = datetime.combine(built.next_batch, datetime.min.time(), tzinfo=UTC)
+    before = snapshot(spark, EVERY_TABLE, ML.day_column)
+    built.land(spark, [(labelled.user_id, day, not labelled.converted, at, None)], LABELS)
+    assert run_restatement(ML, instance).success
+    assert_rewrote_exactly(spark, before, set(), tables=[], day_column=ML.day_column)
+    assert [(e.table, e.day) for e in control.open_exceptions(spark, ML.name)] == [(STG_LABELS, day)]
+    assert latest_check_status(instance, STG_LABELS, LATE_DATA, day) == "FAILED"
+
+    assert run_backfill(ML, day, day, instance=instance, echo=lambda _: None)
+    assert control.open_exceptions(spark, ML.name) == []
+    assert latest_check_status(instance, STG_LABELS, LATE_DATA, day) == "SUCCEEDED"
+    flipped = read_days(spark, TRAINING_SET, "feature_date", [day]).where(f"user_id = {labelled.user_id}").first()
+    assert flipped.label == (not labelled.converted)
+
+
+def test_a_rolled_back_restatement_is_held_until_released_and_then_equals_what_it_undid(spark, built, lake):
+    _, instance = lake
+    day = START + timedelta(days=30)
+    built.land(spark, [event("late-2", 2, day, "purchase", Decimal("10.00"))])
+    assert run_restatement(ML, instance).success
+    restated = {t: rows(spark, t) for t in EVERY_TABLE}
+    run_id = instance.get_runs(limit=1)[0].run_id
+    plan = plan_rollback(spark, ML, day, day + timedelta(days=6), before_run=run_id)
+    # (quarantine_app_events: its day was written empty again, which Delta records as no commit: nothing to restore)
+    assert set(plan.restore) == {STG_APP_EVENTS, USER_DAILY_FEATURES, TRAINING_SET}
+    assert run_rollback(ML, plan, instance=instance, echo=lambda _: None).success
+    assert [h.day for h in control.open_holds(spark, ML.name)] == sorted(window(day))
+    assert not read_table(spark, STG_APP_EVENTS).where("event_id = 'late-2'").count()
+    # Held: a restatement leaves the days as they are.
+    assert run_restatement(ML, instance).success
+    assert not read_table(spark, STG_APP_EVENTS).where("event_id = 'late-2'").count()
+    a, b = min(window(day)), max(window(day))
+    assert run_backfill(ML, a, b, instance=instance, echo=lambda _: None, tags={RELEASE_TAG: "true"})
+    assert control.open_holds(spark, ML.name) == []
+    assert {t: rows(spark, t) for t in EVERY_TABLE} == restated
+
+
+def test_after_every_operation_above_every_table_equals_a_from_scratch_build(spark, built, tmp_path):
+    published = {t: rows(spark, t) for t in EVERY_TABLE}
+    with environment(RESTATEMENT_WINDOW_DAYS="200"):
+        scratch = from_scratch(spark, tmp_path, first_day(), last_day(), pipeline=ML)
+    for table in EVERY_TABLE:
+        assert published[table] == scratch[table], f"{table} differs from a from-scratch build"
+
+
+# A fix to the features: big purchases capped in the 7-day amount. It changes the days whose window holds one.
+CAPPED = Edit(
+    "examples/ml_features/transforms.py",
+    'F.sum(F.coalesce("amount", F.lit(0))).alias("amount")',
+    'F.sum(F.least(F.coalesce("amount", F.lit(0)), F.lit(60))).alias("amount")',
+)
+
+
+def test_a_code_change_is_planned_and_promoted_on_exactly_the_days_a_from_scratch_build_with_it_changes(
+    spark, built, tmp_path
+):
+    fixed = project_with(tmp_path / "fixed", CAPPED)
+    scratch = tmp_path / "scratch"
+    shutil.copytree(lake_root() / "landing", scratch / "landing")
+    home = str(scratch / "home")
+    run_in(
+        fixed, "-m", "exact_backfills", "--pipeline", REFERENCE, "backfill", LAKE_ROOT=str(scratch), DAGSTER_HOME=home
+    )
+    with environment(LAKE_ROOT=str(scratch)):
+        expected = {t: rows(spark, t) for t in ML.publish_order}
+    published = {t: rows(spark, t) for t in ML.publish_order}
+    changed = {
+        t: {r[ML.day_column[t]] for r in [*expected[t], *published[t]] if (r in expected[t]) != (r in published[t])}
+        for t in ML.publish_order
+    }
+    assert changed[USER_DAILY_FEATURES] and changed[USER_DAILY_FEATURES] == changed[TRAINING_SET]
+    assert not changed[STG_APP_EVENTS] and not changed[STG_LABELS]
+
+    pipeline = ["--pipeline", REFERENCE]
+    planned, promoted = run_commands(fixed, [*pipeline, "plan", "--json"], [*pipeline, "promote", "{plan_id}"])
+    plan = json.loads(planned.out)
+    assert planned.code == 0 and plan["promotable"], planned.err
+    for table in ML.publish_order:
+        listed = {date.fromisoformat(d) for d in plan["tables"].get(table, {}).get("changed_days", [])}
+        assert listed == changed[table], table
+    assert promoted.code == 0, promoted.err
+    assert {t: rows(spark, t) for t in ML.publish_order} == expected
+    written = audit.read(spark, ML.name).where("operation = 'promotion'")
+    assert {
+        r.partition for r in written.where(f"asset = '{TRAINING_SET}' AND delta_version IS NOT NULL").collect()
+    } == (changed[TRAINING_SET])
