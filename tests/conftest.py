@@ -27,6 +27,8 @@ _LONGEST_FIRST = [
     "test_code_changes.py",
     "test_bench.py",
     "test_equivalence.py",
+    "test_ml_features.py",
+    "test_your_pipeline.py",
     "test_cluster_profile.py",
     "test_reliability.py",
     "test_faults.py",

@@ -24,7 +24,7 @@ from exact_backfills.checks import (
     UNIQUE_KEY,
     UP_TO_DATE,
 )
-from exact_backfills.dagster_names import LANDING_STATE_TAG, RESTATE_JOB
+from exact_backfills.dagster_names import LANDING_STATE_TAG, PIPELINE_TAG, RESTATE_JOB
 from exact_backfills.definitions import defs
 from examples.ml_features.generate import generate as generate_ml
 from examples.ml_features.pipeline import STG_APP_EVENTS, TRAINING_SET, USER_DAILY_FEATURES
@@ -100,6 +100,11 @@ def dagster_dev(spark, lake):
         dev.stop()
 
 
+def runs_of(dev: DagsterDev, job: str, pipeline) -> list[dict]:
+    """The runs of `job` of one pipeline (both code locations have a job of that name), newest first."""
+    return [r for r in dev.runs(job) if {"key": PIPELINE_TAG, "value": pipeline.name} in r["tags"]]
+
+
 @pytest.fixture(scope="module")
 def ui(dagster_dev):
     with dagster_ui(f"http://127.0.0.1:{dagster_dev.port}") as ui:
@@ -155,7 +160,7 @@ def test_a_30_day_backfill_from_the_materialize_dialog_runs_in_chunks_and_change
         assert duplicate_keys(spark, table) == 0, table
         assert rows(spark, table) == before[table], f"{table}: re-running the range changed its content"
     # The sensor waited for the backfill and did not repeat the restatement `restate` did for this landing.
-    assert len(dagster_dev.runs(RESTATE_JOB)) == 1
+    assert len(runs_of(dagster_dev, RESTATE_JOB, ORDERS)) == 1
 
 
 def test_every_table_shows_every_day_materialized_and_every_check_every_day_passed(ui):
@@ -265,7 +270,7 @@ def test_a_rolled_back_restatement_shows_each_day_restored_and_held_until_releas
     spark, dagster_dev, lake, ui, capsys
 ):
     root, _ = lake
-    restatement = dagster_dev.runs(RESTATE_JOB)[0]  # the sensor's, of the late batch above
+    restatement = runs_of(dagster_dev, RESTATE_JOB, ORDERS)[0]  # the sensor's, of the late batch above
     restated = sorted(
         {r.partition for r in audit.read(spark, ORDERS.name).where(f"run_id = '{restatement['runId']}'").collect()}
     )
@@ -343,7 +348,9 @@ def test_the_ml_pipeline_a_second_location_backfills_a_range_from_its_groups_dia
     before = {table: rows(spark, table) for table in ML.every_table}
     orders_versions = {t: versions(spark, t) for t in PUBLISH_ORDER}
     last = START + timedelta(days=UI_DAYS - 1)
-    backfill_id, _ = ui.launch_backfill("ml_features", START.isoformat(), last.isoformat(), shot="ml-launch-backfill")
+    backfill_id, _ = ui.launch_backfill(
+        "ml_features", START.isoformat(), last.isoformat(), location="ml_features", shot="ml-launch-backfill"
+    )
     page = ui.backfill_page(backfill_id, until="Succeeded")
     for asset in ML.every_table:
         assert f"{asset}\n{asset}\n100% completed\n{UI_DAYS}\n0\n{UI_DAYS}\n0" in page, f"{asset} not shown complete"

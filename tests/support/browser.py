@@ -73,17 +73,23 @@ class DagsterUI:
         return seen
 
     def launch_backfill(
-        self, group: str, first_day: str, last_day: str, shot: str = "launch-backfill"
+        self, group: str, first_day: str, last_day: str, location: str = "orders", shot: str = "launch-backfill"
     ) -> tuple[str, str]:
         """What a person does: the group's "Materialize all", a custom partition range, "Launch backfill". Returns
-        the backfill's id and what the dialog said."""
-        self.open(f"/asset-groups/{group}")
+        the backfill's id and what the dialog said. (A group's page is its code location's: with two locations, the
+        global view's "Materialize all" would select both pipelines' assets.)"""
+        self.open(f"/locations/__repository__@{location}/asset-groups/{group}")
         self.page.get_by_role("button", name="Materialize all").click()
         partitions = self.page.get_by_placeholder("ex: 2025-01-01")
         partitions.fill(f"[{first_day}...{last_day}]")
         partitions.press("Enter")
         dialog = self.page.get_by_role("dialog")
-        dialog.get_by_text(f"{_days_between(first_day, last_day)} partitions").wait_for()
+        try:
+            dialog.get_by_text(f"{_days_between(first_day, last_day)} partitions").wait_for()
+        except Exception:  # what the dialog said instead, kept beside the screenshots
+            self.screenshot(f"{shot}-failed")
+            (SCREENSHOTS / f"{shot}-failed.txt").write_text(self.page.locator("body").inner_text())
+            raise
         self.screenshot(shot)
         said = dialog.inner_text()
         dialog.get_by_role("button", name="Launch backfill").click()
