@@ -232,6 +232,19 @@ def _summary(detection: late_data.Detection) -> dict[str, Any]:
     }
 
 
+def describe_restatement(summary: dict[str, Any]) -> str:
+    """A restatement's summary as one line for the run's log (and a terminal showing it)."""
+    days = summary["days_by_table"]
+    restated = "; ".join(f"{t} {len(d)} day(s)" for t, d in days.items()) if days else "nothing to restate"
+    outside = sum(len(d) for d in summary["outside_window"].values())
+    return (
+        f"restated: {restated}"
+        + (f"; {outside} day(s) older than the restatement window recorded as exceptions" if outside else "")
+        + (f"; {len(summary['refused_files'])} landed file(s) refused" if summary["refused_files"] else "")
+        + f"; watermark {summary['watermark'] or '-'}"
+    )
+
+
 def restate_job(pipeline: Pipeline) -> JobDefinition:
     @op(name=RESTATE_OP, out=Out(dict), pool=LAKE_WRITES_POOL)
     def restate_late_data_op(context: OpExecutionContext, pyspark: LazyPySparkResource) -> Iterator[Any]:
@@ -260,7 +273,7 @@ def restate_job(pipeline: Pipeline) -> JobDefinition:
         finally:
             detection.unpersist()
         summary = _summary(detection)
-        context.log.info(f"restated: {summary}")
+        context.log.info(describe_restatement(summary))
         yield Output(summary)
 
     # A restatement rewrites a few days: its run is short, and its JVM is set for that (resources.spark).

@@ -96,8 +96,18 @@ def step_failures(result: ExecuteInProcessResult, failed_checks: bool = True) ->
             continue
         while error.cause and error.cls_name != "Failure":  # a Failure is the project's own account of it
             error = error.cause
-        failures.append(StepFailure(event.step_key or "", error.message.strip()))
+        failures.append(StepFailure(event.step_key or "", said(error.cls_name or "", error.message)))
     return failures
+
+
+def said(cls_name: str, message: str) -> str:
+    """An error's message as the command line prints it: the machinery's own refusal (a Failure) as it says it, any
+    other error as its class and first line (the run's log in the UI has the rest)."""
+    head, _, rest = message.strip().partition(": ")
+    text = rest if head.rpartition(".")[2] == cls_name else message.strip()
+    if cls_name == "Failure":
+        return text.strip()
+    return f"{cls_name}: {text.strip().splitlines()[0] if text.strip() else ''}"
 
 
 def runs_url(backfill_id: str) -> str:

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from exact_backfills.declare import Pipeline
     from exact_backfills.dependencies import CodeChange
     from exact_backfills.late_data import Detection
+    from exact_backfills.plans import Plan
 
 
 class _Parser(argparse.ArgumentParser):
@@ -32,9 +33,13 @@ def _range_args(p: argparse.ArgumentParser) -> None:
 
 
 def _cmd_generate(pipeline: "Pipeline", args: argparse.Namespace) -> int:
+    from exact_backfills import landing
     from exact_backfills.declare import Demo
     from resources.spark import get_spark
 
+    if args.if_empty and any(landing.batch_dirs(source) for source in pipeline.sources):
+        print(f"the landing already holds batches of pipeline {pipeline.name}: nothing generated")
+        return 0
     if pipeline.generate is None:
         raise ValueError(f"pipeline {pipeline.name} has no demo data generator: land its sources' batches yourself")
     start, end = args.start or first_day(), args.end or last_day()
@@ -389,22 +394,22 @@ def _cmd_plan(pipeline: "Pipeline", args: argparse.Namespace) -> int:
         print(version_note(plan))
         for failure in plan.blocking_failures:
             print(f"  BLOCKING {failure.check} of {failure.table} on {failure.day}: {failure.summary}")
-        changed = any(t.changed_days for t in plan.tables.values())
-        if not plan.promotable:
-            print(f"plan {plan.plan_id} cannot be promoted: blocking checks failed in its shadow tables")
-        elif changed:
-            print(
-                f"nothing published changed; promote it with `{command(pipeline)} promote {plan.plan_id}` "
-                f"(run {result.run_id})"
-            )
-        elif plan.tables:
-            print(
-                f"no day changes: `{command(pipeline)} promote {plan.plan_id}` records the days it rebuilt as built "
-                f"by the code loaded now, rewriting none (run {result.run_id})"
-            )
-        else:
-            print(f"nothing to promote (run {result.run_id})")
+        print(plan_outcome(plan, command(pipeline), result.run_id))
     return 0 if plan.promotable else 1
+
+
+def plan_outcome(plan: "Plan", command: str, run_id: str) -> str:
+    """The line a plan ends with: what promoting it would do, if anything."""
+    if not plan.promotable:
+        return f"plan {plan.plan_id} cannot be promoted: blocking checks failed in its shadow tables"
+    if any(t.changed_days for t in plan.tables.values()):
+        return f"nothing published changed; promote it with `{command} promote {plan.plan_id}` (run {run_id})"
+    if plan.tables:
+        return (
+            f"no day changes: `{command} promote {plan.plan_id}` records the days it rebuilt as built by the code "
+            f"loaded now, rewriting none (run {run_id})"
+        )
+    return f"nothing to rebuild, nothing to promote: every day was built by the code loaded now (run {run_id})"
 
 
 def _cmd_promote(pipeline: "Pipeline", args: argparse.Namespace) -> int:
@@ -513,6 +518,7 @@ def build_parser(pipeline: "Pipeline | None" = None, prog: str = "exact-backfill
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--rows-per-day", type=positive_int, default=200)
     p.add_argument("--bad-rate", type=share, default=0.0, help="share of rows that break the contract (default 0)")
+    p.add_argument("--if-empty", action="store_true", help="only when none of the pipeline's sources has a batch yet")
     p.set_defaults(func=_cmd_generate)
 
     for own in pipeline.commands if pipeline else ():

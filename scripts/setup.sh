@@ -38,9 +38,11 @@ fi
 DELTA_VERSION=4.4.0
 SPARK_BINARY=4.2
 JARS_DIR="${DELTA_JARS_DIR:-$ROOT/.jars}"
+# Maven prints terminal colour codes even in batch mode: what it says is shown only when it fails, without them.
+quietly() { local said; said="$("$@" 2>&1)" || { printf '%s\n' "$said" | sed 's/\x1b\[[0-9;]*m//g' >&2; return 1; }; }
 if [ ! -f "$JARS_DIR/delta-spark_${SPARK_BINARY}_2.13-${DELTA_VERSION}.jar" ]; then
   for artifact in "io.delta:delta-spark_${SPARK_BINARY}_2.13:${DELTA_VERSION}" "io.delta:delta-storage:${DELTA_VERSION}"; do
-    mvn -q -B dependency:copy -Dartifact="$artifact" -DoutputDirectory="$JARS_DIR"
+    quietly mvn -q -B dependency:copy -Dartifact="$artifact" -DoutputDirectory="$JARS_DIR"
   done
 fi
 

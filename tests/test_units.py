@@ -304,3 +304,66 @@ time.sleep(30)
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.splitlines() == ["sleep still running", "stoppable sleep stopped", "stoppable dagster stopped"]
+
+
+def test_a_refusal_is_the_machinerys_own_line_and_any_other_error_its_class_and_first_line():
+    from exact_backfills.backfill import said
+
+    refusal = "dagster._core.definitions.events.Failure: plan 1a2b is promoted: plan again\n"
+    assert said("Failure", refusal) == "plan 1a2b is promoted: plan again"
+    error = (
+        "pyspark.errors.exceptions.connect.AnalysisException: [UNRESOLVED_COLUMN] `x` cannot be resolved.\nplan...\n"
+    )
+    assert said("AnalysisException", error) == "AnalysisException: [UNRESOLVED_COLUMN] `x` cannot be resolved."
+
+
+def test_a_plan_ends_saying_what_promoting_it_would_do_and_a_plan_with_nothing_to_rebuild_offers_nothing():
+    from exact_backfills.cli import plan_outcome
+    from exact_backfills.plans import BlockingFailure, Plan, TablePlan
+
+    def plan(tables, failures=()):
+        return Plan("p1", datetime(2025, 1, 1), D, D, {}, {}, tables, list(failures))
+
+    changed = TablePlan("v1", "v2", [D], [day(1)])
+    unchanged = TablePlan("v1", "v2", [], [D])
+    assert (
+        plan_outcome(plan({"t": changed}), "cmd", "r")
+        == "nothing published changed; promote it with `cmd promote p1` (run r)"
+    )
+    assert "rewriting none" in plan_outcome(plan({"t": unchanged}), "cmd", "r")
+    assert plan_outcome(plan({}), "cmd", "r").startswith("nothing to rebuild, nothing to promote")
+    assert "promote it" not in plan_outcome(plan({}), "cmd", "r") and "`cmd promote" not in plan_outcome(
+        plan({}), "cmd", "r"
+    )
+    failing = plan({"t": changed}, [BlockingFailure("t", "unique_key", D, "duplicate_rows=1")])
+    assert (
+        plan_outcome(failing, "cmd", "r") == "plan p1 cannot be promoted: blocking checks failed in its shadow tables"
+    )
+
+
+def test_a_stale_day_names_its_table_once_and_the_table_whose_code_changed():
+    from exact_backfills.cli import describe_code_change
+    from exact_backfills.dependencies import CodeChange
+
+    assert describe_code_change("features", CodeChange("features", "a1", "b2")) == "code changed (a1 → b2)"
+    assert describe_code_change("marts", CodeChange("fact", "a1", "b2")) == (
+        "built from fact, whose code changed (a1 → b2)"
+    )
+
+
+def test_a_restatement_is_one_readable_line_in_its_runs_log():
+    from exact_backfills.automation import describe_restatement
+
+    line = describe_restatement(
+        {
+            "days_by_table": {"stg": ["2025-01-02", "2025-01-03"], "fact": ["2025-01-02"]},
+            "outside_window": {"stg": ["2024-01-01"]},
+            "refused_files": [],
+            "watermark": "2025-02-01T02:00:00",
+        }
+    )
+    assert line == (
+        "restated: stg 2 day(s); fact 1 day(s); 1 day(s) older than the restatement window recorded as exceptions; "
+        "watermark 2025-02-01T02:00:00"
+    )
+    assert "{" not in line
