@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up (idempotent), land the demo data, backfill every asset over the whole partition range in runs of up to
 # BACKFILL_MAX_PARTITIONS_PER_RUN days recorded in the Dagster instance, then serve the Dagster UI (webserver + daemon)
-# on http://127.0.0.1:${DAGSTER_PORT:-3000}.
+# on http://127.0.0.1:${DAGSTER_PORT:-3000}. The pipeline is the one EXACT_BACKFILLS_PIPELINE selects (the orders
+# pipeline when unset; EXACT_BACKFILLS_PIPELINE=examples.ml_features.pipeline:pipeline for the ML one).
 #
 #   bash scripts/demo.sh                     # the embedded default: local Spark, Dagster on SQLite
 #   bash scripts/demo.sh --profile cluster   # the production profile: a Spark cluster behind Spark Connect, Dagster
@@ -18,10 +19,8 @@ if [ "${PROFILE:-}" = cluster ]; then
   bash scripts/cluster-profile.sh start
   source .cluster/profile.env
 fi
-if [ ! -d "${LAKE_ROOT:-$ROOT/.lake}/landing/order_items" ]; then
-  python -m assets_pkg generate
-fi
-python -m assets_pkg backfill
+python -m exact_backfills generate --if-empty
+python -m exact_backfills backfill
 # Served from the instance's folder: next to the repository's dagster.yaml (a template, written into DAGSTER_HOME),
 # dagster dev would warn that it is not the one in use. The terminal shows the services' warnings and errors, and
 # each run's messages and warnings (python_logs in dagster.yaml), not one line per event; every event is in the UI.
@@ -29,5 +28,5 @@ export LAKE_ROOT="$(realpath -m "${LAKE_ROOT:-$ROOT/.lake}")" DAGSTER_HOME="$(re
 cd "$DAGSTER_HOME"
 # `dagster dev` still works as documented; its notice that `dg dev` (another package) supersedes it is not a fault.
 export PYTHONWARNINGS="ignore:Function \`dev_command\` is superseded"
-python -m assets_pkg engine status  # it outlives the UI: `python -m assets_pkg engine stop` when done
+python -m exact_backfills engine status  # it outlives the UI: `python -m exact_backfills engine stop` when done
 exec dagster dev -w "$ROOT/workspace.yaml" -h 127.0.0.1 -p "${DAGSTER_PORT:-3000}" --log-level warning

@@ -11,5 +11,5 @@ source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
 # took a large share of the engine's CPU. The bench's test runs the bench with the default, which compiles.
 export SPARK_ENGINE_HOME="${SPARK_ENGINE_HOME:-$ROOT/.engine/tests}" SPARK_SHORT_RUNS="${SPARK_SHORT_RUNS:-1}"
 export SPARK_CODEGEN="${SPARK_CODEGEN:-0}"
-trap 'python -m assets_pkg engine stop >/dev/null' EXIT
+trap 'python -m exact_backfills engine stop >/dev/null' EXIT
 python -m pytest -n 2 --dist loadfile --no-loadscope-reorder "$@"
