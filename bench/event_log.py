@@ -64,7 +64,7 @@ STORAGES = {
     # Dagster's default: a SQLite file per run and an index.
     "sharded": None,
     "sharded-planned-per-run": None,
-    # The same files, through the class assets_pkg/instance.py configures (assets_pkg/dagster_private.py).
+    # The same files, through the class exact_backfills/instance.py configures (exact_backfills/dagster_private.py).
     "project": ("exact_backfills.dagster_private", "AtomicClaimSqliteEventLogStorage"),
     "consolidated": ("dagster._core.storage.event_log", "ConsolidatedSqliteEventLogStorage"),  # one SQLite file
     "postgres": "postgres",  # the production profile's: DAGSTER_POSTGRES_URL (scripts/postgres.sh start)

@@ -7,9 +7,9 @@
 
 Each step in its own process, as users run them:
   import     import-tpch through the landing contract
-  bare       one Spark application building every table of the project (tables.TABLES, quarantine included) from
-             the same landing with the same transforms, written by day to Delta: no checks, no orchestration. What
-             the data costs.
+  bare       one Spark application building every table of the orders pipeline (quarantine included) from the same
+             landing with the same transforms, written by day to Delta: no checks, no orchestration. What the data
+             costs.
   peer       (embedded) SQLMesh building the same tables from the same landing over every day, with its audits of
              keys and reconciliation (bench/peers/sqlmesh_peer.py, in .venv-peers made by bench/peers/setup.sh);
              its tables must equal the bare job's row for row. `--no-peers` leaves it out.

@@ -231,7 +231,7 @@ def release_holds(spark: SparkSession, pipeline: str, days: list[date], run_id: 
     _resolve(spark, control_path(pipeline, HOLDS_TABLE), days, run_id, now)
 
 
-# One row per plan for a code change (assets_pkg/plans.py): its document, open until promoted or dropped.
+# One row per plan for a code change (exact_backfills/plans.py): its document, open until promoted or dropped.
 PLANS_TABLE = "code_change_plans"
 PLANS_SCHEMA = T.StructType(
     [
