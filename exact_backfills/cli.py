@@ -146,19 +146,22 @@ def _report_refused_files(pipeline: "Pipeline") -> int:
 def _cmd_withdraw(pipeline: "Pipeline", args: argparse.Namespace) -> int:
     from exact_backfills.backfill import run_backfill
     from exact_backfills.dagster_names import WITHDRAWN_TAG
-    from exact_backfills.operations import withdraw
+    from exact_backfills.operations import published_again, withdraw
     from resources.delta_io import day_runs
     from resources.spark import get_spark
 
     done = withdraw(get_spark(), pipeline, args.file, args.reason)
-    print(f"withdrew {done.source}/{done.file} to {done.moved_to}")
-    if not done.days:
+    print(f"withdrew {done.source}/{done.file} to {done.moved_to} (why: {done.note})")
+    if done.days:
+        print(f"publishing again {len(done.days)} day(s) its rows are or could be on")
+        tags = {WITHDRAWN_TAG: f"{done.source}/{done.file}"}
+        if not all(run_backfill(pipeline, a, b, tags=tags) for a, b in day_runs(done.days)):
+            print("the withdrawal is not finished: run the same withdraw again to publish its days")
+            return 1
+    else:
         print("no published day holds its rows: nothing to publish again")
-        return 0
-    print(f"publishing again {len(done.days)} day(s) its rows are or could be on")
-    tags = {WITHDRAWN_TAG: f"{done.source}/{done.file}"}
-    ok = all(run_backfill(pipeline, a, b, tags=tags) for a, b in day_runs(done.days))
-    return 0 if ok else 1
+    published_again(done)
+    return 0
 
 
 def _cmd_report(pipeline: "Pipeline", args: argparse.Namespace) -> int:

@@ -2,7 +2,7 @@
 and the minimal metrics, how far each table is behind its landing included (rollback: rollback.py)."""
 
 import json
-import shutil
+import os
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from pathlib import Path
@@ -14,7 +14,7 @@ from pyspark.sql import functions as F
 from exact_backfills import checks, landing, late_data
 from exact_backfills.declare import FILE_COLUMN, Pipeline, Source, SourceKind
 from exact_backfills.partitions import days, first_day, last_day
-from exact_backfills.publish import Operation
+from exact_backfills.publish import Operation, fault_point
 from resources import audit
 from resources.audit import DayContent
 from resources.delta_io import (
@@ -173,32 +173,98 @@ class Withdrawal:
     source: str
     moved_to: Path
     days: list[date]  # the days to publish again: every day the file's rows are, or could be, on
+    note: Path  # the note of why, beside the file moved
 
 
-def _landed_file(pipeline: Pipeline, file: str) -> tuple[Source, Path]:
-    """(source, path) of a landed file given as a path, or relative to the landing ("<source>/ingest_date=..")."""
+# A withdrawal's note goes through these states: written before the file moves (its intent), then once moved, then once
+# its days are published again. Each step is resumed by running the same withdrawal again.
+WITHDRAWING, WITHDRAWN, PUBLISHED = "withdrawing", "withdrawn", "published"
+
+
+def _landed_file(pipeline: Pipeline, file: str) -> tuple[Source, str]:
+    """(source, path relative to its folder) of a landed file given as a path, or relative to the landing
+    ("<source>/ingest_date=.."); the file may have been moved out already by an unfinished withdrawal."""
     root = Path(landing_path("")).resolve()
-    path = Path(file) if Path(file).is_absolute() else root / file
-    path = path.resolve()
+    path = (Path(file) if Path(file).is_absolute() else root / file).resolve()
     sources = pipeline.sources_by_name
     try:
-        name, *_ = path.relative_to(root).parts
+        name, *rest = path.relative_to(root).parts
     except ValueError:
         raise ValueError(f"{file}: not a file of the landing ({root})") from None
-    if name not in sources or not path.is_file():
+    if name not in sources or not rest:
         raise ValueError(f"{file}: no such landed file under {root}/<{'|'.join(sources)}>/")
-    return sources[name], path
+    return sources[name], str(Path(*rest))
+
+
+def _notes(source: Source, rel: str) -> list[Path]:
+    """The notes of every withdrawal of that file, oldest first."""
+    folder = (lake_root() / "withdrawn" / source.name / rel).parent
+    name = Path(rel).name
+    found = [p for p in folder.glob(f"{name}*.withdrawn.json")] if folder.exists() else []
+    notes = [(p, json.loads(p.read_text())) for p in found]
+    return [p for p, note in sorted(notes, key=lambda n: n[1].get("started_at", "")) if note["file"] == rel]
+
+
+def _write_note(path: Path, note: dict) -> None:
+    """Replace the note whole: a crash leaves the old one or the new one, never half of either."""
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(note, indent=2))
+    os.replace(partial, path)
+
+
+def _free_destination(source: Source, rel: str) -> Path:
+    """Where a withdrawn file goes: beside any earlier withdrawn file of the same name, never over it."""
+    to = lake_root() / "withdrawn" / source.name / rel
+    n = 1
+    while to.exists() or to.with_name(to.name + ".withdrawn.json").exists():
+        to = lake_root() / "withdrawn" / source.name / f"{rel}.{n}"
+        n += 1
+    return to
 
 
 def withdraw(spark: SparkSession, pipeline: Pipeline, file: str, reason: str) -> Withdrawal:
-    """Take a landed file out of the landing: move it to $LAKE_ROOT/withdrawn/ with a note of why, and return the
-    days to publish again, so that no published row is left that no landed file explains. For events: the days its
-    rows are staged or quarantined on, and the days of every other version of its keys (one of which becomes the
-    latest); for a dimension: every day from the first its versions take effect (tables read it as of their day)."""
+    """Take a landed file out of the landing: write a note of why and of the days to publish again, then move the file
+    to $LAKE_ROOT/withdrawn/ beside it, so that no published row is left that no landed file explains. For events:
+    the days its rows are staged or quarantined on, and the days of every other version of its keys (one of which
+    becomes the latest); for a dimension: every day from the first its versions take effect (tables read it as of
+    their day).
+
+    Crash-safe and resumable: the note is written first (the intent), the file moved second; run again, an
+    unfinished withdrawal of the file goes on from its note, and one whose days were not all published again returns
+    them again. A file of the same name withdrawn earlier is never overwritten."""
     if not reason.strip():
         raise ValueError("say why the file is withdrawn (--reason)")
-    source, path = _landed_file(pipeline, file)
-    rel = str(path.relative_to(Path(landing_path(source.name)).resolve()))
+    source, rel = _landed_file(pipeline, file)
+    path = Path(landing_path(source.name)) / rel
+    # A note without a status is of a withdrawal made before notes had one: it was done.
+    unfinished = [n for n in _notes(source, rel) if json.loads(n.read_text()).get("status", PUBLISHED) != PUBLISHED]
+    if unfinished:
+        note_path = unfinished[-1]
+        note = json.loads(note_path.read_text())
+        to = Path(note["moved_to"])
+    elif not path.is_file():
+        raise ValueError(f"{file}: no such landed file under {landing_path(source.name)}")
+    else:
+        note_path, to = _withdrawal_of(spark, pipeline, source, rel, reason)
+        note = json.loads(note_path.read_text())
+    if note["status"] == WITHDRAWING:
+        fault_point("withdraw:after-note")
+        if path.exists():
+            to.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(path, to)  # one rename: the lake's withdrawn folder is on the landing's file system
+        _write_note(note_path, {**note, "status": WITHDRAWN})
+    return Withdrawal(rel, source.name, to, [date.fromisoformat(d) for d in note["days"]], note_path)
+
+
+def published_again(withdrawal: Withdrawal) -> None:
+    """Record that a withdrawal's days are published again: the withdrawal is done."""
+    note = json.loads(withdrawal.note.read_text())
+    _write_note(withdrawal.note, {**note, "status": PUBLISHED, "published_at": datetime.now(UTC).isoformat()})
+
+
+def _withdrawal_of(spark: SparkSession, pipeline: Pipeline, source: Source, rel: str, reason: str) -> tuple[Path, Path]:
+    """Write the note of a new withdrawal of the landed file `rel` (its days decided now), before anything moves;
+    return it and where the file goes."""
     first, last = first_day(), last_day()
     if source.kind is SourceKind.EVENTS:
         affected: set[date] = set()
@@ -219,16 +285,19 @@ def withdraw(spark: SparkSession, pipeline: Pipeline, file: str, reason: str) ->
         versions = landing.read_landing(spark, source).where(F.col(FILE_COLUMN) == rel)
         since = scalar(versions.agg(F.min(landing.event_day(source))))
         affected = set(days(max(since, first), last)) if since else set()
-    to = lake_root() / "withdrawn" / source.name / rel
+    to = _free_destination(source, rel)
     to.parent.mkdir(parents=True, exist_ok=True)
-    shutil.move(str(path), str(to))
-    wanted = sorted(d for d in affected if first <= d <= last)
-    note = {
-        "file": rel,
-        "source": source.name,
-        "reason": reason,
-        "withdrawn_at": datetime.now(UTC).isoformat(),
-        "days": [d.isoformat() for d in wanted],
-    }
-    to.with_name(to.name + ".withdrawn.json").write_text(json.dumps(note, indent=2))
-    return Withdrawal(rel, source.name, to, wanted)
+    note_path = to.with_name(to.name + ".withdrawn.json")
+    _write_note(
+        note_path,
+        {
+            "file": rel,
+            "source": source.name,
+            "reason": reason,
+            "started_at": datetime.now(UTC).isoformat(),
+            "days": [d.isoformat() for d in sorted(d for d in affected if first <= d <= last)],
+            "moved_to": str(to),
+            "status": WITHDRAWING,
+        },
+    )
+    return note_path, to

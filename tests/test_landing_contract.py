@@ -4,6 +4,10 @@ held in quarantine, and later batches are restated as usual; `withdraw` takes it
 
 The tests share one lake and run in file order."""
 
+import json
+import os
+import subprocess
+import sys
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -16,8 +20,9 @@ from pyspark.sql import functions as F
 from assets_pkg.generate import generate
 from exact_backfills.backfill import run_backfill, run_restatement
 from exact_backfills.cli import main
+from exact_backfills.publish import KILL_AT
 from resources.delta_io import read_table
-from resources.lake import landing_path
+from resources.lake import REPO_ROOT, lake_root, landing_path
 from tests.support.lake import rows
 from tests.support.landing_files import ORDER_ITEM_ARROW_TYPES
 from tests.support.orders import ORDER_ITEMS, ORDERS, QUARANTINE_ORDER_ITEMS, STG_ORDER_ITEMS
@@ -178,3 +183,51 @@ def test_withdrawing_a_published_file_removes_its_rows_and_restores_the_previous
     assert main(["withdraw", "--file", f"order_items/{file}", "--reason", "sent twice by mistake"]) == 0
     capsys.readouterr()
     assert rows(spark, STG_ORDER_ITEMS) == before
+
+
+def _withdrawal_notes() -> dict[str, dict]:
+    return {str(p): json.loads(p.read_text()) for p in (lake_root() / "withdrawn").rglob("*.withdrawn.json")}
+
+
+def test_a_withdrawal_killed_between_its_note_and_its_move_is_finished_by_running_it_again(spark, landed, capsys):
+    instance, batch, _, _ = landed
+    day = batch + timedelta(days=3)
+    file = write_file(day, "resent.parquet", [item(8_000_020, day)])
+    assert run_restatement(ORDERS, instance).success
+    assert read_table(spark, STG_ORDER_ITEMS).where("order_id = 8000020").count() == 1
+    withdraw = ["withdraw", "--file", f"order_items/{file}", "--reason", "resent by mistake"]
+    notes_before = _withdrawal_notes()
+    killed = subprocess.run(
+        [sys.executable, "-m", "assets_pkg", *withdraw],
+        cwd=REPO_ROOT,
+        env={**os.environ, KILL_AT: "withdraw:after-note"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert killed.returncode == -9, (killed.returncode, killed.stdout[-2000:], killed.stderr[-2000:])
+    # Killed with its intent written and nothing moved: the note says what is under way, the file is still landed.
+    started = {p: n for p, n in _withdrawal_notes().items() if p not in notes_before}
+    assert [(n["file"], n["status"], n["reason"]) for n in started.values()] == [
+        (file, "withdrawing", "resent by mistake")
+    ]
+    assert (Path(landing_path(ORDER_ITEMS.name)) / file).is_file()
+    # Run again, it goes on from its note: the file moved, its rows gone, the withdrawal recorded as done.
+    assert main(withdraw) == 0
+    capsys.readouterr()
+    (note_path,) = started
+    note = json.loads(Path(note_path).read_text())
+    assert note["status"] == "published"
+    assert not (Path(landing_path(ORDER_ITEMS.name)) / file).exists()
+    assert Path(note["moved_to"]).is_file()
+    assert read_table(spark, STG_ORDER_ITEMS).where("order_id = 8000020").count() == 0
+    # A file of the same name landed and withdrawn again is kept beside the first, never over it.
+    assert write_file(day, "resent.parquet", [item(8_000_021, day)]) == file
+    assert main([*withdraw[:-1], "sent a third time"]) == 0
+    capsys.readouterr()
+    second = [n for p, n in _withdrawal_notes().items() if p not in notes_before and p != note_path]
+    assert [(n["status"], n["reason"]) for n in second] == [("published", "sent a third time")]
+    assert second[0]["moved_to"] != note["moved_to"]
+    kept = {Path(n["moved_to"]): n for n in (note, second[0])}
+    assert all(p.is_file() for p in kept)
+    assert pq.read_table(Path(note["moved_to"])).column("order_id").to_pylist() == [8_000_020]
