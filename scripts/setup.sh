@@ -1,11 +1,21 @@
 #!/usr/bin/env bash
-# Idempotent set-up for a fresh machine: virtualenv with the pinned packages, the Delta jars from Maven Central
-# (Spark's own Ivy resolver cannot reach Maven Central from every network; Maven can), and the project's local file
-# system class (resources/java), compiled against the Hadoop that pyspark ships.
-# Source it: it exports DAGSTER_HOME and puts .venv/bin first on PATH.
+# Idempotent set-up for a fresh machine: virtualenv with the packages of requirements.lock, each checked against its
+# pinned hash; the Delta jars from Maven Central (Spark's own Ivy resolver cannot reach Maven Central from every
+# network; Maven can), each checked against its pinned SHA-256; and the project's Java classes (resources/java),
+# compiled against the Hadoop and the servlet API that pyspark ships.
+# Source it: it exports DAGSTER_HOME, puts .venv/bin first on PATH, and sets umask 077, so that what the project's
+# commands write is readable by their user alone (docs/production.md: granting a readers' group).
 set -euo pipefail
+umask 077
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
+# What an earlier version wrote in the repository readable by all (the lake, the instance, the services' state): its
+# user's alone now, unless FILE_UMASK grants a group (docs/production.md).
+if [ "${FILE_UMASK:-077}" = 077 ]; then
+  for state in .lake .dagster_home .engine .cluster .artifacts; do
+    if [ -d "$state" ]; then find "$state" -perm /077 ! -type l -exec chmod go-rwx {} + 2>/dev/null || true; fi
+  done
+fi
 
 need() { command -v "$1" >/dev/null 2>&1; }
 if ! need java || ! need javac || ! need mvn; then
@@ -25,36 +35,63 @@ if ! need chromium; then
   fi
 fi
 
-if [ ! -x .venv/bin/python ]; then
-  python3 -m venv .venv
-fi
-stamp=".venv/.installed-$(sha256sum pyproject.toml | cut -c1-16)"
-if [ ! -f "$stamp" ]; then
-  .venv/bin/pip install -q --upgrade pip
-  .venv/bin/pip install -q -e ".[test]"
-  touch "$stamp"
-fi
+# The virtualenv holds public packages only: readable by all, as /usr/lib is (the security tests run its interpreter as
+# another user).
+(
+  umask 022
+  if [ ! -x .venv/bin/python ]; then
+    python3 -m venv .venv
+  fi
+  stamp=".venv/.installed-$(cat pyproject.toml requirements.lock | sha256sum | cut -c1-16)"
+  if [ ! -f "$stamp" ]; then
+    # Exactly the locked files (pip itself among them), then the project without its dependencies and without build
+    # isolation, which would fetch an unpinned setuptools.
+    .venv/bin/pip install -q --disable-pip-version-check --require-hashes --no-deps -r requirements.lock
+    .venv/bin/pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
+    if ! .venv/bin/pip check >/dev/null; then
+      .venv/bin/pip check >&2; echo "setup: requirements.lock is inconsistent: bash scripts/lock.sh" >&2; exit 1
+    fi
+    touch "$stamp"
+  fi
+)
 
 DELTA_VERSION=4.4.0
 SPARK_BINARY=4.2
 JARS_DIR="${DELTA_JARS_DIR:-$ROOT/.jars}"
 # Maven prints terminal colour codes even in batch mode: what it says is shown only when it fails, without them.
 quietly() { local said; said="$("$@" 2>&1)" || { printf '%s\n' "$said" | sed 's/\x1b\[[0-9;]*m//g' >&2; return 1; }; }
-if [ ! -f "$JARS_DIR/delta-spark_${SPARK_BINARY}_2.13-${DELTA_VERSION}.jar" ]; then
-  for artifact in "io.delta:delta-spark_${SPARK_BINARY}_2.13:${DELTA_VERSION}" "io.delta:delta-storage:${DELTA_VERSION}"; do
-    quietly mvn -q -B dependency:copy -Dartifact="$artifact" -DoutputDirectory="$JARS_DIR"
-  done
-fi
+# The jars Spark loads (resources/spark.py DELTA_JARS), with the SHA-256 Maven Central publishes for each: a jar that
+# differs is removed and set-up stops.
+DELTA_JARS=(
+  "io.delta:delta-spark_${SPARK_BINARY}_2.13:${DELTA_VERSION} delta-spark_${SPARK_BINARY}_2.13-${DELTA_VERSION}.jar 27d4fd8b1f879535c573ed1c718177d6a27f24d3e626ba02e216369725721ead"
+  "io.delta:delta-storage:${DELTA_VERSION} delta-storage-${DELTA_VERSION}.jar c46735481fa8e326b0957be02b4420cbcab4b325bb08009b7f2045a95133f1cc"
+)
+mkdir -p "$JARS_DIR"
+for entry in "${DELTA_JARS[@]}"; do
+  read -r artifact file sha256 <<<"$entry"
+  if [ ! -f "$JARS_DIR/$file" ]; then
+    quietly mvn -q -B org.apache.maven.plugins:maven-dependency-plugin:2.8:copy -Dartifact="$artifact" -DoutputDirectory="$JARS_DIR"
+  fi
+  if ! echo "$sha256  $JARS_DIR/$file" | sha256sum --quiet -c - >/dev/null 2>&1; then
+    rm -f "$JARS_DIR/$file"
+    echo "setup: $file does not have its pinned SHA-256 $sha256: removed; not loading it" >&2; exit 1
+  fi
+done
 
-LOCAL_FS_SRC=resources/java/NioLocalFileSystem.java
-LOCAL_FS_JAR="$JARS_DIR/exactbackfills-localfs.jar"
-if [ ! -f "$LOCAL_FS_JAR" ] || [ "$LOCAL_FS_SRC" -nt "$LOCAL_FS_JAR" ]; then
-  classes="$(mktemp -d)"
-  hadoop_api="$(ls .venv/lib/python3*/site-packages/pyspark/jars/hadoop-client-api-*.jar)"
-  javac -nowarn --release 17 -cp "$hadoop_api" -d "$classes" "$LOCAL_FS_SRC"
-  jar cf "$LOCAL_FS_JAR" -C "$classes" .
-  rm -rf "$classes"
-fi
+# The project's classes: the local file system (resources/spark.py) and the password filter of the cluster's web UIs
+# (scripts/spark-cluster.sh), each against the API pyspark ships.
+build_jar() {  # jar source api-jar-glob
+  local jar="$JARS_DIR/$1" classes api
+  if [ ! -f "$jar" ] || [ "$2" -nt "$jar" ]; then
+    classes="$(mktemp -d)"
+    api="$(ls .venv/lib/python3*/site-packages/pyspark/jars/$3)"
+    javac -nowarn --release 17 -cp "$api" -d "$classes" "$2"
+    jar cf "$jar" -C "$classes" .
+    rm -rf "$classes"
+  fi
+}
+build_jar exactbackfills-localfs.jar resources/java/NioLocalFileSystem.java 'hadoop-client-api-*.jar'
+build_jar exactbackfills-uifilter.jar resources/java/PasswordFilter.java 'jakarta.servlet-api-*.jar'
 
 export DAGSTER_HOME="${DAGSTER_HOME:-$ROOT/.dagster_home}"
 mkdir -p "$DAGSTER_HOME"
