@@ -682,9 +682,11 @@ def main(argv: list[str] | None = None, pipeline: str | None = None, prog: str =
     if args.verbose:
         os.environ["SPARK_VERBOSE"] = "1"  # read with the other settings when the Spark session starts
     try:
+        from resources.lake import private_files
         from resources.settings import settings
 
         settings()  # a bad setting is an error naming the variable, not a traceback
+        private_files()
         _checked_range(args)
         from exact_backfills.instance import unreachable_services
 

@@ -10,6 +10,8 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from resources.lake import REPO_ROOT
+from resources.settings import SettingsError, settings
+from resources.spark import remote_url, without_token
 
 POSTGRES_URL = "DAGSTER_POSTGRES_URL"
 # The first line of an instance configuration the project wrote: it is rewritten when the template or the storage
@@ -41,7 +43,7 @@ def config_text(home: Path) -> str:
 def write_config(home: Path | str | None = None) -> Path:
     """DAGSTER_HOME/dagster.yaml (or `home`'s), as config_text() says, unless it is the user's own."""
     home = Path(home or os.environ.setdefault("DAGSTER_HOME", str(REPO_ROOT / ".dagster_home")))
-    home.mkdir(parents=True, exist_ok=True)
+    home.mkdir(mode=0o700, parents=True, exist_ok=True)
     path = home / "dagster.yaml"
     text = config_text(home)
     current = path.read_text() if path.exists() else None
@@ -69,9 +71,14 @@ def unreachable_services() -> list[str]:
         why = _answers(parsed.hostname or "localhost", parsed.port or 15002)
         if why:
             problems.append(
-                f"cannot reach the Spark Connect server at {remote} (SPARK_REMOTE): {why}; "
+                f"cannot reach the Spark Connect server at {without_token(remote)} (SPARK_REMOTE): {why}; "
                 "is it running? (bash scripts/spark-cluster.sh status)"
             )
+        else:
+            try:
+                remote_url(settings())  # its token can be read
+            except SettingsError as unreadable:
+                problems.append(str(unreadable))
     postgres = os.environ.get(POSTGRES_URL)
     if postgres:
         parsed = urlparse(postgres)

@@ -8,6 +8,7 @@ from exact_backfills.assets import all_assets_job, publish_step
 from exact_backfills.dagster_private import batch_materializations
 from exact_backfills.declare import Pipeline
 from exact_backfills.rollback import rollback_job
+from resources.lake import private_files
 from resources.settings import settings
 from resources.spark import spark_resource
 
@@ -18,6 +19,7 @@ def definitions_of(pipeline: Pipeline) -> Definitions:
     """The pipeline's Definitions: what a code location loads, and what the command line runs its jobs from."""
     if id(pipeline) not in _built:
         configured = settings()  # validated once: a SettingsError names the variable
+        private_files()  # the code location's and its runs' files: its user's alone
         batch_materializations()  # a range run's materializations written a batch at a time (dagster_private.py)
         all_assets = all_assets_job(pipeline)
         restate = automation.restate_job(pipeline)
@@ -40,7 +42,7 @@ def definitions_of(pipeline: Pipeline) -> Definitions:
             ],
             # The Spark resource is configured from the settings, which are a resource too: the UI's resources page
             # shows the values runs use (resources/settings.py).
-            resources={"pyspark": spark_resource(configured), "settings": configured},
+            resources={"pyspark": spark_resource(configured), "settings": configured.shown()},
             # Steps of a run share its process and so its SparkSession: a JVM per step would cost seconds each.
             executor=in_process_executor,
         )

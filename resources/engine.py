@@ -3,16 +3,25 @@ the project's settings, started by the first process that needs Spark and left r
 Dagster launches, a command) connects to a JVM that is already started and compiled, instead of starting one of its
 own: a JVM, Delta's classes and their first queries cost a short run most of its time.
 
-Its state is in a folder of its own (SPARK_ENGINE_HOME, `.engine/` in the repository): the server's pid, port and
-settings, and its log (`spark.log`). It is started under a lock, so processes that need it at once share one. It runs
-until `python -m assets_pkg engine stop`; a process whose settings differ from the running engine's (its memory, its
-master, SPARK_CONF) is refused, naming both, rather than given an engine that is not what it asked for.
-`SPARK_ENGINE=in-process` starts a driver in each process instead, as Spark's local mode does."""
+Its state is in a folder of its own (SPARK_ENGINE_HOME, `.engine/` in the repository), readable by its user alone: the
+server's pid, port and a digest of its settings, its log (`spark.log`), and the token a client must present. It is
+started under a lock, so processes that need it at once share one. It runs until `python -m exact_backfills engine
+stop`; a process whose settings differ from the running engine's (its memory, its master, SPARK_CONF) is refused,
+naming which, rather than given an engine that is not what it asked for. `SPARK_ENGINE=in-process` starts a driver in
+each process instead, as Spark's local mode does.
+
+Nothing another user of the machine can reach: the server listens on 127.0.0.1 and runs nothing for a client without
+its token (Spark Connect's pre-shared token, given to the server in its environment, never on a command line); it
+binds a port the system chooses, which it then names in its log, so no other process can take the port between its
+choice and the bind; its settings (SPARK_CONF may hold an object store's keys) are in a properties file of its own,
+not on its command line."""
 
 import fcntl
 import hashlib
 import json
 import os
+import re
+import secrets
 import signal
 import socket
 import subprocess
@@ -23,7 +32,15 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 HOST = "127.0.0.1"
+# A client presenting the token connects to "localhost": gRPC's local credentials, for a connection that does not leave
+# the machine, carry the token without TLS.
+CLIENT_HOST = "localhost"
 STATE_FILE = "engine.json"
+TOKEN_FILE = "token"  # the token every client presents (0600)
+CONF_FILE = "engine.conf"  # the application's settings, as spark-submit's properties file (0600)
+# The line the server logs once it listens (logged by SparkConnectServer at INFO, which its log configuration keeps).
+_STARTED = re.compile(r"Spark Connect server started at: \S*?:(\d+)")
+TOKEN_VARIABLE = "SPARK_CONNECT_AUTHENTICATE_TOKEN"
 LOG_FILE = "spark.log"  # its Spark and Delta log lines (resources/log4j2.properties)
 OUT_FILE = "engine.out"  # what the server process itself prints, before its logging starts among it
 LOG4J_FILE = "log4j2.properties"
@@ -56,11 +73,39 @@ class Running:
     pid: int
     port: int
     digest: str
-    settings: dict
+    settings: dict  # as `recorded` stores them: a digest of each application setting's value, not the value
 
     @property
     def url(self) -> str:
+        """Where it listens, as a message shows it: without its token."""
         return f"sc://{HOST}:{self.port}"
+
+
+def recorded(wanted: EngineSettings) -> dict:
+    """The settings as the state file keeps them: every application setting's value as a digest (SPARK_CONF may hold
+    a secret), so that a difference can be named without showing either value."""
+    kept = asdict(wanted)
+    kept["conf"] = [[k, "sha256:" + hashlib.sha256(v.encode()).hexdigest()[:12]] for k, v in wanted.conf]
+    return kept
+
+
+def token(home: Path) -> str:
+    """The running engine's token, from its folder: only its user can read it."""
+    return (home / TOKEN_FILE).read_text().strip()
+
+
+def client_url(home: Path, found: Running) -> str:
+    """The URL a client connects with: the engine's port and token (never shown)."""
+    return f"sc://{CLIENT_HOST}:{found.port}/;token={token(home)}"
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write a file only its user can read, replacing it whole (never through a link planted at its name)."""
+    partial = path.with_name(f".{path.name}.{os.getpid()}")
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(text)
+    os.replace(partial, path)
 
 
 def _answers(port: int) -> bool:
@@ -98,18 +143,13 @@ def running(home: Path) -> Running | None:
 @contextmanager
 def _locked(home: Path) -> Iterator[None]:
     home.mkdir(parents=True, exist_ok=True)
+    home.chmod(0o700)  # its token and its log: its user's alone
     with open(home / "lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             yield
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
 
 
 def _spark_home() -> str:
@@ -125,16 +165,23 @@ def _spark_home() -> str:
 STOPPABLE = ["env", "--default-signal=INT,TERM"]
 
 
-def _command(wanted: EngineSettings, port: int) -> list[str]:
-    spark_home = _spark_home()
-    connect_jar = next(Path(spark_home, "jars").glob("spark-connect_*.jar"))
+def _properties(wanted: EngineSettings) -> str:
+    """The application's settings as a properties file: on the server's command line they would be on every user's
+    `ps`. Port 0: the system chooses a free one, bound at once."""
     conf = [
         *wanted.conf,
         ("spark.connect.grpc.binding.address", HOST),
-        ("spark.connect.grpc.binding.port", str(port)),
+        ("spark.connect.grpc.binding.port", "0"),
         ("spark.driver.bindAddress", HOST),
         ("spark.driver.host", HOST),
     ]
+    escape = str.maketrans({"\\": "\\\\", "\n": "\\n", "=": "\\=", ":": "\\:"})
+    return "".join(f"{k.translate(escape)}={v.translate(escape)}\n" for k, v in conf)
+
+
+def _command(wanted: EngineSettings, home: Path) -> list[str]:
+    spark_home = _spark_home()
+    connect_jar = next(Path(spark_home, "jars").glob("spark-connect_*.jar"))
     return [
         *STOPPABLE,
         str(Path(spark_home, "bin", "spark-submit")),
@@ -150,27 +197,44 @@ def _command(wanted: EngineSettings, port: int) -> list[str]:
         wanted.java_options,
         *(["--driver-class-path", wanted.class_path] if wanted.class_path else []),
         *(["--jars", wanted.jars] if wanted.jars else []),
-        *[arg for key, value in conf for arg in ("--conf", f"{key}={value}")],
+        "--properties-file",
+        str(home / CONF_FILE),
         str(connect_jar),
     ]
 
 
+def _bound_port(log: Path, since: int) -> int | None:
+    """The port the server says it listens on, in what its log gained since offset `since`."""
+    if not log.exists():
+        return None
+    with open(log, "rb") as f:
+        f.seek(since)
+        found = _STARTED.search(f.read().decode(errors="replace"))
+    return int(found.group(1)) if found else None
+
+
 def _start(home: Path, wanted: EngineSettings) -> Running:
-    (home / LOG4J_FILE).write_text(wanted.log4j_properties)
-    port = _free_port()
-    log = home / OUT_FILE
+    write_private(home / LOG4J_FILE, wanted.log4j_properties + _STARTED_LOGGED)
+    write_private(home / CONF_FILE, _properties(wanted))
+    secret = secrets.token_urlsafe(32)
+    write_private(home / TOKEN_FILE, secret + "\n")
+    log, spark_log = home / OUT_FILE, home / LOG_FILE
+    logged = spark_log.stat().st_size if spark_log.exists() else 0
     with open(log, "ab") as out:
         process = subprocess.Popen(
-            _command(wanted, port),
+            _command(wanted, home),
             stdout=out,
             stderr=out,
             stdin=subprocess.DEVNULL,
             start_new_session=True,  # a process group of its own: it outlives this process, and stop takes it whole
+            umask=0o077,  # what the JVM writes besides the lake (its log, its warehouse folder): its user's alone
             cwd=home,
-            env={**os.environ, "SPARK_LOCAL_IP": HOST},
+            env={**os.environ, "SPARK_LOCAL_IP": HOST, TOKEN_VARIABLE: secret},
         )
     deadline = time.monotonic() + START_TIMEOUT_S
-    while not _answers(port):
+    port = None
+    while port is None or not _answers(port):
+        port = port or _bound_port(spark_log, logged)
         if process.poll() is not None or time.monotonic() > deadline:
             _stop_group(process.pid)
             tail = log.read_text(errors="replace").splitlines()[-15:]
@@ -179,9 +243,16 @@ def _start(home: Path, wanted: EngineSettings) -> Running:
                 f"after {START_TIMEOUT_S} s at most); {log} ends with:\n" + "\n".join(tail)
             )
         time.sleep(0.2)
-    started = Running(process.pid, port, wanted.digest, asdict(wanted))
-    (home / STATE_FILE).write_text(json.dumps(asdict(started), indent=2))
+    started = Running(process.pid, port, wanted.digest, recorded(wanted))
+    write_private(home / STATE_FILE, json.dumps(asdict(started), indent=2))
     return started
+
+
+# Added to the server's logging configuration: the line naming the port it listens on.
+_STARTED_LOGGED = """
+logger.connectserver.name = org.apache.spark.sql.connect.service.SparkConnectServer
+logger.connectserver.level = info
+"""
 
 
 def _shown(value: object) -> str:
@@ -196,16 +267,27 @@ def ensure(home: Path, wanted: EngineSettings) -> Running:
         found = running(home)
         if found is None:
             return _start(home, wanted)
+        if not (home / TOKEN_FILE).is_file():
+            raise EngineError(
+                f"the warm Spark engine in {home} runs without a token (started by an earlier version: any user of "
+                "the machine can use it): stop it with `python -m exact_backfills engine stop`"
+            )
         if found.digest != wanted.digest:
-            asked = json.loads(json.dumps(asdict(wanted)))  # as the running engine's were stored
+            asked = json.loads(json.dumps(recorded(wanted)))  # as the running engine's were stored
             differ = {k: (found.settings.get(k), v) for k, v in asked.items() if found.settings.get(k) != v}
+            if "conf" in differ:  # name the settings that differ, their values hidden (digests)
+                before, after = differ.pop("conf")
+                ran: dict = dict(map(tuple, before or []))
+                asks: dict = dict(map(tuple, after or []))
+                keys = sorted(k for k in {*ran, *asks} if ran.get(k) != asks.get(k))
+                differ["conf"] = (", ".join(keys), "other values of them (not shown)")
             details = "; ".join(
                 f"{k}: it runs with {_shown(was)}, this process asks for {_shown(now)}"
                 for k, (was, now) in differ.items()
             )
             raise EngineError(
                 f"the warm Spark engine in {home} runs with other settings ({details}): stop it with "
-                "`python -m assets_pkg engine stop` (its runs end with it), or set SPARK_ENGINE=in-process"
+                "`python -m exact_backfills engine stop` (its runs end with it), or set SPARK_ENGINE=in-process"
             )
         return found
 
@@ -231,4 +313,5 @@ def stop(home: Path) -> Running | None:
         if _alive(found.pid):
             _stop_group(found.pid)
         state.unlink()
+        (home / TOKEN_FILE).unlink(missing_ok=True)
         return found

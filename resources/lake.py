@@ -1,10 +1,26 @@
 """Where things live in the lake. Read from the environment on every call so one process can point at another lake."""
 
+import os
 from pathlib import Path
 
 from resources.settings import REPO_ROOT, settings
 
-__all__ = ["REPO_ROOT", "control_path", "lake_root", "landing_path", "plans_root", "shadow_path", "table_path"]
+__all__ = [
+    "REPO_ROOT",
+    "control_path",
+    "lake_root",
+    "landing_path",
+    "plans_root",
+    "private_files",
+    "shadow_path",
+    "table_path",
+]
+
+
+def private_files() -> None:
+    """Every file and folder this process (and what it starts) creates readable by its user alone, whatever umask it
+    was started with: FILE_UMASK (Spark's writes through Hadoop take it too: resources/spark.py)."""
+    os.umask(int(settings().file_umask, 8))
 
 
 def lake_root() -> Path:

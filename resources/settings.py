@@ -59,7 +59,18 @@ class Settings(ConfigurableResource):
         "hours fails its freshness policy in Dagster"
     )
     spark_master: str = Field(description="SPARK_MASTER: the Spark master URL")
-    spark_remote: str = Field(description="SPARK_REMOTE: a Spark Connect URL, replacing SPARK_MASTER when set")
+    spark_remote: str = Field(
+        description="SPARK_REMOTE: a Spark Connect URL, replacing SPARK_MASTER when set (its token, if any, from "
+        "SPARK_CONNECT_TOKEN_FILE rather than the URL)"
+    )
+    spark_connect_token_file: str = Field(
+        description="SPARK_CONNECT_TOKEN_FILE: a file (readable by its user alone) holding the token the Spark Connect "
+        "server of SPARK_REMOTE asks for"
+    )
+    file_umask: str = Field(
+        description="FILE_UMASK: the permissions every file and folder the project writes leaves out (077: its user "
+        "alone reads them; 027 lets its group read them too)"
+    )
     spark_driver_memory: str = Field(description="SPARK_DRIVER_MEMORY: the driver's memory in local mode")
     spark_conf: str = Field(description="SPARK_CONF: a JSON object of extra Spark settings")
     spark_verbose: bool = Field(
@@ -110,6 +121,15 @@ class Settings(ConfigurableResource):
     def extra_spark_conf(self) -> dict[str, str]:
         return json.loads(self.spark_conf)
 
+    def shown(self) -> "Settings":
+        """The settings as Dagster shows them (the UI's resources page): those that may hold a secret (SPARK_CONF, an
+        object store's keys; SPARK_REMOTE, a token) as the variable they are read from, not their value. A new object:
+        a copy would keep the original values in the state Dagster shows."""
+        values = self.model_dump()
+        for field in SECRET_FIELDS:
+            values[field] = f"({ENVIRONMENT[field][0]}: not shown)" if values[field] else ""
+        return Settings(**values)
+
 
 # field -> (environment variable, default)
 ENVIRONMENT = {
@@ -125,6 +145,8 @@ ENVIRONMENT = {
     "freshness_fail_window_h": ("FRESHNESS_FAIL_WINDOW_H", "26"),
     "spark_master": ("SPARK_MASTER", "local[2]"),
     "spark_remote": ("SPARK_REMOTE", ""),
+    "spark_connect_token_file": ("SPARK_CONNECT_TOKEN_FILE", ""),
+    "file_umask": ("FILE_UMASK", "077"),
     "spark_driver_memory": ("SPARK_DRIVER_MEMORY", "4g"),
     "spark_conf": ("SPARK_CONF", "{}"),
     "spark_verbose": ("SPARK_VERBOSE", "0"),
@@ -136,6 +158,9 @@ ENVIRONMENT = {
 }
 
 ENGINES = ("warm", "in-process")
+
+# The settings that may hold a secret: never shown, logged or put on a command line.
+SECRET_FIELDS = ("spark_remote", "spark_conf")
 
 _POSITIVE = {
     "backfill_max_partitions_per_run",
@@ -166,6 +191,10 @@ def _parsed(field: str, raw: str) -> Any:
             if not isinstance(json.loads(raw), dict):
                 raise ValueError
             return raw
+        if field == "file_umask":
+            if len(raw) != 3 or any(c not in "01234567" for c in raw) or raw[-1] != "7":
+                raise ValueError
+            return raw
         value = kind(raw)  # type: ignore[misc]  # int or float: the annotation of a numeric field
     except ValueError:
         expected = {
@@ -176,8 +205,10 @@ def _parsed(field: str, raw: str) -> Any:
             "spark_short_runs": "0 or 1",
             "spark_codegen": " or ".join(c.value for c in Codegen),
             "spark_engine": " or ".join(ENGINES),
+            "file_umask": "three octal digits ending in 7 (others never read the lake), such as 077 or 027",
         }.get(field, f"a{'n integer' if kind is int else ' number'}")
-        raise SettingsError(f"{variable}={raw!r} is not {expected}") from None
+        shown = " (its value not shown)" if field in SECRET_FIELDS else f"={raw!r}"
+        raise SettingsError(f"{variable}{shown} is not {expected}") from None
     if field in _POSITIVE and value <= 0 or field in _NOT_NEGATIVE and value < 0:
         raise SettingsError(f"{variable}={raw!r} must be {'above' if field in _POSITIVE else 'at least'} 0")
     return value

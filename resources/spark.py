@@ -6,6 +6,7 @@ each process instead, `SPARK_MASTER` points at a cluster, `SPARK_REMOTE` at a Sp
 `SPARK_CONF` (a JSON object) adds or overrides any Spark setting.
 """
 
+import atexit
 import os
 import threading
 from collections.abc import Iterator
@@ -19,9 +20,9 @@ from pyspark.java_gateway import launch_gateway
 from pyspark.sql import SparkSession
 
 from resources import engine
-from resources.settings import Codegen, Settings, settings
+from resources.lake import private_files
+from resources.settings import Codegen, Settings, SettingsError, settings
 
-DELTA_PACKAGE = "io.delta:delta-spark_4.2_2.13:4.4.0"
 LOG4J2_PROPERTIES = Path(__file__).with_name("log4j2.properties")
 
 
@@ -39,9 +40,22 @@ LOCAL_JAVA_OPTIONS = "-XX:+UseParallelGC"
 SHORT_RUN_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=512m"
 
 
-def _delta_jars(configured: Settings) -> str | None:
-    jars = sorted(str(p) for p in Path(configured.delta_jars_dir).glob("delta-*.jar"))
-    return ",".join(jars) or None
+# The Delta jars a session loads, and nothing else of DELTA_JARS_DIR: scripts/setup.sh fetches them and checks their
+# SHA-256. Nothing is downloaded when a session starts.
+DELTA_JARS = ("delta-spark_4.2_2.13-4.4.0.jar", "delta-storage-4.4.0.jar")
+
+
+class MissingJars(RuntimeError):
+    """The Delta jars are not where they are expected: set-up was not run (it fetches and checks them)."""
+
+
+def delta_jars(configured: Settings | None = None) -> str:
+    """The Delta jars' paths, comma-separated, as Spark's `jars` setting takes them."""
+    folder = Path((configured or settings()).delta_jars_dir)
+    missing = [name for name in DELTA_JARS if not (folder / name).is_file()]
+    if missing:
+        raise MissingJars(f"{', '.join(missing)} not in {folder} (DELTA_JARS_DIR): run `source scripts/setup.sh`")
+    return ",".join(str(folder / name) for name in DELTA_JARS)
 
 
 def spark_log(configured: Settings) -> Path:
@@ -89,11 +103,12 @@ def engine_settings(configured: Settings) -> engine.EngineSettings:
     logging = _logging_options(spark_log(configured), console=False, config=home / engine.LOG4J_FILE)
     java = f"{LOCAL_JAVA_OPTIONS} {logging}"
     local_fs = local_fs_config(configured)
-    jars = _delta_jars(configured)
+    jars = delta_jars(configured)
     application = {
         **APPLICATION_CONFIG,
+        **private_files_config(configured),
+        **authenticated_rpc(configured),
         **{k: v for k, v in local_fs.items() if k.startswith("spark.hadoop.")},
-        **({} if jars else {"spark.jars.packages": DELTA_PACKAGE}),
         "spark.sql.warehouse.dir": str(home / "spark-warehouse"),
         **_session_config(),
         **configured.extra_spark_conf,
@@ -103,7 +118,7 @@ def engine_settings(configured: Settings) -> engine.EngineSettings:
         driver_memory=configured.spark_driver_memory,
         java_options=java,
         class_path=local_fs.get("spark.driver.extraClassPath", ""),
-        jars=jars or "",
+        jars=jars,
         conf=tuple(sorted(application.items())),
         log4j_properties=LOG4J2_PROPERTIES.read_text(),
     )
@@ -116,6 +131,12 @@ APPLICATION_CONFIG = {
     "spark.ui.showConsoleProgress": "false",
     "spark.ui.enabled": "false",
 }
+
+
+def private_files_config(configured: Settings) -> dict[str, str]:
+    """What Spark writes through Hadoop (the lake's files and folders) readable by its user alone (FILE_UMASK): Hadoop
+    applies a umask of its own, not the process's."""
+    return {"spark.hadoop.fs.permissions.umask-mode": configured.file_umask}
 
 
 def local_fs_config(configured: Settings, executors: bool = False) -> dict[str, str]:
@@ -135,13 +156,18 @@ def local_fs_config(configured: Settings, executors: bool = False) -> dict[str, 
     }
 
 
-def local_fs_submit_args() -> list[str]:
-    """local_fs_config as spark-submit arguments, for the Connect server of scripts/spark-cluster.sh."""
-    return [
-        arg
-        for key, value in local_fs_config(settings(), executors=True).items()
-        for arg in ("--conf", f"{key}={value}")
-    ]
+def authenticated_rpc(configured: Settings) -> dict[str, str]:
+    """In local mode, the driver's RPC port (on 127.0.0.1, where any user of the machine reaches it) answers only the
+    application's own processes: Spark makes the shared secret itself. On another master the secret is the cluster's
+    (scripts/spark-cluster.sh)."""
+    return {"spark.authenticate": "true"} if configured.spark_master.startswith("local") else {}
+
+
+def cluster_application_conf() -> dict[str, str]:
+    """The Connect server's application settings that are the project's (scripts/spark-cluster.sh): its files private,
+    and the project's local file system for its driver and executors, which write the lake on this machine's disk."""
+    configured = settings()
+    return {**private_files_config(configured), **local_fs_config(configured, executors=True)}
 
 
 def _session_config() -> dict[str, str]:
@@ -193,8 +219,12 @@ def interpreted(spark: SparkSession) -> Iterator[None]:
                 spark.conf.set(key, was)
 
 
-def spark_config(configured: Settings | None = None, short_runs: bool = False) -> dict[str, str]:
-    """The session's settings from the project's (`configured`, the environment's when not given)."""
+def spark_config(
+    configured: Settings | None = None, short_runs: bool = False, with_secrets: bool = True
+) -> dict[str, str]:
+    """The session's settings from the project's (`configured`, the environment's when not given). Without
+    `with_secrets`, what a Dagster resource may show: SPARK_CONF left out (it may hold an object store's keys) and the
+    Connect URL without a token; the session adds them when it starts (`spark_session`)."""
     conf = _session_config()
     configured = configured or settings()
     if configured.warm_engine:
@@ -204,7 +234,7 @@ def spark_config(configured: Settings | None = None, short_runs: bool = False) -
         _quiet_connect_client(configured)
         # The application's own settings (Delta's extension and catalog, the UI) are the Connect server's
         # (scripts/spark-cluster.sh): a client cannot change them.
-        conf["spark.remote"] = configured.spark_remote
+        conf["spark.remote"] = remote_url(configured) if with_secrets else without_token(configured.spark_remote)
     else:
         conf.update(
             {
@@ -217,15 +247,40 @@ def spark_config(configured: Settings | None = None, short_runs: bool = False) -
         )
         if configured.spark_master.startswith("local"):
             conf.update(_local_mode_config(configured, short_runs or configured.spark_short_runs))
-        jars = _delta_jars(configured)
-        if jars:
-            conf["spark.jars"] = jars
-        else:
-            conf["spark.jars.packages"] = DELTA_PACKAGE
+        conf.update(private_files_config(configured))
+        conf.update(authenticated_rpc(configured))
+        conf["spark.jars"] = delta_jars(configured)
     if configured.codegen is Codegen.INTERPRETED:
         conf.update(INTERPRETED_CONFIG)
-    conf.update(configured.extra_spark_conf)
+    if with_secrets:
+        conf.update(configured.extra_spark_conf)
     return conf
+
+
+def without_token(url: str) -> str:
+    """A Spark Connect URL without its token: what may be shown."""
+    base, *parameters = url.split(";")
+    kept = [p for p in parameters if not p.startswith("token=")]
+    return ";".join([base, *kept]) if kept else base.rstrip("/")
+
+
+def remote_url(configured: Settings) -> str:
+    """SPARK_REMOTE with the token of SPARK_CONNECT_TOKEN_FILE, which a Connect server started by
+    scripts/spark-cluster.sh asks for. On this machine (a loopback address) the client names it "localhost", where gRPC
+    carries the token without TLS; on another, a token needs the server's TLS (`;use_ssl=true`)."""
+    url = configured.spark_remote
+    if not configured.spark_connect_token_file or ";token=" in url:
+        return url
+    try:
+        secret = Path(configured.spark_connect_token_file).read_text().strip()
+    except OSError as unreadable:
+        raise SettingsError(
+            f"SPARK_CONNECT_TOKEN_FILE={configured.spark_connect_token_file}: {unreadable.strerror}; the Connect "
+            "server's script writes it when it starts (bash scripts/spark-cluster.sh status)"
+        ) from None
+    base, *parameters = url.split(";")
+    base = base.replace("//127.0.0.1:", f"//{engine.CLIENT_HOST}:", 1).rstrip("/")
+    return ";".join([f"{base}/", *parameters, f"token={secret}"])
 
 
 def _quiet_connect_client(configured: Settings) -> None:
@@ -256,18 +311,32 @@ def _pass_on_stderr(pipe: int, log: Path) -> None:
                 line = line[os.write(2, line) :]
 
 
+# Settings a driver JVM reads when it starts, before any context exists.
+LAUNCH_SETTINGS = ("spark.driver.", "spark.jars", "spark.submit.")
+
+
 def _start_local_driver(conf: dict[str, str]) -> None:
     """Start the driver JVM for a session with `conf`, as the session's builder would, but with its stderr passed on
-    through _pass_on_stderr. Only for a driver that logs to a file, and only when this process has no JVM yet."""
-    log = _driver_log(conf)
-    if log is None or SparkContext._gateway is not None or "PYSPARK_GATEWAY_PORT" in os.environ:
+    through _pass_on_stderr when it logs to a file (local mode), and SPARK_CONF's settings off its command line. Only
+    for a classic session, and only when this process has no JVM yet."""
+    if "spark.remote" in conf or ENGINE_HOME_KEY in conf:
         return
+    if SparkContext._gateway is not None or "PYSPARK_GATEWAY_PORT" in os.environ:
+        return
+    log = _driver_log(conf)
     spark_conf = SparkConf().setAll(list(conf.items()))
+    # The JVM's command line (every user's `ps`) gets the settings it must start with, and none of SPARK_CONF's other
+    # ones (they may hold an object store's keys): the context takes those over the gateway.
+    extra = settings().extra_spark_conf
+    launch = SparkConf().setAll([(k, v) for k, v in conf.items() if k not in extra or k.startswith(LAUNCH_SETTINGS)])
+    if log is None:
+        SparkContext(conf=spark_conf, gateway=launch_gateway(launch))
+        return
     read, write = os.pipe()
     copier = threading.Thread(target=_pass_on_stderr, args=(read, log), name="spark-driver-stderr", daemon=True)
     copier.start()
     try:
-        gateway = launch_gateway(spark_conf, popen_kwargs={"stderr": write})
+        gateway = launch_gateway(launch, popen_kwargs={"stderr": write})
     except BaseException:
         os.close(write)
         copier.join(timeout=5)  # what the JVM said before it exited reaches the terminal before the error
@@ -278,14 +347,45 @@ def _start_local_driver(conf: dict[str, str]) -> None:
 
 def spark_session(conf: dict[str, str]) -> SparkSession:
     """The process's session for `conf`: created on first use, then shared (getOrCreate). On the warm engine, started
-    first if it is not up."""
+    first if it is not up. What the process writes from then on (the lake's own files: landing, control notes) is
+    its user's alone."""
+    private_files()
     if ENGINE_HOME_KEY in conf:
-        warm = engine.ensure(Path(conf[ENGINE_HOME_KEY]), engine_settings(settings()))
-        conf = {**{k: v for k, v in conf.items() if k != ENGINE_HOME_KEY}, "spark.remote": warm.url}
+        home = Path(conf[ENGINE_HOME_KEY])
+        warm = engine.ensure(home, engine_settings(settings()))
+        conf = {
+            **{k: v for k, v in conf.items() if k != ENGINE_HOME_KEY},
+            "spark.remote": engine.client_url(home, warm),
+        }
     elif "spark.remote" not in conf:
         _forget_inherited_connect_mode()
     _start_local_driver(conf)
-    return spark_session_from_config(conf)
+    session = spark_session_from_config(conf)
+    if "spark.remote" in conf:
+        _release_at_exit(session)
+    return session
+
+
+_released: set[int] = set()
+
+
+def _release_at_exit(session: SparkSession) -> None:
+    """Release a Connect session when the process exits, before Python's last garbage collection. A DataFrame cached
+    on the server and still referenced then (a failed run's checkpoints) asks the server to drop it from its
+    finalizer; over an authenticated channel that call starts a thread, which an interpreter that is finalizing never
+    runs: the process would hang at its exit. Released first, the session's finalizers do nothing, and the server
+    drops what the session cached."""
+    if id(session) in _released:
+        return
+    _released.add(id(session))
+
+    def release() -> None:
+        try:
+            session.stop()
+        except Exception:  # noqa: BLE001  the server may be gone already; the process is ending either way
+            pass
+
+    atexit.register(release)
 
 
 # What PySpark sets in its process's environment once it has a Spark Connect session, so that every later session and
@@ -309,16 +409,21 @@ def get_spark(short_runs: bool = False) -> SparkSession:
 
 
 def session_of(resource: LazyPySparkResource) -> SparkSession:
-    """A run's session, from its Dagster resource's settings: on the warm engine, or the driver started as get_spark()
-    starts it, then the resource's own (lazy) session, which reuses it."""
-    if ENGINE_HOME_KEY in resource.spark_config:
-        return spark_session(resource.spark_config)
-    _start_local_driver(resource.spark_config)
+    """A run's session, from its Dagster resource's settings and the secrets the resource does not show (SPARK_CONF, a
+    Connect token), read from the environment now: on the warm engine or a Connect server, or the driver started as
+    get_spark() starts it, then the resource's own (lazy) session, which reuses it."""
+    configured = settings()
+    conf = {**resource.spark_config, **configured.extra_spark_conf}
+    if "spark.remote" in conf:
+        conf["spark.remote"] = remote_url(configured)
+    if ENGINE_HOME_KEY in conf or "spark.remote" in conf:
+        return spark_session(conf)
+    _start_local_driver(conf)
     return resource.spark_session
 
 
 def spark_resource(configured: Settings, short_runs: bool = False) -> LazyPySparkResource:
-    """Dagster resource, from the project's settings; lazy so a run whose steps never touch Spark starts no JVM.
-    Steps take their session through `session_of`. `short_runs`: for a job whose runs last seconds to a minute
-    (SHORT_RUN_JAVA_OPTIONS)."""
-    return LazyPySparkResource(spark_config=spark_config(configured, short_runs))
+    """Dagster resource, from the project's settings but those that may hold a secret (which its step's session adds:
+    `session_of`), so that the UI's resources page shows none; lazy so a run whose steps never touch Spark starts no
+    JVM. `short_runs`: for a job whose runs last seconds to a minute (SHORT_RUN_JAVA_OPTIONS)."""
+    return LazyPySparkResource(spark_config=spark_config(configured, short_runs, with_secrets=False))

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Set up (idempotent), land the demo data, backfill every asset over the whole partition range in runs of up to
-# BACKFILL_MAX_PARTITIONS_PER_RUN days recorded in the Dagster instance, then serve the Dagster UI (webserver + daemon)
-# on http://127.0.0.1:${DAGSTER_PORT:-3000}. The pipeline is the one EXACT_BACKFILLS_PIPELINE selects (the orders
-# pipeline when unset; EXACT_BACKFILLS_PIPELINE=examples.ml_features.pipeline:pipeline for the ML one).
+# BACKFILL_MAX_PARTITIONS_PER_RUN days recorded in the Dagster instance, then serve the Dagster UI (webserver + daemon).
+# The pipeline is the one EXACT_BACKFILLS_PIPELINE selects (the orders pipeline when unset;
+# EXACT_BACKFILLS_PIPELINE=examples.ml_features.pipeline:pipeline for the ML one).
 #
-#   bash scripts/demo.sh                     # the embedded default: local Spark, Dagster on SQLite
+#   bash scripts/demo.sh                     # the embedded default: local Spark, Dagster on SQLite, the UI on
+#                                            # http://127.0.0.1:${DAGSTER_PORT:-3000} for this machine's user alone
 #   bash scripts/demo.sh --profile cluster   # the production profile: a Spark cluster behind Spark Connect, Dagster
-#                                            # on PostgreSQL (scripts/cluster-profile.sh), a lake of its own
+#                                            # on PostgreSQL (scripts/cluster-profile.sh), a lake of its own, the UI
+#                                            # behind a password over TLS (scripts/ui.sh), in the background
 set -euo pipefail
 case "${1:-} ${2:-}" in
   " ") ;;
@@ -21,6 +23,11 @@ if [ "${PROFILE:-}" = cluster ]; then
 fi
 python -m exact_backfills generate --if-empty
 python -m exact_backfills backfill
+if [ "${PROFILE:-}" = cluster ]; then
+  bash scripts/ui.sh status >/dev/null 2>&1 || bash scripts/ui.sh start
+  echo "demo: stop the profile with: bash scripts/cluster-profile.sh stop"
+  exit 0
+fi
 # Served from the instance's folder: next to the repository's dagster.yaml (a template, written into DAGSTER_HOME),
 # dagster dev would warn that it is not the one in use. The terminal shows the services' warnings and errors, and
 # each run's messages and warnings (python_logs in dagster.yaml), not one line per event; every event is in the UI.

@@ -11,11 +11,16 @@
 #   bash scripts/postgres.sh psql "SQL"      # as the server's superuser, e.g. to create a database
 #
 # Ports: DAGSTER_PG_PORT [55432] (PgBouncer, the URL's), DAGSTER_PG_SERVER_PORT [55433] (PostgreSQL itself).
-# Database and user: dagster (loopback connections only, no password).
-# `url` prints the connection URL Dagster reads from DAGSTER_POSTGRES_URL (dagster.yaml of the profile).
+# Database and user: dagster. Every connection, through PgBouncer or not, authenticates with scram-sha-256: the
+# passwords are made at the first start and kept in .postgres/pgpass (libpq's password file, readable by its owner
+# alone), which Dagster reads through PGPASSFILE; no URL, command line or log holds one. `url` prints the connection
+# URL Dagster reads from DAGSTER_POSTGRES_URL (dagster.yaml of the profile), without a password.
 set -euo pipefail
+umask 077
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
+source scripts/services.sh
+SERVICE=postgres
 
 HOST=127.0.0.1
 PORT="${DAGSTER_PG_PORT:-55432}"
@@ -23,30 +28,42 @@ SERVER_PORT="${DAGSTER_PG_SERVER_PORT:-55433}"
 STATE="$ROOT/.postgres"
 DATA="$STATE/data"
 LOG="$STATE/postgres.log"
+PASSFILE="$STATE/pgpass"
 URL="postgresql+psycopg2://dagster@$HOST:$PORT/dagster"
 
-need() { command -v "$1" >/dev/null 2>&1; }
 bin_dir() { ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1; }
-
-if [ -z "$(bin_dir)" ] || ! [ -x /usr/sbin/pgbouncer ]; then
-  if [ "$(id -u)" = 0 ] && need apt-get; then
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql pgbouncer >/dev/null
-  else
-    echo "postgres: needs Debian's PostgreSQL and PgBouncer (apt-get install postgresql pgbouncer)" >&2; exit 1
-  fi
-fi
+require_packages postgresql pgbouncer
 BIN="$(bin_dir)"
 
-# PostgreSQL refuses to run as root: as root, the server runs as the postgres user, which owns .postgres/.
+# PostgreSQL refuses to run as root: as root, the server runs as the postgres user, which owns .postgres/. Everything
+# in that folder is then written by that user (as_owner), never by root: a link it planted there cannot turn a write
+# of root's into one elsewhere.
+OWNER="$([ "$(id -u)" = 0 ] && echo postgres || id -un)"
 as_owner() {
-  if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
+  if [ "$(id -u)" = 0 ]; then
+    runuser -u postgres -- sh -c 'umask 077 && exec env PGPASSFILE="$0" "$@"' "$PASSFILE" "$@"
+  else
+    PGPASSFILE="$PASSFILE" "$@"
+  fi
 }
+# put FILE: what this script pipes in becomes FILE, readable by its owner alone, replacing it whole.
+put() { as_owner sh -c 'umask 077; cat >"$1.new" && mv -f "$1.new" "$1"' put "$1"; }
 
-psql_() { as_owner "$BIN/psql" -h "$HOST" -p "$SERVER_PORT" -U postgres -d postgres -v ON_ERROR_STOP=1 -qtAc "$1"; }
+psql_() { printf '%s\n' "$1" | as_owner "$BIN/psql" -h "$HOST" -p "$SERVER_PORT" -U postgres -d postgres -v ON_ERROR_STOP=1 -qtA -f -; }
 port_taken() { (exec 3<>"/dev/tcp/$HOST/$1") 2>/dev/null; }
 server_running() { [ -f "$DATA/postmaster.pid" ] && as_owner "$BIN/pg_ctl" -D "$DATA" status >/dev/null 2>&1; }
-bouncer_running() { [ -f "$STATE/pgbouncer.pid" ] && kill -0 "$(cat "$STATE/pgbouncer.pid")" 2>/dev/null; }
-running() { server_running && bouncer_running; }
+# PgBouncer's pid, if the file names a PgBouncer process of the owner: the file is the owner's to write.
+bouncer_pid() {
+  local pid
+  pid="$(as_owner cat "$STATE/pgbouncer.pid" 2>/dev/null)" || return 1
+  [[ "$pid" =~ ^[0-9]+$ ]] || return 1
+  [ "$(readlink "/proc/$pid/exe" 2>/dev/null)" = /usr/sbin/pgbouncer ] || return 1
+  [ "$(stat -c %U "/proc/$pid" 2>/dev/null)" = "$OWNER" ] || return 1
+  echo "$pid"
+}
+running() { server_running && bouncer_pid >/dev/null; }
+# The password of a user in the password file (server port's line).
+password_of() { as_owner awk -F: -v user="$1" -v port="$SERVER_PORT" '$2 == port && $4 == user { print $5; exit }' "$PASSFILE"; }
 
 start() {
   if running; then echo "postgres: already running on $HOST:$PORT ($URL)"; return 0; fi
@@ -54,27 +71,48 @@ start() {
   if port_taken "$PORT"; then echo "postgres: port $HOST:$PORT is taken by another process; set DAGSTER_PG_PORT" >&2; exit 1; fi
   if port_taken "$SERVER_PORT"; then echo "postgres: port $HOST:$SERVER_PORT is taken by another process; set DAGSTER_PG_SERVER_PORT" >&2; exit 1; fi
   mkdir -p "$STATE"
-  [ "$(id -u)" = 0 ] && chown postgres: "$STATE"
-  if [ ! -f "$DATA/PG_VERSION" ]; then
-    as_owner "$BIN/initdb" -D "$DATA" -U postgres --auth=trust --encoding=UTF8 --no-locale >"$STATE/initdb.log" 2>&1 \
-      || { echo "postgres: initdb failed; its log: $STATE/initdb.log" >&2; tail -20 "$STATE/initdb.log" >&2; exit 1; }
+  # What an earlier version left (files root wrote, readable by all): the owner's, and private.
+  [ "$(id -u)" = 0 ] && chown -R -h postgres: "$STATE"
+  as_owner chmod -R go-rwx "$STATE"
+  local new_passwords=0
+  if ! as_owner test -s "$PASSFILE"; then
+    new_passwords=1
+    local superuser dagster
+    superuser="$(new_secret)" dagster="$(new_secret)"
+    printf '%s\n' "$HOST:$SERVER_PORT:*:postgres:$superuser" "$HOST:$SERVER_PORT:*:dagster:$dagster" \
+      "$HOST:$PORT:*:dagster:$dagster" "$HOST:$PORT:*:postgres:$superuser" | put "$PASSFILE"
   fi
-  # Loopback TCP only; the socket in .postgres/ rather than /var/run/postgresql.
-  as_owner "$BIN/pg_ctl" -D "$DATA" -l "$LOG" -w -t 60 \
-    -o "-c listen_addresses=$HOST -c port=$SERVER_PORT -c unix_socket_directories=$STATE" start >/dev/null \
-    || { echo "postgres: did not start; its log: $LOG" >&2; tail -20 "$LOG" >&2; exit 1; }
-  [ "$(psql_ "SELECT 1 FROM pg_roles WHERE rolname = 'dagster'")" = 1 ] || psql_ "CREATE ROLE dagster LOGIN"
+  if ! as_owner test -f "$DATA/PG_VERSION"; then
+    password_of postgres | put "$STATE/initdb-password"
+    as_owner sh -c '"$1" -D "$2" -U postgres --auth=scram-sha-256 --pwfile="$3" --encoding=UTF8 --no-locale >"$4" 2>&1' \
+      initdb "$BIN/initdb" "$DATA" "$STATE/initdb-password" "$STATE/initdb.log" \
+      || { as_owner rm -f "$STATE/initdb-password"; echo "postgres: initdb failed; its log: $STATE/initdb.log" >&2; as_owner tail -20 "$STATE/initdb.log" >&2; exit 1; }
+    as_owner rm -f "$STATE/initdb-password"
+  elif [ "$new_passwords" = 1 ]; then
+    # A data folder made before the server had passwords: they are set once over its socket (in a folder only its
+    # owner enters), then every connection needs one.
+    printf '%s\n' "local all all trust" | put "$DATA/pg_hba.conf"
+    server_start
+    psql_local "ALTER ROLE postgres PASSWORD '$(password_of postgres)'"
+    as_owner "$BIN/pg_ctl" -D "$DATA" -m fast -w stop >/dev/null
+  fi
+  printf '%s\n' "local all all scram-sha-256" "host all all $HOST/32 scram-sha-256" | put "$DATA/pg_hba.conf"
+  server_start
+  # The role's password is set from the password file at each start (the file is what clients use).
+  if [ "$(psql_ "SELECT 1 FROM pg_roles WHERE rolname = 'dagster'")" != 1 ]; then psql_ "CREATE ROLE dagster LOGIN"; fi
+  psql_ "SET log_statement = 'none'; ALTER ROLE dagster PASSWORD '$(password_of dagster)'"
   [ "$(psql_ "SELECT 1 FROM pg_database WHERE datname = 'dagster'")" = 1 ] || psql_ "CREATE DATABASE dagster OWNER dagster"
   # Session pooling: a client's connection gets a server connection of its own until it disconnects, so every
-  # PostgreSQL feature behaves as with a direct connection; only the fork per connection is saved.
-  cat >"$STATE/pgbouncer.ini" <<INI
+  # PostgreSQL feature behaves as with a direct connection; only the fork per connection is saved. PgBouncer checks
+  # each client's password (scram-sha-256) against its users' file and logs in to the server with it.
+  put "$STATE/pgbouncer.ini" <<INI
 [databases]
 * = host=$HOST port=$SERVER_PORT
 [pgbouncer]
 listen_addr = $HOST
 listen_port = $PORT
 unix_socket_dir =
-auth_type = trust
+auth_type = scram-sha-256
 auth_file = $STATE/pgbouncer-users.txt
 pool_mode = session
 max_client_conn = 500
@@ -82,21 +120,29 @@ default_pool_size = 20
 logfile = $STATE/pgbouncer.log
 pidfile = $STATE/pgbouncer.pid
 INI
-  printf '"dagster" ""\n"postgres" ""\n' >"$STATE/pgbouncer-users.txt"
-  [ "$(id -u)" = 0 ] && chown postgres: "$STATE/pgbouncer.ini" "$STATE/pgbouncer-users.txt"
+  printf '"%s" "%s"\n' dagster "$(password_of dagster)" postgres "$(password_of postgres)" | put "$STATE/pgbouncer-users.txt"
   as_owner /usr/sbin/pgbouncer -d -q "$STATE/pgbouncer.ini" \
-    || { echo "postgres: PgBouncer did not start; its log: $STATE/pgbouncer.log" >&2; tail -20 "$STATE/pgbouncer.log" >&2; exit 1; }
+    || { echo "postgres: PgBouncer did not start; its log: $STATE/pgbouncer.log" >&2; as_owner tail -20 "$STATE/pgbouncer.log" >&2; exit 1; }
   for _ in $(seq 30); do port_taken "$PORT" && break; sleep 0.2; done
-  echo "postgres: running on $HOST:$SERVER_PORT behind PgBouncer on $HOST:$PORT; Dagster's storage: export DAGSTER_POSTGRES_URL=$URL"
+  echo "postgres: running on $HOST:$SERVER_PORT behind PgBouncer on $HOST:$PORT; Dagster's storage: export DAGSTER_POSTGRES_URL=$URL PGPASSFILE=$PASSFILE"
 }
 
+# Loopback TCP only; the socket in .postgres/ (its owner's alone) rather than /var/run/postgresql.
+server_start() {
+  as_owner "$BIN/pg_ctl" -D "$DATA" -l "$LOG" -w -t 60 \
+    -o "-c listen_addresses=$HOST -c port=$SERVER_PORT -c unix_socket_directories=$STATE -c unix_socket_permissions=0700" \
+    start >/dev/null || { echo "postgres: did not start; its log: $LOG" >&2; as_owner tail -20 "$LOG" >&2; exit 1; }
+}
+
+psql_local() { printf '%s\n' "$1" | as_owner "$BIN/psql" -h "$STATE" -p "$SERVER_PORT" -U postgres -d postgres -v ON_ERROR_STOP=1 -qtA -f -; }
+
 stop() {
-  if bouncer_running; then
-    pid="$(cat "$STATE/pgbouncer.pid")"
-    kill -TERM "$pid" 2>/dev/null || true
+  local pid
+  if pid="$(bouncer_pid)"; then
+    as_owner kill -TERM "$pid" 2>/dev/null || true
     for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
   fi
-  rm -f "$STATE/pgbouncer.pid"
+  as_owner rm -f "$STATE/pgbouncer.pid" 2>/dev/null || true
   if server_running; then as_owner "$BIN/pg_ctl" -D "$DATA" -m fast -w stop >/dev/null; fi
   echo "postgres: stopped"
 }
@@ -106,6 +152,7 @@ case "${1:-}" in
   stop) stop ;;
   status) if running; then echo "postgres: running on $HOST:$PORT ($URL)"; else echo "postgres: stopped"; exit 1; fi ;;
   url) echo "$URL" ;;
+  passfile) echo "$PASSFILE" ;;
   psql) psql_ "${2:?an SQL statement}" ;;
-  *) echo "usage: bash scripts/postgres.sh start|stop|status|url|psql SQL" >&2; exit 2 ;;
+  *) echo "usage: bash scripts/postgres.sh start|stop|status|url|passfile|psql SQL" >&2; exit 2 ;;
 esac

@@ -96,7 +96,9 @@ def test_rerunning_a_subrange_changes_nothing_and_touches_only_its_days(spark, b
                 assert old == new, f"{table} {day}: a day outside the range was touched"
 
 
-def test_day_folders_data_and_commit_files_get_the_usual_permissions_from_the_projects_local_file_system(spark, built):
+def test_day_folders_data_and_commit_files_are_readable_by_their_user_alone_through_the_projects_local_file_system(
+    spark, built
+):
     # The classes that spare a chmod process per file and a readlink process per Delta commit (setup builds them):
     # the file system Spark writes data files with, and the FileContext one Delta writes commit files with, as the
     # session's Hadoop settings name them (on the warm engine, the engine's).
@@ -104,9 +106,10 @@ def test_day_folders_data_and_commit_files_get_the_usual_permissions_from_the_pr
     assert spark.conf.get("spark.hadoop.fs.AbstractFileSystem.file.impl") == LOCAL_FS_CONTEXT_CLASS
     table = Path(table_path("fact_order_item"))
     day_folder = table / "order_date=2025-01-05"
-    assert stat.S_IMODE(day_folder.stat().st_mode) == 0o755
-    assert {stat.S_IMODE(f.stat().st_mode) for f in day_folder.glob("*.parquet")} == {0o644}
-    assert {stat.S_IMODE(f.stat().st_mode) for f in (table / "_delta_log").glob("*.json")} == {0o644}
+    # Hadoop applies a umask of its own (FILE_UMASK as spark.hadoop.fs.permissions.umask-mode), not the process's.
+    assert stat.S_IMODE(day_folder.stat().st_mode) == 0o700
+    assert {stat.S_IMODE(f.stat().st_mode) for f in day_folder.glob("*.parquet")} == {0o600}
+    assert {stat.S_IMODE(f.stat().st_mode) for f in (table / "_delta_log").glob("*.json")} == {0o600}
 
 
 def test_a_command_line_backfill_links_to_its_runs_reports_each_chunk_and_is_audited_under_its_id(spark, built, capsys):

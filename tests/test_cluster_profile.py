@@ -1,13 +1,21 @@
 """The production profile: the same commands against a real Spark cluster behind Spark Connect and a Dagster
-instance on PostgreSQL, each started by its script (scripts/spark-cluster.sh, scripts/postgres.sh). Every command
-runs in a process of its own, as a user runs it; this process reads the lake with its own local Spark to compare."""
+instance on PostgreSQL, each started by its script (scripts/spark-cluster.sh, scripts/postgres.sh), and its UI behind
+an authenticating proxy (scripts/ui.sh). Every command runs in a process of its own, as a user runs it; this process
+reads the lake with its own local Spark to compare. The last tests are the profile's security tests: what another local
+user, created by the tests, can reach of it (tests/test_security.py has the embedded profile's)."""
 
+import base64
+import json
 import os
+import ssl
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 import uuid
 from datetime import date, timedelta
+from pathlib import Path
 
 import pytest
 from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
@@ -36,6 +44,15 @@ from tests.support.orders import (
     QUARANTINE_ORDER_ITEMS,
     STG_ORDER_ITEMS,
 )
+from tests.support.other_user import (
+    as_other,
+    assert_only_its_token_runs_a_query,
+    command_lines_seen_by_other,
+    everything_under,
+    open_to_others,
+    python_as_other,
+    readable_by_other,
+)
 from tests.support.slot_claims import assert_one_holds_the_slot_and_the_other_gets_it_next
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]
@@ -46,6 +63,12 @@ END = START + timedelta(days=DAYS - 1)
 LANDED_END = END + timedelta(days=1)
 TABLES = [*PUBLISH_ORDER, QUARANTINE_ORDER_ITEMS]
 CONNECT_PORT = os.environ.get("SPARK_CONNECT_PORT", "15002")
+MASTER_PORT = os.environ.get("SPARK_MASTER_PORT", "7077")
+MASTER_UI_PORT = os.environ.get("SPARK_MASTER_WEBUI_PORT", "8080")
+WORKER_UI_PORT = os.environ.get("SPARK_WORKER_WEBUI_PORT", "8081")
+PG_PORTS = (os.environ.get("DAGSTER_PG_PORT", "55432"), os.environ.get("DAGSTER_PG_SERVER_PORT", "55433"))
+UI_PORT = os.environ.get("DAGSTER_UI_PORT", "3443")
+CLUSTER_STATE = REPO_ROOT / ".cluster"
 
 
 def _script(name: str, *args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -75,7 +98,9 @@ def profile(tmp_path_factory):
     home = root / "dagster_home"
     env = {
         "SPARK_REMOTE": f"sc://127.0.0.1:{CONNECT_PORT}",
+        "SPARK_CONNECT_TOKEN_FILE": str(CLUSTER_STATE / "token"),
         "DAGSTER_POSTGRES_URL": f"{url.rsplit('/', 1)[0]}/{database}",
+        "PGPASSFILE": _script("postgres.sh", "passfile").stdout.strip(),
         "DAGSTER_HOME": str(home),
         "LAKE_ROOT": str(root),
     }
@@ -253,3 +278,194 @@ def test_a_blocking_failure_on_the_cluster_publishes_nothing(spark, built):
     # The documented recovery: backfill the day from the landing, which rebuilds staging too.
     succeeded(command(env, "backfill", "--start", str(day), "--end", str(day)))
     assert duplicate_keys(spark, STG_ORDER_ITEMS) == 0
+
+
+# The profile's security: what another local user reaches of it.
+
+
+@pytest.fixture(scope="module")
+def ui(profile):
+    """The profile's UI and daemon behind the proxy, started by their script for this module's instance."""
+    env, _ = profile
+    started = subprocess.run(
+        ["bash", str(REPO_ROOT / "scripts" / "ui.sh"), "start"],
+        cwd=REPO_ROOT,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert started.returncode == 0, started.stdout + started.stderr
+    try:
+        user, password = (CLUSTER_STATE / "ui-credentials").read_text().strip().split(":", 1)
+        yield f"https://127.0.0.1:{UI_PORT}", (user, password)
+    finally:
+        subprocess.run(["bash", str(REPO_ROOT / "scripts" / "ui.sh"), "stop"], cwd=REPO_ROOT, capture_output=True)
+
+
+def _request(url: str, credentials: tuple[str, str] | None = None, body: dict | None = None) -> tuple[int, str]:
+    """(status, text) of a request, over TLS checked against the proxy's own certificate."""
+    request = urllib.request.Request(
+        url, data=json.dumps(body).encode() if body else None, method="POST" if body else "GET"
+    )
+    request.add_header("Content-Type", "application/json")
+    if credentials:
+        request.add_header("Authorization", "Basic " + base64.b64encode(":".join(credentials).encode()).decode())
+    context = (
+        ssl.create_default_context(cafile=str(CLUSTER_STATE / "ui" / "tls.crt")) if url.startswith("https") else None
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=60, context=context) as answer:
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as refused:
+        return refused.code, refused.read().decode(errors="replace")
+
+
+VERSION_QUERY = {"query": "{ version }"}
+
+
+def test_the_ui_answers_nothing_without_the_operators_password_and_everything_with_it(ui):
+    base, (user, password) = ui
+    assert _request(f"{base}/graphql", body=VERSION_QUERY)[0] == 401
+    assert _request(f"{base}/graphql", (user, "guessed"), VERSION_QUERY)[0] == 401
+    assert _request(f"{base}/", None)[0] == 401
+    status, text = _request(f"{base}/graphql", (user, password), VERSION_QUERY)
+    assert status == 200 and json.loads(text)["data"]["version"], text
+    # Past the proxy there is no way in: the webserver listens on a socket in a folder only the operator enters.
+    reached = python_as_other(
+        "import socket, sys\n"
+        "s = socket.socket(socket.AF_UNIX)\n"
+        f"s.connect({str(CLUSTER_STATE / 'ui' / 'dagster.sock')!r})\n"
+    )
+    assert reached.returncode != 0 and "PermissionError" in reached.stderr, reached.stderr
+
+
+def test_the_browser_logs_in_to_the_production_ui_with_the_printed_credentials(ui, built):
+    from playwright.sync_api import Error as PlaywrightError
+
+    from tests.support.browser import dagster_ui
+
+    base, credentials = ui
+    with dagster_ui(base, credentials, certificate_trusted=False) as browser:
+        browser.open("/assets")
+        browser.page.get_by_text(FACT_ORDER_ITEM).first.wait_for()
+        # The catalog once every row's status has loaded, counts of partitions included.
+        browser.page.wait_for_function(
+            "() => !document.body.innerText.includes('Loading') && /\\d+ partitions/.test(document.body.innerText)"
+        )
+        browser.screenshot("production-ui-logged-in")
+    with dagster_ui(base, None, certificate_trusted=False) as browser:
+        # Without credentials the browser is refused: Chromium, asked for a password it has none for, gives up.
+        with pytest.raises(PlaywrightError, match="ERR_INVALID_AUTH_CREDENTIALS"):
+            browser.page.goto(base + "/assets")
+
+
+def test_another_user_runs_no_query_on_the_clusters_connect_server(profile):
+    env, _ = profile
+    assert_only_its_token_runs_a_query(CONNECT_PORT, Path(env["SPARK_CONNECT_TOKEN_FILE"]).read_text().strip())
+
+
+def _driver_on_the_master(name: str) -> str:
+    """A PySpark driver's code that starts an application named `name` on the cluster's master: the application's id
+    on its output once the master registered it (running a job would wait for cores the Connect server's application
+    holds)."""
+    return (
+        "from pyspark.sql import SparkSession\n"
+        f"spark = SparkSession.builder.master('spark://127.0.0.1:{MASTER_PORT}').appName({name!r})"
+        ".config('spark.driver.host', '127.0.0.1').config('spark.ui.enabled', 'false').getOrCreate()\n"
+        "print('registered', spark.sparkContext.applicationId)\n"
+        "spark.stop()\n"
+    )
+
+
+def test_another_user_cannot_run_an_application_on_the_master(profile):
+    # The operator's driver, with the cluster's secret from its 0600 settings file (no secret on a command line): the
+    # master registers it.
+    mine = subprocess.run(
+        [sys.executable, "-c", _driver_on_the_master("operators-check")],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={
+            **{k: v for k, v in os.environ.items() if not k.startswith(("SPARK_REMOTE", "SPARK_CONNECT"))},
+            "PYSPARK_SUBMIT_ARGS": f"--properties-file {CLUSTER_STATE / 'conf' / 'spark-defaults.conf'} pyspark-shell",
+        },
+    )
+    assert "registered app-" in mine.stdout, mine.stderr[-2000:]
+    # The other user's, without it: the master never registers it.
+    theirs = python_as_other(_driver_on_the_master("intruder"), timeout=240)
+    assert "registered app-" not in theirs.stdout, theirs.stdout + theirs.stderr[-1500:]
+    credentials = tuple((CLUSTER_STATE / "ui-credentials").read_text().strip().split(":", 1))
+    status, text = _request(f"http://127.0.0.1:{MASTER_UI_PORT}/json/", credentials)
+    assert status == 200, text
+    apps = json.loads(text)
+    names = {a["name"] for a in apps["activeapps"] + apps["completedapps"]}
+    assert "operators-check" in names and "intruder" not in names, names
+    # Nor through the REST submission server: it is off.
+    rest = subprocess.run(["bash", "-c", "exec 3<>/dev/tcp/127.0.0.1/6066"], capture_output=True)
+    assert rest.returncode != 0
+
+
+def test_the_clusters_web_uis_ask_for_the_operators_password_and_have_no_kill_links(profile):
+    credentials = tuple((CLUSTER_STATE / "ui-credentials").read_text().strip().split(":", 1))
+    for port in (MASTER_UI_PORT, WORKER_UI_PORT):
+        assert _request(f"http://127.0.0.1:{port}/")[0] == 401
+        assert _request(f"http://127.0.0.1:{port}/", (credentials[0], "guessed"))[0] == 401
+        status, page = _request(f"http://127.0.0.1:{port}/", credentials)
+        assert status == 200 and "Spark" in page
+    # The master's page lists the running Connect application, without the link that would kill it.
+    page = _request(f"http://127.0.0.1:{MASTER_UI_PORT}/", credentials)[1]
+    assert "exact-backfills-connect" in page and "(kill)" not in page
+
+
+def test_another_user_gets_no_answer_from_postgresql_or_pgbouncer(profile):
+    env, _ = profile
+    psql = next(Path("/usr/lib/postgresql").glob("*/bin/psql"))
+    query = ["-h", "127.0.0.1", "-d", "dagster", "-w", "-tA", "-c", "SELECT 42"]
+    for port in PG_PORTS:
+        for user in ("dagster", "postgres"):
+            theirs = as_other(str(psql), "-p", port, "-U", user, *query)
+            assert theirs.returncode != 0 and "42" not in theirs.stdout, (port, user, theirs.stdout, theirs.stderr)
+            assert "password" in theirs.stderr, theirs.stderr  # asked for one, given none
+        guessed = as_other("env", "PGPASSWORD=guessed", str(psql), "-p", port, "-U", "dagster", *query)
+        # Refused for the password: PostgreSQL says "password authentication failed", PgBouncer "SASL authentication
+        # failed" (scram-sha-256).
+        assert guessed.returncode != 0 and "authentication failed" in guessed.stderr, guessed.stderr
+        # The operator, with the password file the profile names: answered.
+        mine = subprocess.run(
+            [str(psql), "-p", port, "-U", "dagster", *query],
+            env={**os.environ, "PGPASSFILE": env["PGPASSFILE"]},
+            capture_output=True,
+            text=True,
+        )
+        assert mine.stdout.strip() == "42", mine.stderr
+
+
+def _secrets(env: dict) -> dict[str, str]:
+    """Every secret of the running profile, by where it is kept."""
+    found = {
+        "Connect token": Path(env["SPARK_CONNECT_TOKEN_FILE"]).read_text().strip(),
+        "UI password": (CLUSTER_STATE / "ui-credentials").read_text().strip().split(":", 1)[1],
+    }
+    for line in (CLUSTER_STATE / "conf" / "spark-defaults.conf").read_text().splitlines():
+        if line.startswith("spark.authenticate.secret "):
+            found["cluster secret"] = line.split(" ", 1)[1]
+    for line in Path(env["PGPASSFILE"]).read_text().splitlines():
+        found[f"PostgreSQL password of {line.split(':')[3]}"] = line.rsplit(":", 1)[1]
+    assert len(found) == 5, sorted(found)
+    return found
+
+
+def test_no_secret_of_the_profile_is_on_a_command_line_or_in_an_environment_another_user_reads(profile, ui, built):
+    env, _ = profile
+    seen = command_lines_seen_by_other()
+    assert "SparkConnectServer" in seen and "pgbouncer" in seen and "nginx" in seen  # the processes are there
+    assert [name for name, secret in _secrets(env).items() if secret in seen] == []
+
+
+def test_no_file_of_the_profiles_state_or_lake_is_open_to_another_user(profile, ui, built):
+    env, _ = profile
+    paths = everything_under(CLUSTER_STATE, REPO_ROOT / ".postgres", Path(env["LAKE_ROOT"]))
+    assert any(p.name == "pgpass" for p in paths) and any(p.suffix == ".parquet" for p in paths)
+    assert open_to_others(paths) == []
+    assert readable_by_other(paths) == []

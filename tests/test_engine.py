@@ -67,7 +67,9 @@ def test_processes_that_need_spark_at_once_share_one_engine(home):
         done = list(pool.map(lambda _: _process(home), range(3)))
     assert [d.returncode for d in done] == [0, 0, 0], [d.stderr[-2000:] for d in done]
     assert engine.running(home) is not None
-    servers = subprocess.run(["pgrep", "-f", f"spark.sql.warehouse.dir={home}/"], capture_output=True, text=True)
+    servers = subprocess.run(
+        ["pgrep", "-f", "--", f"--properties-file {home / engine.CONF_FILE}"], capture_output=True, text=True
+    )
     assert len(servers.stdout.split()) == 1, servers.stdout  # one server JVM for the three
 
 
@@ -78,7 +80,7 @@ def test_a_process_asking_for_other_settings_is_refused_naming_them_and_runs_onc
     other = _process(home, SPARK_DRIVER_MEMORY="3g")
     assert other.returncode != 0
     assert "runs with other settings" in other.stderr and "driver_memory: it runs with '4g'" in other.stderr
-    assert "asks for '3g'" in other.stderr and "python -m assets_pkg engine stop" in other.stderr
+    assert "asks for '3g'" in other.stderr and "python -m exact_backfills engine stop" in other.stderr
     assert engine.running(home) == started  # left as it was, for the processes using it
 
     stopped = engine.stop(home)
@@ -132,3 +134,17 @@ def test_with_spark_codegen_off_expressions_run_interpreted_and_the_fingerprints
     assert found["1"]["compiled_stages"] > 0 and found["1"]["expressions"] == "FALLBACK"
     assert found["0"]["compiled_stages"] == 0 and found["0"]["expressions"] == "NO_CODEGEN"
     assert len(found["1"]["days"]) == 3 and found["0"]["days"] == found["1"]["days"]
+
+
+_HOLDS_A_CHECKPOINT = """
+from resources.spark import get_spark
+kept = get_spark().range(3).localCheckpoint()
+print(kept.count())
+"""
+
+
+def test_a_process_still_holding_a_dataframe_cached_on_the_engine_exits_at_once(home):
+    # A failed run leaves its checkpoints referenced until its process exits: releasing them then, over the engine's
+    # authenticated channel, must not wait for a thread the exiting interpreter never runs.
+    done = _process(home, _HOLDS_A_CHECKPOINT)  # a process that hangs fails this on its timeout
+    assert done.returncode == 0 and done.stdout.split() == ["3"], done.stderr[-2000:]

@@ -104,7 +104,12 @@ def test_a_failure_between_commits_names_the_operation_and_what_was_committed_wi
         ("PARTITION_END_DATE", "2024-12-31", "PARTITION_END_DATE=2024-12-31 is before PARTITION_START_DATE=2025-01-01"),
         ("BACKFILL_MAX_PARTITIONS_PER_RUN", "0", "BACKFILL_MAX_PARTITIONS_PER_RUN='0' must be above 0"),
         ("BACKFILL_MAX_PARTITIONS_PER_RUN", "a week", "BACKFILL_MAX_PARTITIONS_PER_RUN='a week' is not an integer"),
-        ("SPARK_CONF", "[1]", "SPARK_CONF='[1]' is not a JSON object"),
+        ("SPARK_CONF", "[1]", "SPARK_CONF (its value not shown) is not a JSON object"),
+        (
+            "FILE_UMASK",
+            "022",
+            "FILE_UMASK='022' is not three octal digits ending in 7 (others never read the lake), such as 077 or 027",
+        ),
         ("SPARK_CODEGEN", "yes", "SPARK_CODEGEN='yes' is not auto or 1 or 0"),
     ],
 )

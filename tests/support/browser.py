@@ -32,11 +32,17 @@ def chromium_path() -> str:
 
 
 @contextmanager
-def dagster_ui(base_url: str):
+def dagster_ui(base_url: str, credentials: tuple[str, str] | None = None, certificate_trusted: bool = True):
+    """The UI at `base_url`; behind the production profile's proxy, logged in with `credentials` (user, password), its
+    self-signed certificate accepted with `certificate_trusted=False` (the test checks it separately)."""
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=chromium_path(), args=["--no-sandbox"])
         try:
-            page = browser.new_page(viewport={"width": 1400, "height": 950})
+            page = browser.new_page(
+                viewport={"width": 1400, "height": 950},
+                http_credentials={"username": credentials[0], "password": credentials[1]} if credentials else None,
+                ignore_https_errors=not certificate_trusted,
+            )
             page.set_default_timeout(60_000)
             yield DagsterUI(page, base_url)
         finally:
