@@ -96,7 +96,22 @@ def token(home: Path) -> str:
 
 def client_url(home: Path, found: Running) -> str:
     """The URL a client connects with: the engine's port and token (never shown)."""
-    return f"sc://{CLIENT_HOST}:{found.port}/;token={token(home)}"
+    return f"sc://{CLIENT_HOST}:{found.port}/;{token_parameter(token(home))}"
+
+
+# The parameters of a Connect URL that carry a token.
+TOKEN_PARAMETERS = ("token=", "authorization=")
+
+
+def token_parameter(secret: str) -> str:
+    """A Connect server's token as a parameter of the URL a client connects with: the request header the server checks
+    (`authorization: Bearer ...`), which PySpark sends with every request, rather than PySpark's own `token`
+    parameter. PySpark turns `token` into gRPC call credentials, whose plugin gRPC runs on a new Python thread for every
+    request; a garbage collection in that thread can finalize a checkpointed DataFrame, whose finalizer
+    (CachedRemoteRelation.__del__) sends a request of its own, which waits on the channel lock the first request holds
+    while that one waits for the thread to start: the process hangs. A header starts no thread
+    (tests/test_security.py fails if a request starts one)."""
+    return f"authorization=Bearer {secret}"
 
 
 def write_private(path: Path, text: str) -> None:

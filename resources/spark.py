@@ -12,6 +12,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import urlparse
 
 from dagster_pyspark import LazyPySparkResource
 from dagster_pyspark.resources import spark_session_from_config
@@ -260,16 +261,16 @@ def spark_config(
 def without_token(url: str) -> str:
     """A Spark Connect URL without its token: what may be shown."""
     base, *parameters = url.split(";")
-    kept = [p for p in parameters if not p.startswith("token=")]
+    kept = [p for p in parameters if not p.startswith(engine.TOKEN_PARAMETERS)]
     return ";".join([base, *kept]) if kept else base.rstrip("/")
 
 
 def remote_url(configured: Settings) -> str:
     """SPARK_REMOTE with the token of SPARK_CONNECT_TOKEN_FILE, which a Connect server started by
-    scripts/spark-cluster.sh asks for. On this machine (a loopback address) the client names it "localhost", where gRPC
-    carries the token without TLS; on another, a token needs the server's TLS (`;use_ssl=true`)."""
+    scripts/spark-cluster.sh asks for (engine.token_parameter). The token leaves this machine only over the server's
+    TLS (`;use_ssl=true`): to a server on another host without it, a SettingsError."""
     url = configured.spark_remote
-    if not configured.spark_connect_token_file or ";token=" in url:
+    if not configured.spark_connect_token_file or any(f";{p}" in url for p in engine.TOKEN_PARAMETERS):
         return url
     try:
         secret = Path(configured.spark_connect_token_file).read_text().strip()
@@ -279,8 +280,14 @@ def remote_url(configured: Settings) -> str:
             "server's script writes it when it starts (bash scripts/spark-cluster.sh status)"
         ) from None
     base, *parameters = url.split(";")
+    host = urlparse(base.replace("sc://", "http://", 1)).hostname or ""
+    if host not in ("localhost", "127.0.0.1", "::1") and "use_ssl=true" not in parameters:
+        raise SettingsError(
+            f"SPARK_REMOTE={without_token(url)} is on another host without TLS: its token would cross the network in "
+            "the clear; add ;use_ssl=true (the server's TLS)"
+        )
     base = base.replace("//127.0.0.1:", f"//{engine.CLIENT_HOST}:", 1).rstrip("/")
-    return ";".join([f"{base}/", *parameters, f"token={secret}"])
+    return ";".join([f"{base}/", *parameters, engine.token_parameter(secret)])
 
 
 def _quiet_connect_client(configured: Settings) -> None:

@@ -14,7 +14,7 @@ import pytest
 
 from exact_backfills.location import definitions_of
 from resources import engine
-from resources.settings import REPO_ROOT, settings
+from resources.settings import REPO_ROOT, SettingsError, settings
 from resources.spark import engine_settings, remote_url, without_token
 from tests.support.lake import environment
 from tests.support.orders import ORDERS
@@ -49,7 +49,7 @@ def test_settings_that_may_hold_a_secret_are_shown_by_the_variable_they_are_read
                 for name in ("settings", "pyspark")
             )
             # A run's session still gets both, from the environment, when it starts.
-            assert remote_url(settings()).endswith(f";token={TOKEN}")
+            assert remote_url(settings()).endswith(f";authorization=Bearer {TOKEN}")
         finally:
             location._built.pop(id(ORDERS), None)
     assert SECRET not in shown and TOKEN not in shown
@@ -59,7 +59,21 @@ def test_settings_that_may_hold_a_secret_are_shown_by_the_variable_they_are_read
 
 def test_a_connect_url_is_shown_without_its_token():
     assert without_token(f"sc://localhost:15002/;token={TOKEN}") == "sc://localhost:15002"
+    assert without_token(f"sc://localhost:15002/;authorization=Bearer {TOKEN}") == "sc://localhost:15002"
     assert without_token(f"sc://host:1/;use_ssl=true;token={TOKEN}") == "sc://host:1/;use_ssl=true"
+
+
+def test_a_token_is_never_sent_to_another_host_without_tls(tmp_path):
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    for remote, allowed in [("sc://spark.example:15002", False), ("sc://spark.example:15002/;use_ssl=true", True)]:
+        with environment(SPARK_REMOTE=remote, SPARK_CONNECT_TOKEN_FILE=str(token_file)):
+            if allowed:
+                assert remote_url(settings()).endswith(f";authorization=Bearer {TOKEN}")
+            else:
+                with pytest.raises(SettingsError, match="without TLS") as refused:
+                    remote_url(settings())
+                assert TOKEN not in str(refused.value)
 
 
 def test_the_engines_state_keeps_a_digest_of_each_setting_never_its_value(tmp_path):
@@ -179,3 +193,27 @@ print("on a command line:", any(os.environ["SECRET"].encode() in line for line i
         "its driver JVM found: True",
         "on a command line: False",
     ], done.stdout + done.stderr[-2000:]
+
+
+@pytest.mark.slow
+def test_a_unary_request_to_the_warm_engine_starts_no_thread(spark):
+    """The token travels as a header (engine.token_parameter). As gRPC call credentials, each unary request (a
+    setting read, a checkpoint's release) would start a thread from within the channel's lock, in which a garbage
+    collection can finalize a checkpointed DataFrame, whose release is such a request: the client deadlocks."""
+    import threading
+
+    spark.conf.get("spark.sql.session.timeZone")  # connected
+    started = []
+    real_start = threading.Thread.start
+
+    def counting_start(thread):
+        started.append(thread.name)
+        real_start(thread)
+
+    threading.Thread.start = counting_start  # type: ignore[method-assign]
+    try:
+        for _ in range(5):
+            assert spark.conf.get("spark.sql.session.timeZone") == "UTC"
+    finally:
+        threading.Thread.start = real_start  # type: ignore[method-assign]
+    assert started == []

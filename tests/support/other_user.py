@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from resources.engine import token_parameter
+
 OTHER_USER = "exact-backfills-other"
 
 
@@ -100,9 +102,10 @@ UNAUTHENTICATED = "UNAUTHENTICATED"
 def assert_only_its_token_runs_a_query(port: int | str, token: str) -> None:
     """The Connect server on `port` runs the operator's query, given `token`, and no query of the other user's: without
     a token, or with another."""
-    mine = connect_query(f"sc://localhost:{port}/;token={token}", user="operator")
+    mine = connect_query(f"sc://localhost:{port}/;{token_parameter(token)}", user="operator")
     assert mine.stdout.strip().splitlines()[-1:] == ["42"], mine.stderr[-2000:]
-    for url in (f"sc://127.0.0.1:{port}", f"sc://localhost:{port}", f"sc://localhost:{port}/;token=guessed"):
+    guessed = (f"sc://localhost:{port}/;token=guessed", f"sc://localhost:{port}/;{token_parameter('guessed')}")
+    for url in (f"sc://127.0.0.1:{port}", f"sc://localhost:{port}", *guessed):
         theirs = connect_query(url)
         assert theirs.returncode != 0 and "42" not in theirs.stdout.split(), (url, theirs.stdout, theirs.stderr[-800:])
         assert UNAUTHENTICATED in theirs.stderr, theirs.stderr[-800:]  # refused for want of the token, nothing else
