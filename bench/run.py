@@ -101,7 +101,7 @@ def _bare() -> None:
 
     spark = get_spark()
     all_days = day_range(first_day(), last_day())
-    out = lake_root() / "bare"
+    out = Path(lake_root()) / "bare"
 
     def write(df, table):
         column = pipeline.day_column[table]

@@ -50,8 +50,8 @@ start() {
   for port in "$MASTER_PORT" "$MASTER_UI_PORT" "$WORKER_UI_PORT" "$CONNECT_PORT"; do
     if port_taken "$port"; then echo "spark-cluster: port $HOST:$port is taken by another process; set the SPARK_*_PORT variables" >&2; exit 1; fi
   done
-  # Exactly the jars set-up fetched and checked (resources/spark.py DELTA_JARS).
-  if ! delta_jars="$(.venv/bin/python -c 'from resources.spark import delta_jars; print(delta_jars())' 2>"$STATE/logs/jars.err")"; then
+  # Exactly the jars set-up fetched and checked (resources/spark.py application_jars).
+  if ! jars="$(.venv/bin/python -c 'from resources.spark import application_jars; print(application_jars())' 2>"$STATE/logs/jars.err")"; then
     echo "spark-cluster: $(tail -1 "$STATE/logs/jars.err" | sed 's/^[A-Za-z.]*: //')" >&2; exit 1
   fi
   [ -f "$SPARK_DAEMON_CLASSPATH" ] || { echo "spark-cluster: $SPARK_DAEMON_CLASSPATH missing: run scripts/setup.sh" >&2; exit 1; }
@@ -96,7 +96,7 @@ CONF
     --class org.apache.spark.sql.connect.service.SparkConnectServer \
     --master "spark://$HOST:$MASTER_PORT" \
     --name exact-backfills-connect \
-    --jars "$delta_jars" \
+    --jars "$jars" \
     --driver-memory "${SPARK_CONNECT_DRIVER_MEMORY:-2g}" \
     --driver-java-options "$LOG4J" \
     "$(ls "$SPARK_HOME"/jars/spark-connect_*.jar)"

@@ -53,6 +53,7 @@ from tests.support.other_user import (
     python_as_other,
     readable_by_other,
 )
+from tests.support.services import script, start
 from tests.support.slot_claims import assert_one_holds_the_slot_and_the_other_gets_it_next
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]
@@ -71,36 +72,21 @@ UI_PORT = os.environ.get("DAGSTER_UI_PORT", "3443")
 CLUSTER_STATE = REPO_ROOT / ".cluster"
 
 
-def _script(name: str, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        ["bash", str(REPO_ROOT / "scripts" / name), *args], cwd=REPO_ROOT, capture_output=True, text=True, check=check
-    )
-
-
-def _service(name: str):
-    """Start a service by its script unless it runs already; stop it afterwards only if this test started it."""
-    started = _script(name, "status", check=False).returncode != 0
-    if started:
-        done = _script(name, "start", check=False)
-        assert done.returncode == 0, f"{name} start failed:\n{done.stdout}\n{done.stderr}"
-    return started
-
-
 @pytest.fixture(scope="module")
 def profile(tmp_path_factory):
     """The cluster and PostgreSQL up; a lake, a Dagster home and a database of this module's own."""
-    cluster_started = _service("spark-cluster.sh")
-    postgres_started = _service("postgres.sh")
+    cluster_started = start("spark-cluster.sh")
+    postgres_started = start("postgres.sh")
     database = f"test_{uuid.uuid4().hex[:12]}"
-    url = _script("postgres.sh", "url").stdout.strip()
-    _script("postgres.sh", "psql", f"CREATE DATABASE {database} OWNER dagster")
+    url = script("postgres.sh", "url").stdout.strip()
+    script("postgres.sh", "psql", f"CREATE DATABASE {database} OWNER dagster")
     root = tmp_path_factory.mktemp("cluster_lake")
     home = root / "dagster_home"
     env = {
         "SPARK_REMOTE": f"sc://127.0.0.1:{CONNECT_PORT}",
         "SPARK_CONNECT_TOKEN_FILE": str(CLUSTER_STATE / "token"),
         "DAGSTER_POSTGRES_URL": f"{url.rsplit('/', 1)[0]}/{database}",
-        "PGPASSFILE": _script("postgres.sh", "passfile").stdout.strip(),
+        "PGPASSFILE": script("postgres.sh", "passfile").stdout.strip(),
         "DAGSTER_HOME": str(home),
         "LAKE_ROOT": str(root),
     }
@@ -112,9 +98,9 @@ def profile(tmp_path_factory):
                 yield env, instance
     finally:
         if cluster_started:
-            _script("spark-cluster.sh", "stop", check=False)
+            script("spark-cluster.sh", "stop", check=False)
         if postgres_started:
-            _script("postgres.sh", "stop", check=False)
+            script("postgres.sh", "stop", check=False)
 
 
 def test_of_two_processes_claiming_the_lake_writes_slot_at_once_on_postgresql_one_holds_it_the_other_waits(profile):
@@ -130,8 +116,8 @@ def _postgres_instance(tmp_path, storage: str):
     """An instance on a new database of the profile's PostgreSQL: the project's event log class ("project"), or
     Dagster's own PostgreSQL storage ("dagster")."""
     database = f"test_{uuid.uuid4().hex[:12]}"
-    _script("postgres.sh", "psql", f"CREATE DATABASE {database} OWNER dagster")
-    url = f"{_script('postgres.sh', 'url').stdout.strip().rsplit('/', 1)[0]}/{database}"
+    script("postgres.sh", "psql", f"CREATE DATABASE {database} OWNER dagster")
+    url = f"{script('postgres.sh', 'url').stdout.strip().rsplit('/', 1)[0]}/{database}"
     if storage == "dagster":
         overrides: dict = {"storage": {"postgres": {"postgres_url": url}}}
     else:

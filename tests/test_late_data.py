@@ -6,6 +6,7 @@ The tests share one lake and run in file order: each lands a new batch on top of
 import json
 import shutil
 from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from dagster import (
@@ -503,7 +504,7 @@ def test_after_every_restatement_above_every_table_equals_a_from_scratch_build(
 
     restated = {t: rows(spark, t) for t in COMPARED}
     scratch = tmp_path / "scratch"
-    shutil.copytree(lake_root() / "landing", scratch / "landing")
+    shutil.copytree(Path(lake_root()) / "landing", scratch / "landing")
     monkeypatch.setenv("LAKE_ROOT", str(scratch))
     from dagster import DagsterInstance
 

@@ -36,6 +36,27 @@ def rows(spark, table):
     return sorted(found, key=lambda row: repr(sorted(row.items())))
 
 
+def day_sha256(spark, pipeline: Pipeline = ORDERS) -> dict[str, dict]:
+    """The SHA-256 fingerprint (the checks' own) of every day of every table of the pipeline, without the run that
+    wrote a row, and with the landed file a row came from named by its batch folder (a file's own name is made by the
+    writer that landed it): two lakes with equal fingerprints hold the same rows from the same batches."""
+    from pyspark.sql import functions as F
+
+    from exact_backfills.checks import day_fingerprints
+    from exact_backfills.declare import FILE_COLUMN
+
+    def comparable(table):
+        rows = read_table(spark, table).drop("run_id")
+        if FILE_COLUMN in rows.columns:
+            rows = rows.withColumn(FILE_COLUMN, F.regexp_extract(FILE_COLUMN, "^(.*)/[^/]*$", 1))
+        return rows
+
+    return {
+        t: {r.day: r.fingerprint for r in day_fingerprints(comparable(t), pipeline.day_column[t]).collect()}
+        for t in pipeline.every_table
+    }
+
+
 def files_by_day(spark, table, day_column):
     """The table's live data files, grouped by the day partition folder they sit in."""
     by_day = defaultdict(set)
@@ -70,7 +91,7 @@ def from_scratch(spark, tmp_path, start, end, view=None, pipeline: Pipeline = OR
     from resources.lake import lake_root
 
     scratch = tmp_path / "scratch"
-    shutil.copytree(lake_root() / "landing", scratch / "landing")
+    shutil.copytree(Path(lake_root()) / "landing", scratch / "landing")
     with environment(LAKE_ROOT=str(scratch)), DagsterInstance.ephemeral() as instance:
         assert run_backfill(pipeline, start, end, chunk_size=366, instance=instance, echo=lambda _: None)
         return view(spark) if view else {t: rows(spark, t) for t in pipeline.every_table}
