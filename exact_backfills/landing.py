@@ -13,10 +13,11 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from exact_backfills.declare import BATCH_COLUMN, FILE_COLUMN, Source, SourceKind
-from exact_backfills.partitions import first_day, last_day
+from exact_backfills.partitions import days_per_run, first_day, last_day
 from resources import storage
 from resources.delta_io import Scan
 from resources.lake import landing_path
+from resources.settings import settings
 from resources.storage import StoredEntry
 
 
@@ -46,6 +47,32 @@ def batch_dirs(source: Source) -> list[StoredEntry]:
 
 def batch_name(batch_dir: StoredEntry) -> str:
     return batch_dir.name.split("=", 1)[1]
+
+
+def batch_bytes(source: Source) -> dict[str, int]:
+    """The landed bytes of each batch of the source, from one listing of its folder (which pages on object storage)."""
+    root = landing_path(source.name)
+    found: dict[str, int] = defaultdict(int)
+    for file in storage.files_below(root):
+        folder = storage.relative_to(file.path, root).split("/", 1)[0]
+        if _batch_day(folder) and not file.name.startswith((".", "_")):
+            found[folder[len(BATCH_PREFIX) :]] += file.size
+    return dict(found)
+
+
+def days_per_backfill_run(sources: Iterable[Source]) -> int:
+    """How many days one run of a backfill covers: as many as the landing's batches hold within
+    BACKFILL_MAX_BYTES_PER_RUN, at most BACKFILL_MAX_PARTITIONS_PER_RUN (partitions.days_per_run)."""
+    by_batch: dict[str, int] = defaultdict(int)
+    for source in sources:
+        for batch, size in batch_bytes(source).items():
+            by_batch[batch] += size
+    configured = settings()
+    return days_per_run(
+        [by_batch[b] for b in sorted(by_batch)],
+        configured.backfill_max_bytes_per_run,
+        configured.backfill_max_partitions_per_run,
+    )
 
 
 @dataclass(frozen=True)

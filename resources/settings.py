@@ -51,6 +51,10 @@ class Settings(ConfigurableResource):
     backfill_max_partitions_per_run: int = Field(
         description="BACKFILL_MAX_PARTITIONS_PER_RUN: the most days one backfill run covers"
     )
+    backfill_max_bytes_per_run: int = Field(
+        description="BACKFILL_MAX_BYTES_PER_RUN: the most landed bytes one backfill run reads: the days of a run are "
+        "as many as the landing's batches hold within it"
+    )
     watermark_reprocess_hours: float = Field(
         description="WATERMARK_REPROCESS_HOURS: batches landed this long before the watermark are read again"
     )
@@ -165,6 +169,7 @@ ENVIRONMENT = {
     "partition_start_date": ("PARTITION_START_DATE", "2025-01-01"),
     "partition_end_date": ("PARTITION_END_DATE", "2025-03-31"),
     "backfill_max_partitions_per_run": ("BACKFILL_MAX_PARTITIONS_PER_RUN", "3660"),
+    "backfill_max_bytes_per_run": ("BACKFILL_MAX_BYTES_PER_RUN", str(512 * 2**20)),
     "watermark_reprocess_hours": ("WATERMARK_REPROCESS_HOURS", "72"),
     "restatement_window_days": ("RESTATEMENT_WINDOW_DAYS", "90"),
     "late_data_sensor_interval_s": ("LATE_DATA_SENSOR_INTERVAL_S", "10"),
@@ -192,6 +197,7 @@ SECRET_FIELDS = ("spark_remote", "spark_conf")
 
 _POSITIVE = {
     "backfill_max_partitions_per_run",
+    "backfill_max_bytes_per_run",
     "restatement_window_days",
     "late_data_sensor_interval_s",
     "check_events_max_days",
