@@ -83,15 +83,47 @@ def duplicate_keys(spark, table, pipeline: Pipeline = ORDERS):
 def from_scratch(spark, tmp_path, start, end, view=None, pipeline: Pipeline = ORDERS):
     """Every table's rows as a from-scratch backfill of start..end over a copy of this lake's landing builds them, in
     a lake and a Dagster instance of its own (or `view(spark)` of that lake)."""
-    import shutil
-
     from dagster import DagsterInstance
 
     from exact_backfills.backfill import run_backfill
-    from resources.lake import lake_root
 
     scratch = tmp_path / "scratch"
-    shutil.copytree(Path(lake_root()) / "landing", scratch / "landing")
+    copy_landing(scratch)
     with environment(LAKE_ROOT=str(scratch)), DagsterInstance.ephemeral() as instance:
         assert run_backfill(pipeline, start, end, chunk_size=366, instance=instance, echo=lambda _: None)
         return view(spark) if view else {t: rows(spark, t) for t in pipeline.every_table}
+
+
+def copy_landing(to: Path) -> None:
+    """This lake's landing, on a local folder or on object storage, copied into the local lake `to`, file by file."""
+    from resources import storage
+    from resources.lake import landing_path
+
+    root = landing_path("")
+    for file in storage.files_below(root):
+        target = to / "landing" / storage.relative_to(file.path, root)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(storage.read_bytes(file.path))
+
+
+@contextmanager
+def own_engine_session(home: Path):
+    """A session on a warm engine of its own in `home`, started with this process's environment: for a module whose
+    lake the test session's engine does not reach (object storage). The engine stops afterwards."""
+    import subprocess
+    import sys
+
+    from pyspark.sql import SparkSession
+
+    from resources import engine
+    from resources.settings import settings
+    from resources.spark import engine_settings
+
+    with environment(SPARK_ENGINE_HOME=str(home)):
+        warm = engine.ensure(home, engine_settings(settings()))
+        session = SparkSession.builder.remote(engine.client_url(home, warm)).create()
+        try:
+            yield session
+        finally:
+            session.stop()
+            subprocess.run([sys.executable, "-m", "exact_backfills", "engine", "stop"], capture_output=True)
