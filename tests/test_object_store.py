@@ -20,7 +20,7 @@ from bench.harness import FEATURE_ROUNDING_FIX, project_with
 from resources import storage
 from resources.delta_io import history
 from resources.lake import REPO_ROOT, landing_path, plans_root, table_path, withdrawn_path
-from tests.support.lake import day_sha256, environment
+from tests.support.lake import day_sha256, environment, own_engine_session
 from tests.support.late_batches import land_batch, next_batch_day, three_corrected_and_two_late_days
 from tests.support.orders import FACT_ORDER_ITEM, ORDER_ITEMS, STG_ORDER_ITEMS
 from tests.support.projects import run_commands
@@ -42,35 +42,25 @@ def object_store():
 @pytest.fixture(scope="module")
 def lakes(object_store, tmp_path_factory):
     """Two lakes with a Dagster instance each: one on the object store (a prefix of this module's own), one on a local
-    folder; and a warm engine of the module's own, which reaches both (started with the object store's variables)."""
+    folder."""
     root = tmp_path_factory.mktemp("object_store")
     on_object_store = {
         "LAKE_ROOT": f"s3a://{object_store['LAKE_ROOT'].split('/')[2]}/tests-{uuid.uuid4().hex[:12]}",
         "DAGSTER_HOME": str(root / "home_s3"),
     }
     local = {"LAKE_ROOT": str(root / "lake"), "DAGSTER_HOME": str(root / "home_local")}
-    shared = {k: v for k, v in object_store.items() if k != "LAKE_ROOT"}
-    with environment(**shared, SPARK_ENGINE_HOME=str(root / "engine")):
-        try:
+    with environment(**{k: v for k, v in object_store.items() if k != "LAKE_ROOT"}):
+        with environment(SPARK_ENGINE_HOME=str(root / "engine")):  # the commands' engine: this module's own
             yield {"s3": on_object_store, "local": local}
-        finally:
-            subprocess.run([sys.executable, "-m", "exact_backfills", "engine", "stop"], capture_output=True)
 
 
 @pytest.fixture(scope="module")
 def spark(lakes):
-    """This module's session, on its own engine (the test session's engine does not reach the object store)."""
-    from pyspark.sql import SparkSession
-
-    from resources import engine
+    """This module's session, on its own engine, which reaches the object store (the test session's does not)."""
     from resources.settings import settings
-    from resources.spark import engine_settings
 
-    home = Path(settings().spark_engine_home)
-    warm = engine.ensure(home, engine_settings(settings()))
-    session = SparkSession.builder.remote(engine.client_url(home, warm)).create()
-    yield session
-    session.stop()
+    with own_engine_session(Path(settings().spark_engine_home)) as session:
+        yield session
 
 
 def on_both(lakes, *commands, project=REPO_ROOT) -> dict[str, list]:
@@ -252,3 +242,16 @@ def test_the_log_store_refuses_a_commit_whose_version_another_driver_wrote_on_th
         timeout=600,
     )
     assert "refused:" in done.stdout and "FileAlreadyExistsException" in done.stdout, done.stdout + done.stderr[-3000:]
+
+
+def test_another_user_lists_and_reads_nothing_of_the_object_store(built):
+    from tests.support.other_user import as_other, everything_under, open_to_others
+
+    endpoint = os.environ["AWS_ENDPOINT_URL"]
+    with environment(LAKE_ROOT=built["s3"]["LAKE_ROOT"]):
+        landed = storage.files_below(landing_path(ORDER_ITEMS.name))[0].path[len("s3a://") :]
+    bucket = landed.split("/", 1)[0]
+    for path in (f"{bucket}?list-type=2", landed):  # a listing, and a landed file's content
+        theirs = as_other("curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", f"{endpoint}/{path}")
+        assert theirs.stdout == "403", (path, theirs.stdout, theirs.stderr)
+    assert open_to_others(everything_under(REPO_ROOT / ".object-store")) == []
