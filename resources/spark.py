@@ -430,9 +430,9 @@ _released: set[int] = set()
 def _release_at_exit(session: SparkSession) -> None:
     """Release a Connect session when the process exits, before Python's last garbage collection. A DataFrame cached
     on the server and still referenced then (a failed run's checkpoints) asks the server to drop it from its
-    finalizer; over an authenticated channel that call starts a thread, which an interpreter that is finalizing never
-    runs: the process would hang at its exit. Released first, the session's finalizers do nothing, and the server
-    drops what the session cached."""
+    finalizer; with a `token` parameter in the URL (engine.token_parameter) that call starts a thread, which an
+    interpreter that is finalizing never runs: the process would hang at its exit. Released first, the session's
+    finalizers do nothing, and the server drops what the session cached."""
     if id(session) in _released:
         return
     _released.add(id(session))
