@@ -331,12 +331,12 @@ def test_a_restatement_stages_from_staging_and_the_new_batches_without_reading_t
     history.mkdir()
     older = [p for p in landing.batch_dirs(ORDER_ITEMS) if landing.batch_name(p) != batch.isoformat()]
     for p in older:
-        shutil.move(p, history / p.name)
+        shutil.move(p.path, history / p.name)
     try:
         result = late_data.restate(spark, ORDERS)
     finally:
         for p in older:
-            shutil.move(history / p.name, p)
+            shutil.move(history / p.name, p.path)
     assert set(result.detection.days[STG_ORDER_ITEMS]) == {day}
     staged_after = {
         (r.order_id, r.order_item_id): r.quantity
