@@ -8,8 +8,8 @@
 #   bash scripts/object-store.sh start|stop|status
 #   source .object-store/env      # then every command, run and service started from this shell uses that lake
 #
-# Port: OBJECT_STORE_PORT [9000]; bucket: OBJECT_STORE_BUCKET [lake]; prefix: OBJECT_STORE_PREFIX [exact-backfills].
-# `stop` stops the server and keeps its data and keys.
+# Port: OBJECT_STORE_PORT [9000]; bucket: OBJECT_STORE_BUCKET [lake]; prefix: OBJECT_STORE_PREFIX [exact-backfills];
+# its folder: OBJECT_STORE_HOME [.object-store]. `stop` stops the server and keeps its data and keys.
 set -euo pipefail
 umask 077
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -22,7 +22,7 @@ PORT="${OBJECT_STORE_PORT:-9000}"
 BUCKET="${OBJECT_STORE_BUCKET:-lake}"
 PREFIX="${OBJECT_STORE_PREFIX:-exact-backfills}"
 REGION=us-east-1
-STATE="$ROOT/.object-store"
+STATE="${OBJECT_STORE_HOME:-$ROOT/.object-store}"
 JAR="${DELTA_JARS_DIR:-$ROOT/.jars}/s3proxy-4.1.0-jar-with-dependencies.jar"
 PIDS="$STATE" LOGS="$STATE"
 
@@ -38,7 +38,7 @@ request() {  # method path
 }
 
 start() {
-  if alive server; then echo "object-store: already running on http://$HOST:$PORT; use it: source .object-store/env"; return 0; fi
+  if alive server; then echo "object-store: already running on http://$HOST:$PORT; use it: source $STATE/env"; return 0; fi
   if port_taken "$PORT"; then echo "object-store: port $HOST:$PORT is taken by another process; set OBJECT_STORE_PORT" >&2; exit 1; fi
   [ -f "$JAR" ] || { echo "object-store: $JAR missing: run scripts/setup.sh" >&2; exit 1; }
   mkdir -p "$STATE/data"
@@ -74,7 +74,7 @@ export LAKE_ROOT=s3a://$BUCKET/$PREFIX
 ENV
   mv -f "$STATE/env.new" "$STATE/env"
   echo "object-store: s3proxy on http://$HOST:$PORT, the lake at s3a://$BUCKET/$PREFIX"
-  echo "  use it: source .object-store/env"
+  echo "  use it: source $STATE/env"
 }
 
 stop() {

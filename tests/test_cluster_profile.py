@@ -53,7 +53,7 @@ from tests.support.other_user import (
     python_as_other,
     readable_by_other,
 )
-from tests.support.services import env_file, script, service, start
+from tests.support.services import object_store, script, start
 from tests.support.slot_claims import assert_one_holds_the_slot_and_the_other_gets_it_next
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]
@@ -77,9 +77,9 @@ CLUSTER_STATE = REPO_ROOT / ".cluster"
 def profile(tmp_path_factory):
     """The object store, the cluster (two workers) and PostgreSQL up, each started by its script; a lake on the object
     store (a prefix of this module's own), a Dagster home and a database of this module's own."""
-    with service("object-store.sh"):
-        store = env_file(REPO_ROOT / ".object-store" / "env")
-        reach_store = {k: v for k, v in store.items() if k != "LAKE_ROOT"}
+    store_home = tmp_path_factory.mktemp("object_store_server")
+    with object_store(store_home) as store:
+        reach_store = {k: v for k, v in store.items() if k != "LAKE_ROOT"} | {"OBJECT_STORE_HOME": str(store_home)}
         with environment(**reach_store, SPARK_WORKERS=str(WORKERS)):
             cluster_started = start("spark-cluster.sh")
         postgres_started = start("postgres.sh")
@@ -467,7 +467,7 @@ def test_no_secret_of_the_profile_is_on_a_command_line_or_in_an_environment_anot
 def test_no_file_of_the_profiles_state_or_lake_is_open_to_another_user(profile, ui, built):
     env, _ = profile
     # The lake is the object store's: its objects are files in its folder.
-    paths = everything_under(CLUSTER_STATE, REPO_ROOT / ".postgres", REPO_ROOT / ".object-store")
+    paths = everything_under(CLUSTER_STATE, REPO_ROOT / ".postgres", Path(env["OBJECT_STORE_HOME"]))
     assert any(p.name == "pgpass" for p in paths) and any(p.suffix == ".parquet" for p in paths)
     assert open_to_others(paths) == []
     assert readable_by_other(paths) == []

@@ -20,11 +20,11 @@ from bench.harness import FEATURE_ROUNDING_FIX, project_with
 from resources import storage
 from resources.delta_io import history
 from resources.lake import REPO_ROOT, landing_path, plans_root, table_path, withdrawn_path
+from tests.support import services
 from tests.support.lake import day_sha256, environment, own_engine_session
 from tests.support.late_batches import land_batch, next_batch_day, three_corrected_and_two_late_days
 from tests.support.orders import FACT_ORDER_ITEM, ORDER_ITEMS, STG_ORDER_ITEMS
 from tests.support.projects import run_commands
-from tests.support.services import env_file, service
 
 pytestmark = pytest.mark.slow
 
@@ -33,10 +33,11 @@ RANGE = ["--start", str(START), "--end", str(END)]
 
 
 @pytest.fixture(scope="module")
-def object_store():
-    """The project's S3 server, started by its script unless it runs already: what `source .object-store/env` sets."""
-    with service("object-store.sh"):
-        yield env_file(REPO_ROOT / ".object-store" / "env")
+def object_store(tmp_path_factory):
+    """The project's S3 server, started by its script for this module: what its env file sets."""
+    home = tmp_path_factory.mktemp("object_store_server")
+    with services.object_store(home) as env:
+        yield {**env, "OBJECT_STORE_HOME": str(home)}
 
 
 @pytest.fixture(scope="module")
@@ -254,4 +255,4 @@ def test_another_user_lists_and_reads_nothing_of_the_object_store(built):
     for path in (f"{bucket}?list-type=2", landed):  # a listing, and a landed file's content
         theirs = as_other("curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", f"{endpoint}/{path}")
         assert theirs.stdout == "403", (path, theirs.stdout, theirs.stderr)
-    assert open_to_others(everything_under(REPO_ROOT / ".object-store")) == []
+    assert open_to_others(everything_under(Path(os.environ["OBJECT_STORE_HOME"]))) == []

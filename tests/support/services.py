@@ -1,5 +1,7 @@
 """The project's services, as a test starts them: by their scripts (scripts/*.sh start|stop|status)."""
 
+import os
+import socket
 import subprocess
 from contextlib import contextmanager
 from pathlib import Path
@@ -7,9 +9,14 @@ from pathlib import Path
 from resources.lake import REPO_ROOT
 
 
-def script(name: str, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+def script(name: str, *args: str, check: bool = True, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
-        ["bash", str(REPO_ROOT / "scripts" / name), *args], cwd=REPO_ROOT, capture_output=True, text=True, check=check
+        ["bash", str(REPO_ROOT / "scripts" / name), *args],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        check=check,
+        env={**os.environ, **(env or {})},
     )
 
 
@@ -41,3 +48,19 @@ def env_file(path: Path) -> dict[str, str]:
             name, value = line[len("export ") :].split("=", 1)
             found[name] = value
     return found
+
+
+@contextmanager
+def object_store(home: Path):
+    """An S3 server of the test's own (scripts/object-store.sh), its folder `home` and a free port: the variables its
+    env file sets. Each test module has its own, so that one stopping it never pulls it from under another."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {"OBJECT_STORE_HOME": str(home), "OBJECT_STORE_PORT": str(port)}
+    done = script("object-store.sh", "start", check=False, env=env)
+    assert done.returncode == 0, f"object-store.sh start failed:\n{done.stdout}\n{done.stderr}"
+    try:
+        yield env_file(home / "env")
+    finally:
+        script("object-store.sh", "stop", check=False, env=env)
