@@ -483,3 +483,16 @@ def test_adding_a_tables_days_metadata_at_once_gives_each_days_materialization_w
     refused = _materializations_with_days_metadata(True, ("2025-01-02", "2025-01-05"), outside="2025-01-08")
     dagsters = _materializations_with_days_metadata(False, ("2025-01-02", "2025-01-05"), outside="2025-01-08")
     assert refused == dagsters and "'2025-01-08' that is not being targeted" in refused[0]
+
+
+# exact_backfills/ui_server.py builds the webserver's application as `dagster-webserver` does, from two internal
+# classes: a release that renames them or their arguments makes this fail in the quick loop.
+def test_the_workspace_classes_the_ui_server_builds_the_webserver_from_are_still_dagsters_of_1_13():
+    import inspect
+
+    from dagster._core.workspace.context import WorkspaceProcessContext
+    from dagster._core.workspace.load_target import WorkspaceFileTarget
+
+    context = inspect.signature(WorkspaceProcessContext).parameters
+    assert {"instance", "version", "read_only", "workspace_load_target"} <= set(context)
+    assert list(WorkspaceFileTarget(paths=["workspace.yaml"]).paths) == ["workspace.yaml"]
