@@ -12,7 +12,7 @@ from pyspark.sql import functions as F
 from assets_pkg.sources import ORDER_ITEMS, PRODUCTS
 from assets_pkg.transforms import MONEY
 from exact_backfills.landing import land
-from resources.lake import lake_root
+from resources.settings import settings
 
 TABLES = ["lineitem", "orders", "part", "partsupp"]
 FIRST_ORDER_DATE = date(1992, 1, 1)
@@ -32,7 +32,8 @@ def generate_tpch(scale: float, out: Path) -> Path:
 
 
 def tpch_dir(scale: float) -> Path:
-    return lake_root() / "tpch" / f"sf{scale:g}"
+    """Generated on a local disk (tpchgen-cli writes files), read from there to land it."""
+    return settings().local_root / "tpch" / f"sf{scale:g}"
 
 
 def import_tpch(spark: SparkSession, scale: float, through: date | None = None) -> dict:

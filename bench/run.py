@@ -101,7 +101,7 @@ def _bare() -> None:
 
     spark = get_spark()
     all_days = day_range(first_day(), last_day())
-    out = lake_root() / "bare"
+    out = Path(lake_root()) / "bare"
 
     def write(df, table):
         column = pipeline.day_column[table]
@@ -209,6 +209,13 @@ class Bench:
         if done.returncode != 0:
             raise RuntimeError(f"{' '.join(args)} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
         return time.monotonic() - t0, done.stdout
+
+    def value(self, code: str) -> str:
+        """What `code` prints last, run in a process on the bench's lake (no Spark application)."""
+        done = subprocess.run(
+            [sys.executable, "-c", code], cwd=REPO, env=self.env, capture_output=True, text=True, check=True
+        )
+        return done.stdout.split()[-1]
 
     def engine_pids(self) -> list[int]:
         """The warm engine's process, once a step has started it (it outlives the step that started it)."""
@@ -437,7 +444,6 @@ def measure(args: argparse.Namespace, bench: Bench, last: date) -> int:
         "profile": args.profile,
         "scale": args.scale,
         "days": (last - FIRST_DAY).days + 1,
-        "chunk_days": int(ENVIRONMENT["backfill_max_partitions_per_run"][1]),
         "cpus": os.cpu_count(),
         # Where the embedded profile's Spark runs: the warm engine (the default), or a driver in each process.
         "spark_engine": "connect" if args.profile == "cluster" else ENVIRONMENT["spark_engine"][1],
@@ -450,6 +456,12 @@ def measure(args: argparse.Namespace, bench: Bench, last: date) -> int:
     # With --days, only the orders of those days land: the landing ends where the partitions do, as a short history's.
     through = ["--through", last.isoformat()] if last < TPCH_LAST_DAY else []
     step("import_s", bench.run("-m", "assets_pkg", "import-tpch", "--scale", str(args.scale), *through)[0])
+    # The days one backfill run covers, as the backfill chooses them from what the landing holds.
+    sources = "from assets_pkg.pipeline import pipeline; from exact_backfills import landing; "
+    result["chunk_days"] = int(bench.value(sources + "print(landing.days_per_backfill_run(pipeline.sources))"))
+    result["landed_bytes"] = int(
+        bench.value(sources + "print(sum(sum(landing.batch_bytes(s).values()) for s in pipeline.sources))")
+    )
     seconds, out = bench.run(me, "--scale", str(args.scale), "--out", "-", "--step", "bare")
     step("bare_equal_work_s", seconds)
     result["rows_by_table"] = json.loads(out.strip().splitlines()[-1])

@@ -19,7 +19,7 @@ from dagster import (
 )
 from dagster_pyspark import LazyPySparkResource
 
-from exact_backfills import checks, code_versions, liveness, recording
+from exact_backfills import checks, code_versions, landing, liveness, recording
 from exact_backfills.dagster_names import (
     ALL_ASSETS_JOB,
     LAKE_WRITES_POOL,
@@ -142,7 +142,7 @@ def publish_step(pipeline: Pipeline) -> AssetsDefinition:
         specs=_specs(pipeline),
         check_specs=[spec for t in pipeline.tables for spec in checks.check_specs(t)],
         partitions_def=daily_partitions,
-        backfill_policy=backfill_policy,
+        backfill_policy=backfill_policy(landing.days_per_backfill_run(pipeline.sources)),
         can_subset=True,
         pool=LAKE_WRITES_POOL,
     )

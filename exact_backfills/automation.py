@@ -3,7 +3,6 @@ a job that restates exactly the days new landing batches change (one run, one co
 launches it when a batch lands, and a preview job that observes the landing and shows the days a restatement would
 rewrite as failing up_to_date_with_landing checks."""
 
-import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -68,6 +67,7 @@ from exact_backfills.declare import Pipeline, Source, SourceKind, landing_asset
 from exact_backfills.partitions import daily_partitions
 from exact_backfills.pipelines import command
 from exact_backfills.publish import PartlyPublished, Refused, RunInfo
+from resources.delta_io import is_delta_table
 from resources.lake import table_path
 from resources.settings import settings
 from resources.spark import session_of, spark_resource
@@ -392,7 +392,7 @@ def late_data_sensor(
         closed, active = liveness.close_dead_runs(context.instance, pipeline)
         for dead in closed:
             context.log.warning(f"closed a dead run: {dead.describe()}")
-        unbuilt = [t for t in staging if not os.path.isdir(os.path.join(table_path(t), "_delta_log"))]
+        unbuilt = [t for t in staging if not is_delta_table(table_path(t))]
         if unbuilt:
             return SkipReason(f"{', '.join(unbuilt)} not built yet: backfill first")
         if _backfill_running(context.instance, pipeline):

@@ -11,7 +11,7 @@ from urllib.parse import urlencode
 
 from dagster import AssetCheckEvaluation, AssetKey, AssetSelection, DagsterInstance, ExecuteInProcessResult
 
-from exact_backfills import estimates, liveness
+from exact_backfills import estimates, landing, liveness
 from exact_backfills.automation import landing_state
 from exact_backfills.checks import events_max_days
 from exact_backfills.dagster_names import (
@@ -139,7 +139,7 @@ def run_backfill(
     keys = selected_keys(pipeline, select)
     job = definitions_of(pipeline).resolve_job_def(ALL_ASSETS_JOB)
     backfill_id = uuid.uuid4().hex[:8]
-    ranges = chunks(start, end, chunk_size)
+    ranges = chunks(start, end, chunk_size or landing.days_per_backfill_run(pipeline.sources))
     if max((b - a).days + 1 for a, b in ranges) > events_max_days():
         # Such runs log only failing check results (see checks.events_max_days), so the checks are not planned
         # either: Dagster stores a planned row per check per day.

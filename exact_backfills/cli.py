@@ -165,9 +165,8 @@ def _cmd_withdraw(pipeline: "Pipeline", args: argparse.Namespace) -> int:
 
 
 def _cmd_report(pipeline: "Pipeline", args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from exact_backfills.operations import report
+    from resources import storage
     from resources.spark import get_spark
 
     if args.plan:
@@ -177,7 +176,7 @@ def _cmd_report(pipeline: "Pipeline", args: argparse.Namespace) -> int:
         print(version_note(plan) + f"\n(status: {status})")
         return 0
     start, end = args.start or first_day(), args.end or last_day()
-    against = Path(args.against).resolve() if args.against else None
+    against = storage.normalized(args.against) if args.against else None
     mismatches = 0
     compared = against is not None or args.version is not None
     for table in _tables(pipeline, args):

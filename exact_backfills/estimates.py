@@ -7,7 +7,6 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import date
-from pathlib import Path
 from typing import Any, NamedTuple
 
 from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
@@ -20,6 +19,7 @@ from exact_backfills.declare import Pipeline, days_read
 from exact_backfills.partitions import days as day_range
 from exact_backfills.partitions import first_day
 from exact_backfills.verification import stale_code_days
+from resources import storage
 from resources.delta_io import table_exists
 from resources.lake import table_path
 from resources.settings import settings
@@ -194,7 +194,7 @@ def reads(spark: SparkSession, pipeline: Pipeline, work: Work, compared: bool = 
     index = landing_index.indexed(spark, pipeline)
     files_of: dict[str, Counter[date | None]] = {}  # each table's files listed once, whatever the runs
     batch_dirs = {source.name: landing.batch_dirs(source) for source in pipeline.sources}
-    sizes: dict[Path, int] = {}
+    sizes: dict[str, int] = {}
     batches = size = files = 0
     for first, last in work.runs:
         for name, all_days in work.days.items():
@@ -208,10 +208,10 @@ def reads(spark: SparkSession, pipeline: Pipeline, work: Work, compared: bool = 
                 holds = index.get(source or "", {}).get(landing.batch_name(batch_dir))
                 if narrow and holds is not None and not holds & wanted:
                     continue
-                if batch_dir not in sizes:
-                    sizes[batch_dir] = sum(f.stat().st_size for f in batch_dir.rglob("*") if f.is_file())
+                if batch_dir.path not in sizes:
+                    sizes[batch_dir.path] = sum(f.size for f in storage.files_below(batch_dir.path))
                 batches += 1
-                size += sizes[batch_dir]
+                size += sizes[batch_dir.path]
             published = [u for u in table.upstream if compared or u not in work.days]
             for upstream in [*published, name] if compared else published:
                 if upstream not in files_of:

@@ -6,7 +6,6 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import date
-from pathlib import Path
 from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -14,9 +13,12 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from exact_backfills.declare import BATCH_COLUMN, FILE_COLUMN, Source, SourceKind
-from exact_backfills.partitions import first_day, last_day
+from exact_backfills.partitions import days_per_run, first_day, last_day
+from resources import storage
 from resources.delta_io import Scan
 from resources.lake import landing_path
+from resources.settings import settings
+from resources.storage import StoredEntry
 
 
 class LandingError(RuntimeError):
@@ -37,15 +39,40 @@ def _batch_day(name: str) -> date | None:
         return None
 
 
-def batch_dirs(source: Source) -> list[Path]:
+def batch_dirs(source: Source) -> list[StoredEntry]:
     """The batch folders: `ingest_date=YYYY-MM-DD`. Anything else under the source's folder is not read, and
     `refused_files` reports it."""
-    root = Path(landing_path(source.name))
-    return sorted(p for p in root.iterdir() if p.is_dir() and _batch_day(p.name)) if root.exists() else []
+    return [e for e in storage.listing(landing_path(source.name)) if e.is_folder and _batch_day(e.name)]
 
 
-def batch_name(batch_dir: Path) -> str:
+def batch_name(batch_dir: StoredEntry) -> str:
     return batch_dir.name.split("=", 1)[1]
+
+
+def batch_bytes(source: Source) -> dict[str, int]:
+    """The landed bytes of each batch of the source, from one listing of its folder (which pages on object storage)."""
+    root = landing_path(source.name)
+    found: dict[str, int] = defaultdict(int)
+    for file in storage.files_below(root):
+        folder = storage.relative_to(file.path, root).split("/", 1)[0]
+        if _batch_day(folder) and not file.name.startswith((".", "_")):
+            found[folder[len(BATCH_PREFIX) :]] += file.size
+    return dict(found)
+
+
+def days_per_backfill_run(sources: Iterable[Source]) -> int:
+    """How many days one run of a backfill covers: as many as the landing's batches hold within
+    BACKFILL_MAX_BYTES_PER_RUN, at most BACKFILL_MAX_PARTITIONS_PER_RUN (partitions.days_per_run)."""
+    by_batch: dict[str, int] = defaultdict(int)
+    for source in sources:
+        for batch, size in batch_bytes(source).items():
+            by_batch[batch] += size
+    configured = settings()
+    return days_per_run(
+        [by_batch[b] for b in sorted(by_batch)],
+        configured.backfill_max_bytes_per_run,
+        configured.backfill_max_partitions_per_run,
+    )
 
 
 @dataclass(frozen=True)
@@ -105,19 +132,16 @@ def _arrow_mismatch(expected: T.DataType, column: Any, arrow_type: Any) -> str |
 _verdicts: dict[tuple[str, int, int, str], tuple[str, tuple[str, ...]]] = {}
 
 
-def _file_verdict(path: Path, source: Source) -> tuple[str, tuple[str, ...]]:
+def _file_verdict(file: StoredEntry, source: Source) -> tuple[str, tuple[str, ...]]:
     """("", nanosecond columns) for a file the contract accepts, (reason, ()) for one it refuses."""
-    import pyarrow.parquet as pq
-
-    stat = path.stat()
-    cache_key = (str(path), stat.st_size, stat.st_mtime_ns, source.schema.json())
+    cache_key = (file.path, file.size, file.modified_ns or 0, source.schema.json())
     if cache_key in _verdicts:
         return _verdicts[cache_key]
-    if stat.st_size == 0:
+    if file.size == 0:
         verdict = ("zero-byte file", ())
     else:
         try:
-            footer = pq.read_metadata(path)
+            footer = storage.parquet_footer(file.path)
             arrow = footer.schema.to_arrow_schema()
         except Exception as e:  # pyarrow raises several kinds for a file that is not Parquet
             verdict = (f"not a readable Parquet file ({str(e).splitlines()[0][:200]})", ())
@@ -143,15 +167,12 @@ def _file_verdict(path: Path, source: Source) -> tuple[str, tuple[str, ...]]:
 def landed_files(source: Source, batches: list[str] | None = None) -> LandedFiles:
     """Every landed file of the source (of `batches` only, when given), sorted by the contract: checked when a batch
     is read, from each file's Parquet footer, before anything is built from it."""
-    root = Path(landing_path(source.name))
     files = LandedFiles()
-    if not root.exists():
-        return files
     wanted = None if batches is None else {f"{BATCH_PREFIX}{b}" for b in batches}
-    for entry in sorted(root.iterdir()):
+    for entry in storage.listing(landing_path(source.name)):
         if entry.name.startswith((".", "_")):  # writers' markers (_SUCCESS, .crc files)
             continue
-        if not (entry.is_dir() and _batch_day(entry.name)):
+        if not (entry.is_folder and _batch_day(entry.name)):
             if batches is None:
                 files.refused.append(
                     Refusal(entry.name, None, f"not a batch folder: its name is not {BATCH_PREFIX}YYYY-MM-DD")
@@ -159,16 +180,15 @@ def landed_files(source: Source, batches: list[str] | None = None) -> LandedFile
             continue
         if wanted is not None and entry.name not in wanted:
             continue
-        for path in sorted(entry.rglob("*")):
-            if path.is_dir() or path.name.startswith((".", "_")):
-                continue
-            reason, nanos = _file_verdict(path, source)
+        for file in _batch_files(entry):
+            reason, nanos = _file_verdict(file, source)
             if reason:
-                files.refused.append(Refusal(f"{entry.name}/{path.relative_to(entry)}", batch_name(entry), reason))
+                below = storage.relative_to(file.path, entry.path)
+                files.refused.append(Refusal(f"{entry.name}/{below}", batch_name(entry), reason))
             elif nanos:
-                files.nanos.setdefault(nanos, []).append(str(path))
+                files.nanos.setdefault(nanos, []).append(file.path)
             else:
-                files.plain.append(str(path))
+                files.plain.append(file.path)
     return files
 
 
@@ -185,7 +205,12 @@ def read_landing(spark: SparkSession, source: Source, batches: list[str] | None 
     return _rows(spark, source, batches, landed_files(source, batches))
 
 
-def _landed_batch_dirs(source: Source) -> list[Path]:
+def _batch_files(batch_dir: StoredEntry) -> list[StoredEntry]:
+    """The files of a batch folder, at any depth, but for writers' markers (_SUCCESS, .crc files)."""
+    return [f for f in storage.files_below(batch_dir.path) if not f.name.startswith((".", "_"))]
+
+
+def _landed_batch_dirs(source: Source) -> list[StoredEntry]:
     """The source's batch folders; refused when there is none, since a build would then read nothing."""
     dirs = batch_dirs(source)
     if not dirs:
@@ -209,14 +234,14 @@ def landing_read(spark: SparkSession, source: Source, batches: list[str] | None 
     dirs = _landed_batch_dirs(source)
     files = landed_files(source, batches)
     read = [*files.plain, *(f for paths in files.nanos.values() for f in paths)]
-    every = [p for d in dirs for p in d.rglob("*") if p.is_file() and not p.name.startswith((".", "_"))]
+    every = {f.path: f.size for d in dirs for f in _batch_files(d)}
     read_batches = sorted({_batch_of_file(f) for f in read})
     scan = Scan(
         f"landing/{source.name}",
         len(read),
         len(every),
-        sum(Path(f).stat().st_size for f in read),
-        sum(p.stat().st_size for p in every),
+        sum(every[f] for f in read),
+        sum(every.values()),
         len(read_batches),
         len(dirs),
     )
@@ -266,7 +291,7 @@ def _rows(spark: SparkSession, source: Source, batches: list[str] | None, files:
 
 
 def _batch_of_file(file: str) -> str:
-    return next(p for p in Path(file).parts if p.startswith(BATCH_PREFIX))[len(BATCH_PREFIX) :]
+    return next(p for p in file.split("/") if p.startswith(BATCH_PREFIX))[len(BATCH_PREFIX) :]
 
 
 def assert_new_batches(df: DataFrame, source: Source) -> list[str]:

@@ -5,7 +5,6 @@ import json
 import os
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
-from pathlib import Path
 from typing import NamedTuple
 
 from pyspark.sql import DataFrame, SparkSession
@@ -15,7 +14,7 @@ from exact_backfills import checks, landing, late_data
 from exact_backfills.declare import FILE_COLUMN, Pipeline, Source, SourceKind
 from exact_backfills.partitions import days, first_day, last_day
 from exact_backfills.publish import Operation, fault_point
-from resources import audit
+from resources import audit, storage
 from resources.audit import DayContent
 from resources.delta_io import (
     TableNotMaterialized,
@@ -26,7 +25,7 @@ from resources.delta_io import (
     scalar,
     table_exists,
 )
-from resources.lake import lake_root, landing_path, table_path
+from resources.lake import landing_path, table_path, withdrawn_path
 
 
 def _range(df: DataFrame, column: str, start: date, end: date) -> DataFrame:
@@ -52,7 +51,7 @@ def report(
     table: str,
     start: date,
     end: date,
-    against: Path | None = None,
+    against: str | None = None,
     version: int | None = None,
 ) -> list[DayComparison]:
     """Rows and fingerprint per day; compared with the same table in another lake (dual-run comparison) or at
@@ -171,53 +170,61 @@ def metrics(spark: SparkSession, pipeline: Pipeline) -> dict:
 class Withdrawal:
     file: str  # as source_file records it, relative to the source's folder
     source: str
-    moved_to: Path
+    moved_to: str  # a lake path
     days: list[date]  # the days to publish again: every day the file's rows are, or could be, on
-    note: Path  # the note of why, beside the file moved
+    note: str  # the note of why, beside the file moved
 
 
 # A withdrawal's note goes through these states: written before the file moves (its intent), then once moved, then once
 # its days are published again. Each step is resumed by running the same withdrawal again.
 WITHDRAWING, WITHDRAWN, PUBLISHED = "withdrawing", "withdrawn", "published"
+NOTE_SUFFIX = ".withdrawn.json"
 
 
 def _landed_file(pipeline: Pipeline, file: str) -> tuple[Source, str]:
     """(source, path relative to its folder) of a landed file given as a path, or relative to the landing
     ("<source>/ingest_date=.."); the file may have been moved out already by an unfinished withdrawal."""
-    root = Path(landing_path("")).resolve()
-    path = (Path(file) if Path(file).is_absolute() else root / file).resolve()
+    root = landing_path("")
+    given = file if storage.on_object_store(file) or os.path.isabs(file) else storage.join(root, file)
+    path = given if storage.on_object_store(given) else os.path.normpath(given)
     sources = pipeline.sources_by_name
     try:
-        name, *rest = path.relative_to(root).parts
-    except ValueError:
+        name, _, rest = storage.relative_to(path, root).partition("/")
+    except storage.StorageError:
         raise ValueError(f"{file}: not a file of the landing ({root})") from None
     if name not in sources or not rest:
         raise ValueError(f"{file}: no such landed file under {root}/<{'|'.join(sources)}>/")
-    return sources[name], str(Path(*rest))
+    return sources[name], rest
 
 
-def _notes(source: Source, rel: str) -> list[Path]:
+def _read_note(path: str) -> dict:
+    return json.loads(storage.read_bytes(path))
+
+
+def _notes(source: Source, rel: str) -> list[str]:
     """The notes of every withdrawal of that file, oldest first."""
-    folder = (lake_root() / "withdrawn" / source.name / rel).parent
-    name = Path(rel).name
-    found = [p for p in folder.glob(f"{name}*.withdrawn.json")] if folder.exists() else []
-    notes = [(p, json.loads(p.read_text())) for p in found]
+    withdrawn = storage.join(withdrawn_path(source.name), rel)
+    name = storage.StoredEntry(withdrawn, False, 0, None).name
+    found = [
+        e.path
+        for e in storage.listing(storage.parent(withdrawn))
+        if e.name.startswith(name) and e.name.endswith(NOTE_SUFFIX)
+    ]
+    notes = [(p, _read_note(p)) for p in found]
     return [p for p, note in sorted(notes, key=lambda n: n[1].get("started_at", "")) if note["file"] == rel]
 
 
-def _write_note(path: Path, note: dict) -> None:
+def _write_note(path: str, note: dict) -> None:
     """Replace the note whole: a crash leaves the old one or the new one, never half of either."""
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(json.dumps(note, indent=2))
-    os.replace(partial, path)
+    storage.write_bytes(path, json.dumps(note, indent=2).encode())
 
 
-def _free_destination(source: Source, rel: str) -> Path:
+def _free_destination(source: Source, rel: str) -> str:
     """Where a withdrawn file goes: beside any earlier withdrawn file of the same name, never over it."""
-    to = lake_root() / "withdrawn" / source.name / rel
+    to = storage.join(withdrawn_path(source.name), rel)
     n = 1
-    while to.exists() or to.with_name(to.name + ".withdrawn.json").exists():
-        to = lake_root() / "withdrawn" / source.name / f"{rel}.{n}"
+    while storage.exists(to) or storage.exists(to + NOTE_SUFFIX):
+        to = storage.join(withdrawn_path(source.name), f"{rel}.{n}")
         n += 1
     return to
 
@@ -235,34 +242,33 @@ def withdraw(spark: SparkSession, pipeline: Pipeline, file: str, reason: str) ->
     if not reason.strip():
         raise ValueError("say why the file is withdrawn (--reason)")
     source, rel = _landed_file(pipeline, file)
-    path = Path(landing_path(source.name)) / rel
+    path = storage.join(landing_path(source.name), rel)
     # A note without a status is of a withdrawal made before notes had one: it was done.
-    unfinished = [n for n in _notes(source, rel) if json.loads(n.read_text()).get("status", PUBLISHED) != PUBLISHED]
+    unfinished = [n for n in _notes(source, rel) if _read_note(n).get("status", PUBLISHED) != PUBLISHED]
     if unfinished:
         note_path = unfinished[-1]
-        note = json.loads(note_path.read_text())
-        to = Path(note["moved_to"])
-    elif not path.is_file():
+        note = _read_note(note_path)
+        to = note["moved_to"]
+    elif not (found := storage.stat(path)) or found.is_folder:
         raise ValueError(f"{file}: no such landed file under {landing_path(source.name)}")
     else:
         note_path, to = _withdrawal_of(spark, pipeline, source, rel, reason)
-        note = json.loads(note_path.read_text())
+        note = _read_note(note_path)
     if note["status"] == WITHDRAWING:
         fault_point("withdraw:after-note")
-        if path.exists():
-            to.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(path, to)  # one rename: the lake's withdrawn folder is on the landing's file system
+        if storage.exists(path):  # on object storage a move is a copy then a delete: moved again, it finishes
+            storage.move(path, to)
         _write_note(note_path, {**note, "status": WITHDRAWN})
     return Withdrawal(rel, source.name, to, [date.fromisoformat(d) for d in note["days"]], note_path)
 
 
 def published_again(withdrawal: Withdrawal) -> None:
     """Record that a withdrawal's days are published again: the withdrawal is done."""
-    note = json.loads(withdrawal.note.read_text())
+    note = _read_note(withdrawal.note)
     _write_note(withdrawal.note, {**note, "status": PUBLISHED, "published_at": datetime.now(UTC).isoformat()})
 
 
-def _withdrawal_of(spark: SparkSession, pipeline: Pipeline, source: Source, rel: str, reason: str) -> tuple[Path, Path]:
+def _withdrawal_of(spark: SparkSession, pipeline: Pipeline, source: Source, rel: str, reason: str) -> tuple[str, str]:
     """Write the note of a new withdrawal of the landed file `rel` (its days decided now), before anything moves;
     return it and where the file goes."""
     first, last = first_day(), last_day()
@@ -286,8 +292,7 @@ def _withdrawal_of(spark: SparkSession, pipeline: Pipeline, source: Source, rel:
         since = scalar(versions.agg(F.min(landing.event_day(source))))
         affected = set(days(max(since, first), last)) if since else set()
     to = _free_destination(source, rel)
-    to.parent.mkdir(parents=True, exist_ok=True)
-    note_path = to.with_name(to.name + ".withdrawn.json")
+    note_path = to + NOTE_SUFFIX
     _write_note(
         note_path,
         {
@@ -296,7 +301,7 @@ def _withdrawal_of(spark: SparkSession, pipeline: Pipeline, source: Source, rel:
             "reason": reason,
             "started_at": datetime.now(UTC).isoformat(),
             "days": [d.isoformat() for d in sorted(d for d in affected if first <= d <= last)],
-            "moved_to": str(to),
+            "moved_to": to,
             "status": WITHDRAWING,
         },
     )

@@ -1,5 +1,6 @@
 """The one place that knows the partitions: daily, by event date, over PARTITION_START_DATE..PARTITION_END_DATE."""
 
+from collections.abc import Sequence
 from datetime import date, timedelta
 
 from dagster import AssetExecutionContext, BackfillPolicy, DailyPartitionsDefinition
@@ -19,6 +20,30 @@ def max_partitions_per_run() -> int:
     return settings().backfill_max_partitions_per_run
 
 
+def days_per_run(batch_bytes: Sequence[int], max_bytes: int, max_days: int) -> int:
+    """How many days one run of a backfill covers, from what the days hold: the most consecutive batches (in landing
+    order; a day's rows land mostly in one batch) whose landed bytes stay within `max_bytes` wherever the run falls,
+    at least one day, at most `max_days`. A history that fits is one run; one ten times larger is cut into runs that
+    each read what one fitting run reads."""
+    if not batch_bytes or sum(batch_bytes) <= max_bytes:
+        return max_days
+    sums = [0]
+    for size in batch_bytes:
+        sums.append(sums[-1] + size)
+
+    def fits(n: int) -> bool:
+        return max(sums[i + n] - sums[i] for i in range(len(batch_bytes) - n + 1)) <= max_bytes
+
+    low, high = 1, min(max_days, len(batch_bytes))  # the largest n that fits, or one day
+    while low < high:
+        middle = (low + high + 1) // 2
+        if fits(middle):
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
 def days(start: date, end: date) -> list[date]:
     return [start + timedelta(days=i) for i in range((end - start).days + 1)]
 
@@ -35,8 +60,10 @@ daily_partitions = DailyPartitionsDefinition(
     end_date=(last_day() + timedelta(days=1)).isoformat(),  # Dagster's end is exclusive
 )
 
-# A range backfill runs as a few runs of up to N days each, never one run per day.
-backfill_policy = BackfillPolicy.multi_run(max_partitions_per_run=max_partitions_per_run())
+
+def backfill_policy(days: int) -> BackfillPolicy:
+    """A range backfill runs as a few runs of up to `days` days each, never one run per day."""
+    return BackfillPolicy.multi_run(max_partitions_per_run=days)
 
 
 def run_days(context: AssetExecutionContext) -> list[date]:

@@ -14,7 +14,6 @@ rewriting them. It is refused, naming what, when a published table moved since t
 failed in the shadow, or the code loaded is not the code the plan was built with."""
 
 import json
-import shutil
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
@@ -33,7 +32,7 @@ from exact_backfills.partitions import last_day
 from exact_backfills.pipelines import command
 from exact_backfills.publish import Change, FromPlan, Operation, Publication, RunInfo, day_ranges, publish
 from exact_backfills.verification import stale_code_days
-from resources import audit, control
+from resources import audit, control, storage
 from resources.audit import DayContent
 from resources.delta_io import current_version, read_path, write_new_table
 from resources.lake import plans_root, shadow_path, table_path
@@ -403,7 +402,7 @@ def promote(spark: SparkSession, pipeline: Pipeline, plan_id: str, run: RunInfo)
         ],
     )
     control.resolve_plan(spark, pipeline.name, plan.plan_id, "promoted", run.run_id, now)
-    shutil.rmtree(plans_root() / plan.plan_id, ignore_errors=True)
+    storage.delete_tree(storage.join(plans_root(), plan.plan_id))
     return Promotion(plan, publications, unchanged)
 
 
@@ -412,7 +411,7 @@ def drop(spark: SparkSession, pipeline: Pipeline, plan_id: str, run_id: str) -> 
     plan, status = load_plan(spark, pipeline, plan_id)
     if status == "open":
         control.resolve_plan(spark, pipeline.name, plan.plan_id, "dropped", run_id, datetime.now(UTC))
-    shutil.rmtree(plans_root() / plan.plan_id, ignore_errors=True)
+    storage.delete_tree(storage.join(plans_root(), plan.plan_id))
 
 
 def version_note(plan: Plan) -> str:

@@ -2,21 +2,21 @@
 
 Every Delta operation goes through Spark SQL and the DataFrame API (`DESCRIBE DETAIL`, `DESCRIBE HISTORY`, `MERGE`,
 `UPDATE`, `versionAsOf`), never `delta.tables`: the same code runs on a classic session and over Spark Connect, where
-Delta's Python table API needs a server plugin. Whether a table exists is read from its log's folder, on the file
-system this process sees the lake on."""
+Delta's Python table API needs a server plugin. Whether a table exists is read from its log's folder, through the
+lake's storage (resources/storage.py), without asking Spark."""
 
 import json
-import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import date, timedelta
 from typing import Any
-from urllib.parse import unquote, urlparse
+from urllib.parse import unquote
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from resources import storage
 from resources.lake import table_path
 
 
@@ -64,17 +64,13 @@ def scalar(df: DataFrame) -> Any:
     return row[0]
 
 
-def file_bytes(uri: str) -> int:
-    """A data file's size, by its URI (the lake is on a file system this process sees)."""
-    return os.path.getsize(unquote(urlparse(uri).path))
-
-
 def scan_of_table(df: DataFrame, table: str) -> Scan:
     """The scan of `df`, a read of `table` (read_days), against the table's current files."""
     files = df.inputFiles()
     detail = df.sparkSession.sql(f"DESCRIBE DETAIL {delta_path(table_path(table))}")
     num_files, size = detail.select("numFiles", "sizeInBytes").first() or (0, 0)
-    return Scan(table, len(files), num_files, sum(file_bytes(f) for f in files), size)
+    read = [storage.normalized(unquote(f)) for f in files]
+    return Scan(table, len(files), num_files, storage.total_size(read, table_path(table)), size)
 
 
 def day_runs(days: Sequence[date]) -> list[tuple[date, date]]:
@@ -111,11 +107,7 @@ _COMMITTED = re.compile(r"^\d{20}\.(json|checkpoint\b)")
 def is_delta_table(path: str) -> bool:
     """Whether `path` holds a Delta table: its log has a commit. Looked up on the file system this process sees the
     lake on, without asking Spark, which would load the table's snapshot to answer."""
-    try:
-        with os.scandir(os.path.join(path, "_delta_log")) as log:
-            return any(_COMMITTED.match(entry.name) for entry in log)
-    except (FileNotFoundError, NotADirectoryError):
-        return False
+    return any(_COMMITTED.match(entry.name) for entry in storage.listing(storage.join(path, "_delta_log")))
 
 
 # A version's entry in a Delta table's log.
@@ -124,11 +116,8 @@ _ENTRY = re.compile(r"^(\d{20})\.json$")
 
 def latest_version(path: str) -> int:
     """The newest version in the log of the Delta table at `path` (-1: none), from its folder."""
-    try:
-        with os.scandir(os.path.join(path, "_delta_log")) as log:
-            return max((int(m.group(1)) for entry in log if (m := _ENTRY.match(entry.name))), default=-1)
-    except FileNotFoundError:
-        return -1
+    log = storage.listing(storage.join(path, "_delta_log"))
+    return max((int(m.group(1)) for entry in log if (m := _ENTRY.match(entry.name))), default=-1)
 
 
 def table_exists(table: str) -> bool:
@@ -232,8 +221,7 @@ def _commit_entry(path: str, version: int) -> dict:
     rows and files it added and the files it removed (from its add and remove actions). Read from the log's file on
     the file system this process sees the lake on: a Spark job would cost a commit more than the file's few lines."""
     entry: dict = {"version": version, "by_day": {}}
-    with open(os.path.join(path, "_delta_log", f"{version:020d}.json")) as log:
-        lines = log.read().splitlines()
+    lines = storage.read_bytes(storage.join(path, "_delta_log", f"{version:020d}.json")).decode().splitlines()
     for line in lines:
         action = json.loads(line)
         if "commitInfo" in action:

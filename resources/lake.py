@@ -1,9 +1,9 @@
 """Where things live in the lake. Read from the environment on every call so one process can point at another lake."""
 
 import os
-from pathlib import Path
 
 from resources.settings import REPO_ROOT, settings
+from resources.storage import join
 
 __all__ = [
     "REPO_ROOT",
@@ -14,6 +14,7 @@ __all__ = [
     "private_files",
     "shadow_path",
     "table_path",
+    "withdrawn_path",
 ]
 
 
@@ -23,28 +24,34 @@ def private_files() -> None:
     os.umask(int(settings().file_umask, 8))
 
 
-def lake_root() -> Path:
-    return Path(settings().lake_root)
+def lake_root() -> str:
+    """The lake: an absolute local folder, or `s3a://bucket/prefix` on object storage (resources/storage.py)."""
+    return settings().lake_root
 
 
-def table_path(table: str, root: Path | None = None) -> str:
-    return str((root or lake_root()) / "warehouse" / table)
+def table_path(table: str, root: str | None = None) -> str:
+    return join(root or lake_root(), "warehouse", table)
 
 
-def landing_path(dataset: str, root: Path | None = None) -> str:
-    return str((root or lake_root()) / "landing" / dataset)
+def landing_path(dataset: str, root: str | None = None) -> str:
+    return join(root or lake_root(), "landing", dataset)
 
 
-def control_path(pipeline: str, table: str, root: Path | None = None) -> str:
+def control_path(pipeline: str, table: str, root: str | None = None) -> str:
     """A pipeline's control table (its watermark, holds, audit trail...): in a folder of the pipeline's own beside the
     tables, so that pipelines sharing a lake keep their own."""
-    return str((root or lake_root()) / "warehouse" / "_control" / pipeline / table)
+    return join(root or lake_root(), "warehouse", "_control", pipeline, table)
 
 
-def plans_root(root: Path | None = None) -> Path:
+def plans_root(root: str | None = None) -> str:
     """Where plans build their shadow tables: beside the published tables, read by no one but the plan's promotion."""
-    return (root or lake_root()) / "warehouse" / "_plans"
+    return join(root or lake_root(), "warehouse", "_plans")
 
 
 def shadow_path(plan_id: str, table: str) -> str:
-    return str(plans_root() / plan_id / table)
+    return join(plans_root(), plan_id, table)
+
+
+def withdrawn_path(source: str, root: str | None = None) -> str:
+    """Where `withdraw` keeps a source's withdrawn files and their notes."""
+    return join(root or lake_root(), "withdrawn", source)

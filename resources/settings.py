@@ -16,6 +16,8 @@ from typing import Any
 from dagster import ConfigurableResource
 from pydantic import Field
 
+from resources.storage import on_object_store
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -35,10 +37,24 @@ class Codegen(Enum):
 class Settings(ConfigurableResource):
     """Every setting, with the environment variable it is read from."""
 
-    lake_root: str = Field(description="LAKE_ROOT: the lake; landing batches in landing/, Delta tables in warehouse/")
+    lake_root: str = Field(
+        description="LAKE_ROOT: the lake, a local folder or s3a://bucket/prefix; landing batches in landing/, Delta "
+        "tables in warehouse/"
+    )
+    object_store_endpoint: str = Field(
+        description="AWS_ENDPOINT_URL: the S3-compatible server of a lake on object storage (AWS itself when unset); "
+        "its keys are read from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, never shown"
+    )
+    object_store_region: str = Field(description="AWS_REGION: the region of a lake on object storage")
     partition_start_date: str = Field(description="PARTITION_START_DATE: the first daily partition")
     partition_end_date: str = Field(description="PARTITION_END_DATE: the last daily partition, inclusive")
-    backfill_max_partitions_per_run: int = Field(description="BACKFILL_MAX_PARTITIONS_PER_RUN: days per backfill run")
+    backfill_max_partitions_per_run: int = Field(
+        description="BACKFILL_MAX_PARTITIONS_PER_RUN: the most days one backfill run covers"
+    )
+    backfill_max_bytes_per_run: int = Field(
+        description="BACKFILL_MAX_BYTES_PER_RUN: the most landed bytes one backfill run reads: the days of a run are "
+        "as many as the landing's batches hold within it"
+    )
     watermark_reprocess_hours: float = Field(
         description="WATERMARK_REPROCESS_HOURS: batches landed this long before the watermark are read again"
     )
@@ -108,6 +124,20 @@ class Settings(ConfigurableResource):
         return not self.spark_remote and self.spark_master.startswith("local") and self.spark_engine == "warm"
 
     @property
+    def object_store(self) -> bool:
+        """Spark reaches object storage: the lake is there, or an S3 server is named (AWS_ENDPOINT_URL), whose lakes a
+        local one can be compared with."""
+        return on_object_store(self.lake_root) or bool(self.object_store_endpoint)
+
+    @property
+    def local_root(self) -> Path:
+        """What the lake keeps on a local disk (a local driver's log, generated inputs): the lake itself when it is a
+        local folder; for a lake on object storage, a folder of the repository's."""
+        if on_object_store(self.lake_root):
+            return REPO_ROOT / ".lake-local"
+        return Path(self.lake_root)
+
+    @property
     def profile(self) -> str:
         """Where the Spark work runs: "embedded" (local mode, on the warm engine or a driver in each process) or
         "cluster"."""
@@ -134,9 +164,12 @@ class Settings(ConfigurableResource):
 # field -> (environment variable, default)
 ENVIRONMENT = {
     "lake_root": ("LAKE_ROOT", str(REPO_ROOT / ".lake")),
+    "object_store_endpoint": ("AWS_ENDPOINT_URL", ""),
+    "object_store_region": ("AWS_REGION", ""),
     "partition_start_date": ("PARTITION_START_DATE", "2025-01-01"),
     "partition_end_date": ("PARTITION_END_DATE", "2025-03-31"),
     "backfill_max_partitions_per_run": ("BACKFILL_MAX_PARTITIONS_PER_RUN", "3660"),
+    "backfill_max_bytes_per_run": ("BACKFILL_MAX_BYTES_PER_RUN", str(512 * 2**20)),
     "watermark_reprocess_hours": ("WATERMARK_REPROCESS_HOURS", "72"),
     "restatement_window_days": ("RESTATEMENT_WINDOW_DAYS", "90"),
     "late_data_sensor_interval_s": ("LATE_DATA_SENSOR_INTERVAL_S", "10"),
@@ -164,6 +197,7 @@ SECRET_FIELDS = ("spark_remote", "spark_conf")
 
 _POSITIVE = {
     "backfill_max_partitions_per_run",
+    "backfill_max_bytes_per_run",
     "restatement_window_days",
     "late_data_sensor_interval_s",
     "check_events_max_days",
@@ -191,6 +225,12 @@ def _parsed(field: str, raw: str) -> Any:
             if not isinstance(json.loads(raw), dict):
                 raise ValueError
             return raw
+        if field == "lake_root" and "://" in raw:
+            if not on_object_store(raw) or not raw[len("s3a://") :].split("/")[0]:
+                raise ValueError
+            return raw
+        if field == "object_store_endpoint" and raw and not raw.startswith(("http://", "https://")):
+            raise ValueError
         if field == "file_umask":
             if len(raw) != 3 or any(c not in "01234567" for c in raw) or raw[-1] != "7":
                 raise ValueError
@@ -205,6 +245,8 @@ def _parsed(field: str, raw: str) -> Any:
             "spark_short_runs": "0 or 1",
             "spark_codegen": " or ".join(c.value for c in Codegen),
             "spark_engine": " or ".join(ENGINES),
+            "lake_root": "a local folder or s3a://bucket/prefix",
+            "object_store_endpoint": "an http:// or https:// URL",
             "file_umask": "three octal digits ending in 7 (others never read the lake), such as 077 or 027",
         }.get(field, f"a{'n integer' if kind is int else ' number'}")
         shown = " (its value not shown)" if field in SECRET_FIELDS else f"={raw!r}"
@@ -227,7 +269,8 @@ def _settings_of(raw: tuple[str | None, ...], cwd: str) -> Settings:
         field: _parsed(field, value or default)
         for (field, (_, default)), value in zip(ENVIRONMENT.items(), raw, strict=True)
     }
-    values["lake_root"] = str(Path(values["lake_root"]).resolve())
+    lake = values["lake_root"]
+    values["lake_root"] = lake.rstrip("/") if on_object_store(lake) else str(Path(lake).resolve())
     values["spark_engine_home"] = str(Path(values["spark_engine_home"]).resolve())
     if date.fromisoformat(values["partition_end_date"]) < date.fromisoformat(values["partition_start_date"]):
         raise SettingsError(

@@ -7,6 +7,7 @@ each process instead, `SPARK_MASTER` points at a cluster, `SPARK_REMOTE` at a Sp
 """
 
 import atexit
+import hashlib
 import os
 import threading
 from collections.abc import Iterator
@@ -46,25 +47,69 @@ SHORT_RUN_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=512m
 DELTA_JARS = ("delta-spark_4.2_2.13-4.4.0.jar", "delta-storage-4.4.0.jar")
 
 
+# For a lake on object storage: Hadoop's S3A and the AWS SDK modules it uses, in DELTA_JARS_DIR/s3a, exactly those the
+# pinned list names; and the project's log store for Delta's commits there (resources/java/ConditionalPutLogStore.java).
+OBJECT_STORE_JARS_LIST = Path(__file__).with_name("java") / "s3a-jars.sha256"
+LOG_STORE_JAR = "exactbackfills-logstore.jar"
+LOG_STORE_CLASS = "exactbackfills.ConditionalPutLogStore"
+
+
 class MissingJars(RuntimeError):
-    """The Delta jars are not where they are expected: set-up was not run (it fetches and checks them)."""
+    """The jars are not where they are expected: set-up was not run (it fetches and checks them)."""
 
 
-def delta_jars(configured: Settings | None = None) -> str:
-    """The Delta jars' paths, comma-separated, as Spark's `jars` setting takes them."""
-    folder = Path((configured or settings()).delta_jars_dir)
-    missing = [name for name in DELTA_JARS if not (folder / name).is_file()]
+def _object_store_jars() -> list[str]:
+    names = [line.split()[1] for line in OBJECT_STORE_JARS_LIST.read_text().splitlines() if line.strip()]
+    return [f"s3a/{name}" for name in names] + [LOG_STORE_JAR]
+
+
+def application_jars(configured: Settings | None = None) -> str:
+    """The jars a Spark application of the project loads, comma-separated as Spark's `jars` setting takes them: the
+    Delta jars, and for a lake on object storage S3A's."""
+    configured = configured or settings()
+    folder = Path(configured.delta_jars_dir)
+    names = [*DELTA_JARS, *(_object_store_jars() if configured.object_store else [])]
+    missing = [name for name in names if not (folder / name).is_file()]
     if missing:
         raise MissingJars(f"{', '.join(missing)} not in {folder} (DELTA_JARS_DIR): run `source scripts/setup.sh`")
-    return ",".join(str(folder / name) for name in DELTA_JARS)
+    return ",".join(str(folder / name) for name in names)
+
+
+# Names the object store's keys the driver was started with (a digest: never the keys), so that a warm engine started
+# with other keys is not used.
+OBJECT_STORE_KEYS_KEY = "spark.exactbackfills.objectStoreKeys"
+
+
+def object_store_config(configured: Settings) -> dict[str, str]:
+    """For a lake on object storage (LAKE_ROOT=s3a://bucket/prefix, or a local lake compared with one): S3A at
+    AWS_ENDPOINT_URL (path-style, as S3-compatible servers expect) in AWS_REGION, its credentials from the standard
+    AWS variables of the driver's environment (never a setting, which a command line or a log could show), and
+    Delta's commits through ConditionalPutLogStore: of two drivers committing the same version, one fails and Delta
+    retries it, instead of the later silently replacing the earlier."""
+    if not configured.object_store:
+        return {}
+    keys = f"{os.environ.get('AWS_ACCESS_KEY_ID', '')}:{os.environ.get('AWS_SECRET_ACCESS_KEY', '')}"
+    conf = {
+        "spark.hadoop.fs.s3a.aws.credentials.provider": (
+            "software.amazon.awssdk.auth.credentials.EnvironmentVariableCredentialsProvider"
+        ),
+        "spark.delta.logStore.s3a.impl": LOG_STORE_CLASS,
+        OBJECT_STORE_KEYS_KEY: hashlib.sha256(keys.encode()).hexdigest()[:16],
+    }
+    if configured.object_store_endpoint:
+        conf["spark.hadoop.fs.s3a.endpoint"] = configured.object_store_endpoint
+        conf["spark.hadoop.fs.s3a.path.style.access"] = "true"
+    if configured.object_store_region:
+        conf["spark.hadoop.fs.s3a.endpoint.region"] = configured.object_store_region
+    return conf
 
 
 def spark_log(configured: Settings) -> Path:
     """Where Spark's and Delta's log lines go (resources/log4j2.properties) instead of the terminal: the warm engine's
-    log in its folder, or the local driver's in the lake."""
+    log in its folder, or the local driver's in the lake (on its local disk)."""
     if configured.warm_engine:
         return Path(configured.spark_engine_home) / engine.LOG_FILE
-    return Path(configured.lake_root) / "logs" / "spark.log"
+    return configured.local_root / "logs" / "spark.log"
 
 
 # The driver's option naming its log file (resources/log4j2.properties).
@@ -104,10 +149,11 @@ def engine_settings(configured: Settings) -> engine.EngineSettings:
     logging = _logging_options(spark_log(configured), console=False, config=home / engine.LOG4J_FILE)
     java = f"{LOCAL_JAVA_OPTIONS} {logging}"
     local_fs = local_fs_config(configured)
-    jars = delta_jars(configured)
+    jars = application_jars(configured)
     application = {
         **APPLICATION_CONFIG,
         **private_files_config(configured),
+        **object_store_config(configured),
         **authenticated_rpc(configured),
         **{k: v for k, v in local_fs.items() if k.startswith("spark.hadoop.")},
         "spark.sql.warehouse.dir": str(home / "spark-warehouse"),
@@ -168,7 +214,11 @@ def cluster_application_conf() -> dict[str, str]:
     """The Connect server's application settings that are the project's (scripts/spark-cluster.sh): its files private,
     and the project's local file system for its driver and executors, which write the lake on this machine's disk."""
     configured = settings()
-    return {**private_files_config(configured), **local_fs_config(configured, executors=True)}
+    return {
+        **private_files_config(configured),
+        **local_fs_config(configured, executors=True),
+        **object_store_config(configured),
+    }
 
 
 def _session_config() -> dict[str, str]:
@@ -241,7 +291,7 @@ def spark_config(
             {
                 "spark.app.name": "exact-backfills",
                 **APPLICATION_CONFIG,
-                "spark.sql.warehouse.dir": str(Path(configured.lake_root) / "spark-warehouse"),
+                "spark.sql.warehouse.dir": str(configured.local_root / "spark-warehouse"),
                 "spark.master": configured.spark_master,
                 "spark.driver.memory": configured.spark_driver_memory,
             }
@@ -249,8 +299,9 @@ def spark_config(
         if configured.spark_master.startswith("local"):
             conf.update(_local_mode_config(configured, short_runs or configured.spark_short_runs))
         conf.update(private_files_config(configured))
+        conf.update(object_store_config(configured))
         conf.update(authenticated_rpc(configured))
-        conf["spark.jars"] = delta_jars(configured)
+        conf["spark.jars"] = application_jars(configured)
     if configured.codegen is Codegen.INTERPRETED:
         conf.update(INTERPRETED_CONFIG)
     if with_secrets:
@@ -379,9 +430,9 @@ _released: set[int] = set()
 def _release_at_exit(session: SparkSession) -> None:
     """Release a Connect session when the process exits, before Python's last garbage collection. A DataFrame cached
     on the server and still referenced then (a failed run's checkpoints) asks the server to drop it from its
-    finalizer; over an authenticated channel that call starts a thread, which an interpreter that is finalizing never
-    runs: the process would hang at its exit. Released first, the session's finalizers do nothing, and the server
-    drops what the session cached."""
+    finalizer; with a `token` parameter in the URL (engine.token_parameter) that call starts a thread, which an
+    interpreter that is finalizing never runs: the process would hang at its exit. Released first, the session's
+    finalizers do nothing, and the server drops what the session cached."""
     if id(session) in _released:
         return
     _released.add(id(session))

@@ -78,20 +78,50 @@ for entry in "${DELTA_JARS[@]}"; do
   fi
 done
 
-# The project's classes: the local file system (resources/spark.py) and the password filter of the cluster's web UIs
-# (scripts/spark-cluster.sh), each against the API pyspark ships.
-build_jar() {  # jar source api-jar-glob
-  local jar="$JARS_DIR/$1" classes api
-  if [ ! -f "$jar" ] || [ "$2" -nt "$jar" ]; then
+# Object storage (LAKE_ROOT=s3a://...): Hadoop's S3A with the AWS SDK modules it uses (resources/java/s3a-jars.pom.xml)
+# in .jars/s3a, less what Spark already has; and s3proxy, the S3 server of scripts/object-store.sh. Each jar is checked
+# against its pinned SHA-256 (resources/java/s3a-jars.sha256).
+S3A_DIR="$JARS_DIR/s3a"
+s3a_jars_pinned() { (cd "$S3A_DIR" 2>/dev/null && sha256sum --quiet -c "$ROOT/resources/java/s3a-jars.sha256" >/dev/null 2>&1); }
+if ! s3a_jars_pinned; then
+  quietly mvn -q -B -f resources/java/s3a-jars.pom.xml org.apache.maven.plugins:maven-dependency-plugin:2.8:copy-dependencies \
+    -DincludeScope=runtime -DoutputDirectory="$S3A_DIR" \
+    -DexcludeGroupIds=io.netty,org.slf4j,commons-codec,commons-logging,org.apache.httpcomponents
+  if ! s3a_jars_pinned; then
+    rm -rf "$S3A_DIR"
+    echo "setup: the S3A jars Maven gave do not have their SHA-256 in resources/java/s3a-jars.sha256: removed" >&2; exit 1
+  fi
+fi
+S3PROXY_JAR=s3proxy-4.1.0-jar-with-dependencies.jar
+S3PROXY_SHA256=a4d025969aaf796616ed4b1e2491d87d455ce84bb28cb9db086b2e6aaa68b48d
+if [ ! -f "$JARS_DIR/$S3PROXY_JAR" ]; then
+  quietly mvn -q -B org.apache.maven.plugins:maven-dependency-plugin:2.8:copy \
+    -Dartifact=org.gaul:s3proxy:4.1.0:jar:jar-with-dependencies -DoutputDirectory="$JARS_DIR"
+fi
+if ! echo "$S3PROXY_SHA256  $JARS_DIR/$S3PROXY_JAR" | sha256sum --quiet -c - >/dev/null 2>&1; then
+  rm -f "$JARS_DIR/$S3PROXY_JAR"
+  echo "setup: $S3PROXY_JAR does not have its pinned SHA-256 $S3PROXY_SHA256: removed" >&2; exit 1
+fi
+
+# The project's classes: the local file system (resources/spark.py), the password filter of the cluster's web UIs
+# (scripts/spark-cluster.sh) and Delta's log store for object storage (resources/spark.py), each against the APIs
+# pyspark and those jars ship.
+build_jar() {  # jar source classpath-globs...
+  local jar="$JARS_DIR/$1" source="$2" classes classpath
+  shift 2
+  if [ ! -f "$jar" ] || [ "$source" -nt "$jar" ]; then
     classes="$(mktemp -d)"
-    api="$(ls .venv/lib/python3*/site-packages/pyspark/jars/$3)"
-    javac -nowarn --release 17 -cp "$api" -d "$classes" "$2"
+    classpath="$(ls "$@" | paste -sd:)"
+    javac -nowarn --release 17 -cp "$classpath" -d "$classes" "$source"
     jar cf "$jar" -C "$classes" .
     rm -rf "$classes"
   fi
 }
-build_jar exactbackfills-localfs.jar resources/java/NioLocalFileSystem.java 'hadoop-client-api-*.jar'
-build_jar exactbackfills-uifilter.jar resources/java/PasswordFilter.java 'jakarta.servlet-api-*.jar'
+PYSPARK_JARS="$(ls -d .venv/lib/python3*/site-packages/pyspark/jars)"
+build_jar exactbackfills-localfs.jar resources/java/NioLocalFileSystem.java "$PYSPARK_JARS"/hadoop-client-api-*.jar
+build_jar exactbackfills-uifilter.jar resources/java/PasswordFilter.java "$PYSPARK_JARS"/jakarta.servlet-api-*.jar
+build_jar exactbackfills-logstore.jar resources/java/ConditionalPutLogStore.java "$PYSPARK_JARS"/hadoop-client-api-*.jar \
+  "$JARS_DIR/delta-storage-${DELTA_VERSION}.jar" "$S3A_DIR"/hadoop-aws-*.jar
 
 export DAGSTER_HOME="${DAGSTER_HOME:-$ROOT/.dagster_home}"
 mkdir -p "$DAGSTER_HOME"

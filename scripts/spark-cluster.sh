@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# A real Spark cluster on this machine, on 127.0.0.1 only: a standalone master, a worker, and a Spark Connect server
+# A real Spark cluster on this machine, on 127.0.0.1 only: a standalone master, SPARK_WORKERS [1] workers, and a Spark
+# Connect server
 # whose application runs on that master with the Delta jars and the project's settings. Runs outlive no process of
 # the pipeline: every run connects to the same warm application (SPARK_REMOTE=sc://127.0.0.1:$SPARK_CONNECT_PORT, with
 # the token of SPARK_CONNECT_TOKEN_FILE).
@@ -7,13 +8,14 @@
 #   bash scripts/spark-cluster.sh start|stop|status
 #
 # Nothing another user can use: the Connect server runs nothing for a client without the cluster's token; the master,
-# the worker and the application authenticate each other with a shared secret (spark.authenticate); the master takes
+# the workers and the application authenticate each other with a shared secret (spark.authenticate); the master takes
 # no REST submissions and its UI has no kill links; both web UIs ask for the operator's password. Each start makes a
 # new token and secret. State in .cluster/ (git-ignored), readable by its user alone: pid and log files, `token`,
 # `conf/` (the daemons' settings, the secret among them), `connect.conf` (the application's), `ui-credentials`.
-# Ports: SPARK_MASTER_PORT [7077], SPARK_MASTER_WEBUI_PORT [8080], SPARK_WORKER_WEBUI_PORT [8081], SPARK_CONNECT_PORT
-# [15002]; SPARK_CLUSTER_HOST [127.0.0.1] the address they listen on (another is for a real cluster: add TLS and a
-# firewall first, docs/production.md); SPARK_WORKER_CORES [2], SPARK_WORKER_MEMORY [8g]; the Connect server's driver
+# Ports: SPARK_MASTER_PORT [7077], SPARK_MASTER_WEBUI_PORT [8080], SPARK_WORKER_WEBUI_PORT [8081] (the next ones for
+# the next workers), SPARK_CONNECT_PORT [15002]; SPARK_CLUSTER_HOST [127.0.0.1] the address they listen on (another is
+# for a real cluster: add TLS and a firewall first, docs/production.md); each worker's SPARK_WORKER_CORES [the
+# machine's cores shared among the workers], SPARK_WORKER_MEMORY [8g]; the Connect server's driver
 # SPARK_CONNECT_DRIVER_MEMORY [2g], its executor SPARK_EXECUTOR_MEMORY [4g] (Spark's defaults of 1g each are for a
 # laptop, not for a backfill's year of TPC-H SF1 line items cached between checks).
 set -euo pipefail
@@ -27,6 +29,12 @@ HOST="${SPARK_CLUSTER_HOST:-127.0.0.1}"
 MASTER_PORT="${SPARK_MASTER_PORT:-7077}"
 MASTER_UI_PORT="${SPARK_MASTER_WEBUI_PORT:-8080}"
 WORKER_UI_PORT="${SPARK_WORKER_WEBUI_PORT:-8081}"
+WORKERS="${SPARK_WORKERS:-1}"
+[[ "$WORKERS" =~ ^[1-9][0-9]*$ ]] || { echo "spark-cluster: SPARK_WORKERS=$WORKERS is not a positive count" >&2; exit 1; }
+WORKER_CORES="${SPARK_WORKER_CORES:-$(( $(nproc) / WORKERS > 0 ? $(nproc) / WORKERS : 1 ))}"
+workers() { for i in $(seq "$WORKERS"); do echo "worker-$i"; done; }
+# Every worker a pid file names, whatever SPARK_WORKERS was when they started.
+started_workers() { for pid in "$STATE"/worker*.pid; do [ -f "$pid" ] && basename "$pid" .pid; done; return 0; }
 CONNECT_PORT="${SPARK_CONNECT_PORT:-15002}"
 STATE="$ROOT/.cluster"
 SPARK_HOME="$(.venv/bin/python -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))')"
@@ -44,14 +52,14 @@ port_taken() { (exec 3<>"/dev/tcp/$HOST/$1") 2>/dev/null; }
 
 start() {
   mkdir -p "$STATE/logs" "$STATE/work"
-  for name in master worker connect; do
+  for name in master $(started_workers) connect; do
     if alive "$name"; then echo "spark-cluster: already running ($name pid $(cat "$STATE/$name.pid")); stop it first" >&2; exit 1; fi
   done
-  for port in "$MASTER_PORT" "$MASTER_UI_PORT" "$WORKER_UI_PORT" "$CONNECT_PORT"; do
+  for port in "$MASTER_PORT" "$MASTER_UI_PORT" $(seq "$WORKER_UI_PORT" $((WORKER_UI_PORT + WORKERS - 1))) "$CONNECT_PORT"; do
     if port_taken "$port"; then echo "spark-cluster: port $HOST:$port is taken by another process; set the SPARK_*_PORT variables" >&2; exit 1; fi
   done
-  # Exactly the jars set-up fetched and checked (resources/spark.py DELTA_JARS).
-  if ! delta_jars="$(.venv/bin/python -c 'from resources.spark import delta_jars; print(delta_jars())' 2>"$STATE/logs/jars.err")"; then
+  # Exactly the jars set-up fetched and checked (resources/spark.py application_jars).
+  if ! jars="$(.venv/bin/python -c 'from resources.spark import application_jars; print(application_jars())' 2>"$STATE/logs/jars.err")"; then
     echo "spark-cluster: $(tail -1 "$STATE/logs/jars.err" | sed 's/^[A-Za-z.]*: //')" >&2; exit 1
   fi
   [ -f "$SPARK_DAEMON_CLASSPATH" ] || { echo "spark-cluster: $SPARK_DAEMON_CLASSPATH missing: run scripts/setup.sh" >&2; exit 1; }
@@ -61,10 +69,14 @@ start() {
   launch master "$SPARK_HOME/bin/spark-class" org.apache.spark.deploy.master.Master \
     --host "$HOST" --port "$MASTER_PORT" --webui-port "$MASTER_UI_PORT"
   wait_until master 60 port_taken "$MASTER_PORT"
-  launch worker "$SPARK_HOME/bin/spark-class" org.apache.spark.deploy.worker.Worker \
-    --host "$HOST" --webui-port "$WORKER_UI_PORT" --cores "${SPARK_WORKER_CORES:-2}" --memory "${SPARK_WORKER_MEMORY:-8g}" \
-    "spark://$HOST:$MASTER_PORT"
-  wait_until worker 60 port_taken "$WORKER_UI_PORT"
+  local i=0
+  for name in $(workers); do
+    launch "$name" "$SPARK_HOME/bin/spark-class" org.apache.spark.deploy.worker.Worker \
+      --host "$HOST" --webui-port $((WORKER_UI_PORT + i)) --cores "$WORKER_CORES" --memory "${SPARK_WORKER_MEMORY:-8g}" \
+      --work-dir "$STATE/work/$name" "spark://$HOST:$MASTER_PORT"
+    wait_until "$name" 60 port_taken $((WORKER_UI_PORT + i))
+    i=$((i + 1))
+  done
   # The Connect server's application: the Delta jars (shipped to the executors), Delta's SQL extension and catalog,
   # and the project's session settings (UTC dates, Parquet nanosecond timestamps as numbers).
   # The lake is on this machine's disk, which the server's driver and its executor write: the project's local file
@@ -96,12 +108,12 @@ CONF
     --class org.apache.spark.sql.connect.service.SparkConnectServer \
     --master "spark://$HOST:$MASTER_PORT" \
     --name exact-backfills-connect \
-    --jars "$delta_jars" \
+    --jars "$jars" \
     --driver-memory "${SPARK_CONNECT_DRIVER_MEMORY:-2g}" \
     --driver-java-options "$LOG4J" \
     "$(ls "$SPARK_HOME"/jars/spark-connect_*.jar)"
   wait_until connect 120 port_taken "$CONNECT_PORT"
-  echo "spark-cluster: master spark://$HOST:$MASTER_PORT (UI http://$HOST:$MASTER_UI_PORT), one worker, Spark Connect sc://$HOST:$CONNECT_PORT"
+  echo "spark-cluster: master spark://$HOST:$MASTER_PORT (UI http://$HOST:$MASTER_UI_PORT), $WORKERS worker(s), Spark Connect sc://$HOST:$CONNECT_PORT"
   echo "  use it: export SPARK_REMOTE=sc://$HOST:$CONNECT_PORT SPARK_CONNECT_TOKEN_FILE=$STATE/token"
   echo "  its web UIs: user and password in $STATE/ui-credentials"
 }
@@ -123,7 +135,7 @@ CONF
 }
 
 stop() {
-  stop_processes connect worker master
+  stop_processes connect $(started_workers) master
   rm -f "$STATE/token" "$STATE/conf/spark-defaults.conf" "$STATE/connect.conf"
   echo "spark-cluster: stopped"
 }
@@ -131,6 +143,6 @@ stop() {
 case "${1:-}" in
   start) start ;;
   stop) stop ;;
-  status) report_processes master worker connect ;;
+  status) report_processes master $(started_workers) connect ;;
   *) echo "usage: bash scripts/spark-cluster.sh start|stop|status" >&2; exit 2 ;;
 esac

@@ -30,6 +30,7 @@ _LONGEST_FIRST = [
     "test_ml_features.py",
     "test_your_pipeline.py",
     "test_cluster_profile.py",
+    "test_object_store.py",
     "test_reliability.py",
     "test_faults.py",
     "test_cli.py",

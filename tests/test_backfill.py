@@ -162,7 +162,10 @@ def test_a_one_day_run_reads_only_its_day_of_a_table_and_only_the_landed_batches
     landed_dirs = landing.batch_dirs(ORDER_ITEMS)
     assert landing_read["batches"] == len(expected) < landing_read["batches_total"] == len(landed_dirs)
     assert landing_read["files"] == sum(
-        1 for d in landed_dirs if date.fromisoformat(landing.batch_name(d)) in expected for f in d.glob("*.parquet")
+        1
+        for d in landed_dirs
+        if date.fromisoformat(landing.batch_name(d)) in expected
+        for f in Path(d.path).glob("*.parquet")
     )
     assert landing_read["bytes"] < landing_read["bytes_total"]
 

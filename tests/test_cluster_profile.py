@@ -28,7 +28,7 @@ from exact_backfills.instance import write_config
 from resources.delta_io import read_days, read_table
 from resources.lake import REPO_ROOT, table_path
 from tests.support.event_storage import assert_records_as_dagsters_own
-from tests.support.lake import duplicate_keys, environment, from_scratch, rows, versions
+from tests.support.lake import duplicate_keys, environment, from_scratch, own_engine_session, rows, versions
 from tests.support.late_batches import (
     assert_rewrote_exactly,
     land_batch,
@@ -53,6 +53,7 @@ from tests.support.other_user import (
     python_as_other,
     readable_by_other,
 )
+from tests.support.services import object_store, script, start
 from tests.support.slot_claims import assert_one_holds_the_slot_and_the_other_gets_it_next
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]
@@ -65,56 +66,55 @@ TABLES = [*PUBLISH_ORDER, QUARANTINE_ORDER_ITEMS]
 CONNECT_PORT = os.environ.get("SPARK_CONNECT_PORT", "15002")
 MASTER_PORT = os.environ.get("SPARK_MASTER_PORT", "7077")
 MASTER_UI_PORT = os.environ.get("SPARK_MASTER_WEBUI_PORT", "8080")
-WORKER_UI_PORT = os.environ.get("SPARK_WORKER_WEBUI_PORT", "8081")
+WORKER_UI_PORT = int(os.environ.get("SPARK_WORKER_WEBUI_PORT", "8081"))
+WORKERS = 2
 PG_PORTS = (os.environ.get("DAGSTER_PG_PORT", "55432"), os.environ.get("DAGSTER_PG_SERVER_PORT", "55433"))
 UI_PORT = os.environ.get("DAGSTER_UI_PORT", "3443")
 CLUSTER_STATE = REPO_ROOT / ".cluster"
 
 
-def _script(name: str, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        ["bash", str(REPO_ROOT / "scripts" / name), *args], cwd=REPO_ROOT, capture_output=True, text=True, check=check
-    )
-
-
-def _service(name: str):
-    """Start a service by its script unless it runs already; stop it afterwards only if this test started it."""
-    started = _script(name, "status", check=False).returncode != 0
-    if started:
-        done = _script(name, "start", check=False)
-        assert done.returncode == 0, f"{name} start failed:\n{done.stdout}\n{done.stderr}"
-    return started
+@pytest.fixture(scope="module")
+def profile(tmp_path_factory):
+    """The object store, the cluster (two workers) and PostgreSQL up, each started by its script; a lake on the object
+    store (a prefix of this module's own), a Dagster home and a database of this module's own."""
+    store_home = tmp_path_factory.mktemp("object_store_server")
+    with object_store(store_home) as store:
+        reach_store = {k: v for k, v in store.items() if k != "LAKE_ROOT"} | {"OBJECT_STORE_HOME": str(store_home)}
+        with environment(**reach_store, SPARK_WORKERS=str(WORKERS)):
+            cluster_started = start("spark-cluster.sh")
+        postgres_started = start("postgres.sh")
+        database = f"test_{uuid.uuid4().hex[:12]}"
+        url = script("postgres.sh", "url").stdout.strip()
+        script("postgres.sh", "psql", f"CREATE DATABASE {database} OWNER dagster")
+        root = tmp_path_factory.mktemp("cluster_lake")
+        home = root / "dagster_home"
+        env = {
+            **reach_store,
+            "SPARK_REMOTE": f"sc://127.0.0.1:{CONNECT_PORT}",
+            "SPARK_CONNECT_TOKEN_FILE": str(CLUSTER_STATE / "token"),
+            "DAGSTER_POSTGRES_URL": f"{url.rsplit('/', 1)[0]}/{database}",
+            "PGPASSFILE": script("postgres.sh", "passfile").stdout.strip(),
+            "DAGSTER_HOME": str(home),
+            "LAKE_ROOT": f"{store['LAKE_ROOT']}-cluster-{uuid.uuid4().hex[:12]}",
+        }
+        try:
+            # This process reads the same lake and instance with a Spark of its own (SPARK_REMOTE: the commands only).
+            with environment(**{k: v for k, v in env.items() if k != "SPARK_REMOTE"}):
+                write_config(home)  # the project's dagster.yaml with PostgreSQL storage, as the profile's commands do
+                with DagsterInstance.get() as instance:
+                    yield env, instance
+        finally:
+            if cluster_started:
+                script("spark-cluster.sh", "stop", check=False)
+            if postgres_started:
+                script("postgres.sh", "stop", check=False)
 
 
 @pytest.fixture(scope="module")
-def profile(tmp_path_factory):
-    """The cluster and PostgreSQL up; a lake, a Dagster home and a database of this module's own."""
-    cluster_started = _service("spark-cluster.sh")
-    postgres_started = _service("postgres.sh")
-    database = f"test_{uuid.uuid4().hex[:12]}"
-    url = _script("postgres.sh", "url").stdout.strip()
-    _script("postgres.sh", "psql", f"CREATE DATABASE {database} OWNER dagster")
-    root = tmp_path_factory.mktemp("cluster_lake")
-    home = root / "dagster_home"
-    env = {
-        "SPARK_REMOTE": f"sc://127.0.0.1:{CONNECT_PORT}",
-        "SPARK_CONNECT_TOKEN_FILE": str(CLUSTER_STATE / "token"),
-        "DAGSTER_POSTGRES_URL": f"{url.rsplit('/', 1)[0]}/{database}",
-        "PGPASSFILE": _script("postgres.sh", "passfile").stdout.strip(),
-        "DAGSTER_HOME": str(home),
-        "LAKE_ROOT": str(root),
-    }
-    try:
-        # This process reads the same lake and instance; its own Spark stays local (SPARK_REMOTE: the commands only).
-        with environment(**{k: v for k, v in env.items() if k != "SPARK_REMOTE"}):
-            write_config(home)  # the project's dagster.yaml with PostgreSQL storage, as the profile's commands write it
-            with DagsterInstance.get() as instance:
-                yield env, instance
-    finally:
-        if cluster_started:
-            _script("spark-cluster.sh", "stop", check=False)
-        if postgres_started:
-            _script("postgres.sh", "stop", check=False)
+def spark(profile, tmp_path_factory):
+    """This module's session, on a warm engine of its own, which reaches the object store."""
+    with own_engine_session(tmp_path_factory.mktemp("engine")) as session:
+        yield session
 
 
 def test_of_two_processes_claiming_the_lake_writes_slot_at_once_on_postgresql_one_holds_it_the_other_waits(profile):
@@ -130,8 +130,8 @@ def _postgres_instance(tmp_path, storage: str):
     """An instance on a new database of the profile's PostgreSQL: the project's event log class ("project"), or
     Dagster's own PostgreSQL storage ("dagster")."""
     database = f"test_{uuid.uuid4().hex[:12]}"
-    _script("postgres.sh", "psql", f"CREATE DATABASE {database} OWNER dagster")
-    url = f"{_script('postgres.sh', 'url').stdout.strip().rsplit('/', 1)[0]}/{database}"
+    script("postgres.sh", "psql", f"CREATE DATABASE {database} OWNER dagster")
+    url = f"{script('postgres.sh', 'url').stdout.strip().rsplit('/', 1)[0]}/{database}"
     if storage == "dagster":
         overrides: dict = {"storage": {"postgres": {"postgres_url": url}}}
     else:
@@ -408,7 +408,7 @@ def test_another_user_cannot_run_an_application_on_the_master(profile):
 
 def test_the_clusters_web_uis_ask_for_the_operators_password_and_have_no_kill_links(profile):
     credentials = tuple((CLUSTER_STATE / "ui-credentials").read_text().strip().split(":", 1))
-    for port in (MASTER_UI_PORT, WORKER_UI_PORT):
+    for port in (MASTER_UI_PORT, *(WORKER_UI_PORT + i for i in range(WORKERS))):
         assert _request(f"http://127.0.0.1:{port}/")[0] == 401
         assert _request(f"http://127.0.0.1:{port}/", (credentials[0], "guessed"))[0] == 401
         status, page = _request(f"http://127.0.0.1:{port}/", credentials)
@@ -452,20 +452,22 @@ def _secrets(env: dict) -> dict[str, str]:
             found["cluster secret"] = line.split(" ", 1)[1]
     for line in Path(env["PGPASSFILE"]).read_text().splitlines():
         found[f"PostgreSQL password of {line.split(':')[3]}"] = line.rsplit(":", 1)[1]
-    assert len(found) == 5, sorted(found)
+    found["object store key"] = env["AWS_SECRET_ACCESS_KEY"]
+    assert len(found) == 6, sorted(found)
     return found
 
 
 def test_no_secret_of_the_profile_is_on_a_command_line_or_in_an_environment_another_user_reads(profile, ui, built):
     env, _ = profile
     seen = command_lines_seen_by_other()
-    assert "SparkConnectServer" in seen and "pgbouncer" in seen and "nginx" in seen  # the processes are there
+    assert all(p in seen for p in ("SparkConnectServer", "pgbouncer", "nginx", "s3proxy"))  # the processes are there
     assert [name for name, secret in _secrets(env).items() if secret in seen] == []
 
 
 def test_no_file_of_the_profiles_state_or_lake_is_open_to_another_user(profile, ui, built):
     env, _ = profile
-    paths = everything_under(CLUSTER_STATE, REPO_ROOT / ".postgres", Path(env["LAKE_ROOT"]))
+    # The lake is the object store's: its objects are files in its folder.
+    paths = everything_under(CLUSTER_STATE, REPO_ROOT / ".postgres", Path(env["OBJECT_STORE_HOME"]))
     assert any(p.name == "pgpass" for p in paths) and any(p.suffix == ".parquet" for p in paths)
     assert open_to_others(paths) == []
     assert readable_by_other(paths) == []

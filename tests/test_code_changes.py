@@ -120,7 +120,7 @@ def fixed(built, tmp_path_factory) -> Path:
 def from_scratch(spark, built, fixed, tmp_path_factory) -> dict[str, dict[str, list[dict]]]:
     """Every table's rows, by day, as the fixed code builds them from scratch over a copy of this lake's landing."""
     scratch = tmp_path_factory.mktemp("scratch")
-    shutil.copytree(lake_root() / "landing", scratch / "landing")
+    shutil.copytree(Path(lake_root()) / "landing", scratch / "landing")
     home = scratch / "dagster_home"
     run_in(
         fixed,
@@ -277,7 +277,7 @@ def test_promote_writes_exactly_the_changed_days_then_every_table_equals_a_from_
     assert plan_of(promoted.again)["tables"] == {}  # a second plan finds nothing to do
     before = found["tables"]["customer_daily_features"]["code_version"]["before"]
     assert f"customer_daily_features: code {before}" in promoted.note.out and "(status: promoted)" in promoted.note.out
-    assert not (lake_root() / "warehouse" / "_plans" / found["plan_id"]).exists()  # its shadow tables are gone
+    assert not (Path(lake_root()) / "warehouse" / "_plans" / found["plan_id"]).exists()  # its shadow tables are gone
 
 
 def test_a_fact_fix_makes_every_day_built_from_the_fact_stale_and_if_it_changes_no_row_promoting_it_writes_nothing(

@@ -25,7 +25,7 @@ from exact_backfills.late_data import (
     read_name,
     window_start,
 )
-from exact_backfills.partitions import chunks, days, first_day, last_day
+from exact_backfills.partitions import chunks, days, days_per_run, first_day, last_day
 from exact_backfills.publish import (
     Change,
     Hold,
@@ -600,3 +600,33 @@ def test_a_change_refused_for_held_days_names_who_held_each_day_and_how_to_relea
         "run r1"
     )
     assert said.endswith("Publish them again with `release --start D1 --end D2`, or leave them out.")
+
+
+SF1_BATCH = 76_000  # bytes a day lands in the TPC-H SF1 bench: 183 MB over 2,409 batches
+BUDGET = 512 * 2**20
+
+
+def test_a_history_whose_landing_fits_the_budget_is_one_run_and_ten_times_as_much_is_cut_into_runs_within_it():
+    assert days_per_run([SF1_BATCH] * 2409, BUDGET, 3660) == 3660
+    ten_times = days_per_run([10 * SF1_BATCH] * 2409, BUDGET, 3660)
+    assert ten_times == BUDGET // (10 * SF1_BATCH)
+    assert len(chunks(date(1992, 1, 2), date(1998, 8, 3), ten_times)) == 4
+
+
+def test_a_run_is_sized_for_the_busiest_stretch_of_the_landing_not_its_average():
+    quiet_then_busy = [1_000] * 300 + [100_000] * 60
+    n = days_per_run(quiet_then_busy, 1_000_000, 3660)
+    assert n == 10  # ten busy days fill a run wherever it falls; the quiet days alone would allow a thousand
+
+
+@given(st.lists(st.integers(min_value=0, max_value=10_000), min_size=1, max_size=200), st.integers(1, 50_000))
+def test_no_run_of_the_chosen_length_reads_more_than_the_budget_unless_one_day_alone_does(sizes, budget):
+    n = days_per_run(sizes, budget, 3660)
+    windows = [sum(sizes[i : i + n]) for i in range(max(1, len(sizes) - n + 1))]
+    assert n == 1 or max(windows) <= budget
+    assert n == 3660 or n == len(sizes) or max(sum(sizes[i : i + n + 1]) for i in range(len(sizes) - n)) > budget
+
+
+def test_a_run_never_covers_more_days_than_the_configured_most():
+    assert days_per_run([10] * 100, 10**9, 31) == 31
+    assert days_per_run([10**6] * 100, 10**7, 5) == 5

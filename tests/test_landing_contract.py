@@ -186,7 +186,7 @@ def test_withdrawing_a_published_file_removes_its_rows_and_restores_the_previous
 
 
 def _withdrawal_notes() -> dict[str, dict]:
-    return {str(p): json.loads(p.read_text()) for p in (lake_root() / "withdrawn").rglob("*.withdrawn.json")}
+    return {str(p): json.loads(p.read_text()) for p in (Path(lake_root()) / "withdrawn").rglob("*.withdrawn.json")}
 
 
 def test_a_withdrawal_killed_between_its_note_and_its_move_is_finished_by_running_it_again(spark, landed, capsys):

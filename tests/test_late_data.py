@@ -6,6 +6,7 @@ The tests share one lake and run in file order: each lands a new batch on top of
 import json
 import shutil
 from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from dagster import (
@@ -330,12 +331,12 @@ def test_a_restatement_stages_from_staging_and_the_new_batches_without_reading_t
     history.mkdir()
     older = [p for p in landing.batch_dirs(ORDER_ITEMS) if landing.batch_name(p) != batch.isoformat()]
     for p in older:
-        shutil.move(p, history / p.name)
+        shutil.move(p.path, history / p.name)
     try:
         result = late_data.restate(spark, ORDERS)
     finally:
         for p in older:
-            shutil.move(history / p.name, p)
+            shutil.move(history / p.name, p.path)
     assert set(result.detection.days[STG_ORDER_ITEMS]) == {day}
     staged_after = {
         (r.order_id, r.order_item_id): r.quantity
@@ -503,7 +504,7 @@ def test_after_every_restatement_above_every_table_equals_a_from_scratch_build(
 
     restated = {t: rows(spark, t) for t in COMPARED}
     scratch = tmp_path / "scratch"
-    shutil.copytree(lake_root() / "landing", scratch / "landing")
+    shutil.copytree(Path(lake_root()) / "landing", scratch / "landing")
     monkeypatch.setenv("LAKE_ROOT", str(scratch))
     from dagster import DagsterInstance
 

@@ -10,6 +10,7 @@ import json
 import shutil
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 from dagster import RunRequest, build_sensor_context
@@ -214,7 +215,7 @@ def test_a_code_change_is_planned_and_promoted_on_exactly_the_days_a_from_scratc
 ):
     fixed = project_with(tmp_path / "fixed", CAPPED)
     scratch = tmp_path / "scratch"
-    shutil.copytree(lake_root() / "landing", scratch / "landing")
+    shutil.copytree(Path(lake_root()) / "landing", scratch / "landing")
     home = str(scratch / "home")
     run_in(
         fixed, "-m", "exact_backfills", "--pipeline", REFERENCE, "backfill", LAKE_ROOT=str(scratch), DAGSTER_HOME=home

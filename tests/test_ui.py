@@ -322,7 +322,8 @@ def test_the_resources_page_shows_the_settings_the_runs_use(ui, lake):
         at = lines.index(field)
         shown = [line.strip('"') for line in lines[at + 1 : at + 4]]  # its description, type and value (text quoted)
         assert value in shown, (field, value, lines[at : at + 4])
-    assert "BACKFILL_MAX_PARTITIONS_PER_RUN: days per backfill run" in lines  # with the variable each is read from
+    # With the variable each is read from.
+    assert "BACKFILL_MAX_PARTITIONS_PER_RUN: the most days one backfill run covers" in lines
     ui.screenshot("settings-resource")
 
 

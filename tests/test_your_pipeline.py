@@ -220,7 +220,7 @@ def test_late_and_corrected_batches_restate_exactly_their_days_through_the_windo
 def test_a_code_change_is_planned_and_promoted_on_exactly_the_days_it_changes(spark, shop, built, tmp_path):
     fixed = write_package(tmp_path / "fixed", PIPELINE.replace(*CAPPED))
     scratch = tmp_path / "scratch"
-    shutil.copytree(lake_root() / "landing", scratch / "landing")
+    shutil.copytree(Path(lake_root()) / "landing", scratch / "landing")
     run_in(
         fixed,
         "-m",

@@ -36,6 +36,27 @@ def rows(spark, table):
     return sorted(found, key=lambda row: repr(sorted(row.items())))
 
 
+def day_sha256(spark, pipeline: Pipeline = ORDERS) -> dict[str, dict]:
+    """The SHA-256 fingerprint (the checks' own) of every day of every table of the pipeline, without the run that
+    wrote a row, and with the landed file a row came from named by its batch folder (a file's own name is made by the
+    writer that landed it): two lakes with equal fingerprints hold the same rows from the same batches."""
+    from pyspark.sql import functions as F
+
+    from exact_backfills.checks import day_fingerprints
+    from exact_backfills.declare import FILE_COLUMN
+
+    def comparable(table):
+        rows = read_table(spark, table).drop("run_id")
+        if FILE_COLUMN in rows.columns:
+            rows = rows.withColumn(FILE_COLUMN, F.regexp_extract(FILE_COLUMN, "^(.*)/[^/]*$", 1))
+        return rows
+
+    return {
+        t: {r.day: r.fingerprint for r in day_fingerprints(comparable(t), pipeline.day_column[t]).collect()}
+        for t in pipeline.every_table
+    }
+
+
 def files_by_day(spark, table, day_column):
     """The table's live data files, grouped by the day partition folder they sit in."""
     by_day = defaultdict(set)
@@ -62,15 +83,47 @@ def duplicate_keys(spark, table, pipeline: Pipeline = ORDERS):
 def from_scratch(spark, tmp_path, start, end, view=None, pipeline: Pipeline = ORDERS):
     """Every table's rows as a from-scratch backfill of start..end over a copy of this lake's landing builds them, in
     a lake and a Dagster instance of its own (or `view(spark)` of that lake)."""
-    import shutil
-
     from dagster import DagsterInstance
 
     from exact_backfills.backfill import run_backfill
-    from resources.lake import lake_root
 
     scratch = tmp_path / "scratch"
-    shutil.copytree(lake_root() / "landing", scratch / "landing")
+    copy_landing(scratch)
     with environment(LAKE_ROOT=str(scratch)), DagsterInstance.ephemeral() as instance:
         assert run_backfill(pipeline, start, end, chunk_size=366, instance=instance, echo=lambda _: None)
         return view(spark) if view else {t: rows(spark, t) for t in pipeline.every_table}
+
+
+def copy_landing(to: Path) -> None:
+    """This lake's landing, on a local folder or on object storage, copied into the local lake `to`, file by file."""
+    from resources import storage
+    from resources.lake import landing_path
+
+    root = landing_path("")
+    for file in storage.files_below(root):
+        target = to / "landing" / storage.relative_to(file.path, root)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(storage.read_bytes(file.path))
+
+
+@contextmanager
+def own_engine_session(home: Path):
+    """A session on a warm engine of its own in `home`, started with this process's environment: for a module whose
+    lake the test session's engine does not reach (object storage). The engine stops afterwards."""
+    import subprocess
+    import sys
+
+    from pyspark.sql import SparkSession
+
+    from resources import engine
+    from resources.settings import settings
+    from resources.spark import engine_settings
+
+    with environment(SPARK_ENGINE_HOME=str(home)):
+        warm = engine.ensure(home, engine_settings(settings()))
+        session = SparkSession.builder.remote(engine.client_url(home, warm)).create()
+        try:
+            yield session
+        finally:
+            session.stop()
+            subprocess.run([sys.executable, "-m", "exact_backfills", "engine", "stop"], capture_output=True)

@@ -1,0 +1,47 @@
+package exactbackfills;
+
+import io.delta.storage.S3SingleDriverLogStore;
+import java.io.IOException;
+import java.nio.charset.StandardCharsets;
+import java.util.Iterator;
+import org.apache.hadoop.conf.Configuration;
+import org.apache.hadoop.fs.FSDataOutputStream;
+import org.apache.hadoop.fs.FileSystem;
+import org.apache.hadoop.fs.Path;
+import org.apache.hadoop.fs.s3a.RemoteFileChangedException;
+
+/**
+ * Delta's S3 log store, made safe when a second driver writes to the same table. Delta's own (S3SingleDriverLogStore)
+ * checks that a version's log entry does not exist and then writes it, under a lock that only one JVM holds: two
+ * drivers committing the same version both succeed and the later entry silently replaces the earlier, losing a
+ * commit. Here the entry is created with a conditional PUT (If-None-Match: *, through Hadoop's createFile option):
+ * the object store lets one of them create it, and the other gets FileAlreadyExistsException, as on a file system with
+ * an atomic rename, so Delta checks the winner's changes for a conflict and retries on the next version. Checkpoints
+ * and other writes that may replace a file are written as Delta writes them.
+ */
+public class ConditionalPutLogStore extends S3SingleDriverLogStore {
+  static final String CONDITIONAL_CREATE = "fs.option.create.conditional.overwrite";
+
+  public ConditionalPutLogStore(Configuration hadoopConf) {
+    super(hadoopConf);
+  }
+
+  @Override
+  public void write(Path path, Iterator<String> actions, Boolean overwrite, Configuration hadoopConf)
+      throws IOException {
+    if (overwrite) {
+      super.write(path, actions, overwrite, hadoopConf);
+      return;
+    }
+    FileSystem fs = path.getFileSystem(hadoopConf);
+    try (FSDataOutputStream out =
+        (FSDataOutputStream) fs.createFile(path).overwrite(false).must(CONDITIONAL_CREATE, true).build()) {
+      while (actions.hasNext()) {
+        out.write((actions.next() + "\n").getBytes(StandardCharsets.UTF_8));
+      }
+    } catch (RemoteFileChangedException | org.apache.hadoop.fs.FileAlreadyExistsException e) {
+      // The PUT happens as the stream closes: a 412 from the store means another writer created this version first.
+      throw new java.nio.file.FileAlreadyExistsException(path.toString());
+    }
+  }
+}

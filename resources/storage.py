@@ -1,0 +1,199 @@
+"""The lake's files outside Spark: what the project lists, reads, writes, moves and deletes itself (the landing's
+batches and footers, withdrawal notes, Delta logs it reads, plans' shadow tables it drops), on a local folder or on
+object storage (`s3a://bucket/prefix`), through one code path: pyarrow's file systems.
+
+Object storage has no folders and no rename: a folder is a prefix (it exists while something is under it), a listing
+pages (pyarrow pages it), a move is a copy then a delete, and a write becomes visible whole when it ends. The local
+folder is given the same semantics: a write goes to a temporary name, then is renamed over the target.
+
+A lake path is a string: an absolute local path, or `s3a://bucket/key`, the form Spark reads and writes."""
+
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import TYPE_CHECKING
+from urllib.parse import urlparse
+
+if TYPE_CHECKING:
+    import pyarrow.fs as pafs
+    import pyarrow.parquet as pq
+
+OBJECT_STORE_SCHEME = "s3a://"
+
+
+class StorageError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class StoredEntry:
+    """A file or folder (a prefix on object storage) of the lake."""
+
+    path: str  # a lake path: absolute, or s3a://bucket/key
+    is_folder: bool
+    size: int  # bytes; 0 for a folder
+    modified_ns: int | None  # None where the storage does not say
+
+    @property
+    def name(self) -> str:
+        return self.path.rstrip("/").rsplit("/", 1)[-1]
+
+
+def on_object_store(path: str) -> bool:
+    return path.startswith(OBJECT_STORE_SCHEME)
+
+
+def join(root: str, *parts: str) -> str:
+    """`root/part/...`, keeping `s3a://` whole (a pathlib join would fold its double slash)."""
+    joined = root.rstrip("/")
+    for part in parts:
+        if part:
+            joined = f"{joined}/{part.strip('/')}"
+    return joined
+
+
+def relative_to(path: str, root: str) -> str:
+    """`path` below `root`, as a relative `a/b`; a StorageError when it is not below it."""
+    root = root.rstrip("/") + "/"
+    if not path.startswith(root):
+        raise StorageError(f"{path} is not under {root}")
+    return path[len(root) :]
+
+
+def parent(path: str) -> str:
+    return path.rstrip("/").rsplit("/", 1)[0]
+
+
+def normalized(path: str) -> str:
+    """A lake path as Spark names it: `file:` prefixes dropped, `s3a://` kept; a local path made absolute."""
+    if on_object_store(path):
+        return path
+    if path.startswith("file:"):
+        path = urlparse(path).path
+    return os.path.abspath(path)
+
+
+def _object_store() -> "pafs.FileSystem":
+    """The S3 file system of AWS_ENDPOINT_URL (or AWS itself when unset), with the credentials and region of the
+    standard AWS variables, which pyarrow's AWS SDK reads from the environment (never a command line)."""
+    return _object_store_at(os.environ.get("AWS_ENDPOINT_URL", ""), os.environ.get("AWS_REGION", ""))
+
+
+@lru_cache(maxsize=4)
+def _object_store_at(endpoint: str, region: str) -> "pafs.FileSystem":
+    import pyarrow.fs as pafs
+
+    options: dict[str, object] = {"region": region} if region else {}
+    if endpoint:
+        parsed = urlparse(endpoint)
+        options |= {"endpoint_override": parsed.netloc or parsed.path, "scheme": parsed.scheme or "https"}
+    return pafs.S3FileSystem(**options)
+
+
+def _located(path: str) -> tuple["pafs.FileSystem", str]:
+    """The file system holding `path` and the path in it."""
+    import pyarrow.fs as pafs
+
+    if on_object_store(path):
+        return _object_store(), path[len(OBJECT_STORE_SCHEME) :].rstrip("/")
+    return pafs.LocalFileSystem(), normalized(path)
+
+
+def _lake_path(path: str, of: str) -> str:
+    """A path the file system returned, named as the lake names it (`of` tells which file system)."""
+    return OBJECT_STORE_SCHEME + path if on_object_store(of) else path
+
+
+def _entry(info: "pafs.FileInfo", of: str) -> StoredEntry:
+    import pyarrow.fs as pafs
+
+    folder = info.type == pafs.FileType.Directory
+    return StoredEntry(_lake_path(info.path, of), folder, 0 if folder else info.size or 0, info.mtime_ns)
+
+
+def listing(folder: str, *, recursive: bool = False) -> list[StoredEntry]:
+    """What is in `folder` (and below, when recursive), sorted by path; empty when it does not exist."""
+    import pyarrow.fs as pafs
+
+    fs, inner = _located(folder)
+    infos = fs.get_file_info(pafs.FileSelector(inner, allow_not_found=True, recursive=recursive))
+    return sorted((_entry(i, folder) for i in infos), key=lambda e: e.path)
+
+
+def files_below(folder: str) -> list[StoredEntry]:
+    """Every file below `folder`, at any depth, sorted by path."""
+    return [e for e in listing(folder, recursive=True) if not e.is_folder]
+
+
+def stat(path: str) -> StoredEntry | None:
+    import pyarrow.fs as pafs
+
+    fs, inner = _located(path)
+    info = fs.get_file_info(inner)
+    return None if info.type == pafs.FileType.NotFound else _entry(info, path)
+
+
+def exists(path: str) -> bool:
+    return stat(path) is not None
+
+
+def is_folder(path: str) -> bool:
+    entry = stat(path)
+    return entry is not None and entry.is_folder
+
+
+def read_bytes(path: str) -> bytes:
+    fs, inner = _located(path)
+    with fs.open_input_stream(inner) as stream:
+        return bytes(stream.read())
+
+
+def write_bytes(path: str, data: bytes) -> None:
+    """`path` holds `data`, whole: no reader sees part of it, and a crash leaves the old content or the new."""
+    fs, inner = _located(path)
+    if on_object_store(path):  # one PUT: the object appears whole when it ends
+        with fs.open_output_stream(inner) as stream:
+            stream.write(data)
+        return
+    fs.create_dir(parent(inner), recursive=True)
+    partial = f"{inner}.partial"
+    with fs.open_output_stream(partial) as stream:
+        stream.write(data)
+    os.replace(partial, inner)
+
+
+def move(source: str, target: str) -> None:
+    """`source` to `target`: a rename on a local folder; a copy then a delete on object storage, where a crash in
+    between leaves both (moving again finishes it)."""
+    fs, inner_source = _located(source)
+    _, inner_target = _located(target)
+    if not on_object_store(source):
+        fs.create_dir(parent(inner_target), recursive=True)
+    fs.move(inner_source, inner_target)
+
+
+def delete_tree(folder: str) -> None:
+    """`folder` and everything below it; nothing when it does not exist."""
+    import pyarrow.fs as pafs
+
+    fs, inner = _located(folder)
+    if fs.get_file_info(inner).type != pafs.FileType.NotFound:
+        fs.delete_dir(inner)
+
+
+def parquet_footer(path: str) -> "pq.FileMetaData":
+    import pyarrow.parquet as pq
+
+    fs, inner = _located(path)
+    return pq.read_metadata(inner, filesystem=fs)
+
+
+def total_size(files: list[str], folder: str) -> int:
+    """The bytes of `files`, all below `folder`: each file's size on a local folder; on object storage from one
+    listing of the folder, which pages, rather than a request per file."""
+    if not files:
+        return 0
+    if not on_object_store(folder):
+        return sum(os.path.getsize(f) for f in files)
+    sizes = {f.path: f.size for f in files_below(folder)}
+    return sum(sizes[f] for f in files)

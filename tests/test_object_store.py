@@ -1,0 +1,258 @@
+"""A lake on object storage: LAKE_ROOT=s3a://bucket/prefix on the project's S3 server (scripts/object-store.sh,
+s3proxy), which Spark reaches through Hadoop's S3A and the project's own file operations through pyarrow. Every
+command runs in a process of its own, as a user runs it, once on the object store and once on a local folder, from
+the same landed data: after a chunked backfill, a late batch's restatement, a rollback and its release, a withdrawal
+and a code change's plan and promotion, every day of every table has the same SHA-256 on both. Two drivers committing
+to one table at once lose no commit."""
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from datetime import date, timedelta
+from pathlib import Path
+from urllib.parse import unquote
+
+import pytest
+
+from bench.harness import FEATURE_ROUNDING_FIX, project_with
+from resources import storage
+from resources.delta_io import history
+from resources.lake import REPO_ROOT, landing_path, plans_root, table_path, withdrawn_path
+from tests.support import services
+from tests.support.lake import day_sha256, environment, own_engine_session
+from tests.support.late_batches import land_batch, next_batch_day, three_corrected_and_two_late_days
+from tests.support.orders import FACT_ORDER_ITEM, ORDER_ITEMS, STG_ORDER_ITEMS
+from tests.support.projects import run_commands
+
+pytestmark = pytest.mark.slow
+
+START, END = date(2025, 1, 1), date(2025, 1, 30)
+RANGE = ["--start", str(START), "--end", str(END)]
+
+
+@pytest.fixture(scope="module")
+def object_store(tmp_path_factory):
+    """The project's S3 server, started by its script for this module: what its env file sets."""
+    home = tmp_path_factory.mktemp("object_store_server")
+    with services.object_store(home) as env:
+        yield {**env, "OBJECT_STORE_HOME": str(home)}
+
+
+@pytest.fixture(scope="module")
+def lakes(object_store, tmp_path_factory):
+    """Two lakes with a Dagster instance each: one on the object store (a prefix of this module's own), one on a local
+    folder."""
+    root = tmp_path_factory.mktemp("object_store")
+    on_object_store = {
+        "LAKE_ROOT": f"s3a://{object_store['LAKE_ROOT'].split('/')[2]}/tests-{uuid.uuid4().hex[:12]}",
+        "DAGSTER_HOME": str(root / "home_s3"),
+    }
+    local = {"LAKE_ROOT": str(root / "lake"), "DAGSTER_HOME": str(root / "home_local")}
+    with environment(**{k: v for k, v in object_store.items() if k != "LAKE_ROOT"}):
+        with environment(SPARK_ENGINE_HOME=str(root / "engine")):  # the commands' engine: this module's own
+            yield {"s3": on_object_store, "local": local}
+
+
+@pytest.fixture(scope="module")
+def spark(lakes):
+    """This module's session, on its own engine, which reaches the object store (the test session's does not)."""
+    from resources.settings import settings
+
+    with own_engine_session(Path(settings().spark_engine_home)) as session:
+        yield session
+
+
+def on_both(lakes, *commands, project=REPO_ROOT) -> dict[str, list]:
+    """The commands, in one process per lake (as `run_commands` runs them), each expected to succeed."""
+    said = {name: run_commands(project, *commands, **env) for name, env in lakes.items()}
+    for name, results in said.items():
+        for command, result in zip(commands, results, strict=True):
+            assert result.code == 0, f"{name}: {command} exited {result.code}\n{result.out}\n{result.err}"
+    return said
+
+
+def content(spark, lakes) -> dict[str, dict]:
+    """Each lake's SHA-256 of every day of every table."""
+    found = {}
+    for name, env in lakes.items():
+        with environment(LAKE_ROOT=env["LAKE_ROOT"]):
+            found[name] = day_sha256(spark)
+    return found
+
+
+def assert_same_content(spark, lakes) -> None:
+    found = content(spark, lakes)
+    assert found["s3"][FACT_ORDER_ITEM], "nothing built"
+    assert found["s3"] == found["local"]
+
+
+@pytest.fixture(scope="module")
+def built(spark, lakes):
+    on_both(
+        lakes,
+        ["generate", *RANGE, "--rows-per-day", "8", "--bad-rate", "0.05"],
+        ["backfill", *RANGE, "--max-partitions-per-run", "10"],
+        ["restate"],
+    )
+    return lakes
+
+
+def test_a_chunked_backfill_on_object_storage_equals_the_same_on_a_local_folder(spark, built):
+    assert_same_content(spark, built)
+    with environment(LAKE_ROOT=built["s3"]["LAKE_ROOT"]):
+        assert table_path(FACT_ORDER_ITEM).startswith("s3a://")
+        assert storage.exists(storage.join(table_path(FACT_ORDER_ITEM), "_delta_log", f"{0:020d}.json"))
+
+
+def test_a_late_batch_is_restated_on_object_storage_as_on_a_local_folder(spark, built):
+    before = content(spark, built)["s3"]
+    for env in built.values():
+        with environment(LAKE_ROOT=env["LAKE_ROOT"]):
+            items, _ = three_corrected_and_two_late_days(spark, START)
+            land_batch(spark, items, next_batch_day())
+    on_both(built, ["restate"])
+    assert_same_content(spark, built)
+    assert content(spark, built)["s3"][FACT_ORDER_ITEM] != before[FACT_ORDER_ITEM]  # the late rows are published
+
+
+def test_a_rollback_and_its_release_on_object_storage_leave_what_they_leave_on_a_local_folder(spark, built):
+    day = START + timedelta(days=5)
+    versions = {}
+    for name, env in built.items():
+        with environment(LAKE_ROOT=env["LAKE_ROOT"]):
+            versions[name] = [c.version for c in history(spark, table_path(STG_ORDER_ITEMS))]
+    assert versions["s3"] == versions["local"]
+    days = ["--start", str(day), "--end", str(day + timedelta(days=2))]
+    # Staging as it was before its newest commit, on three days one of which a late batch corrected; the tables built
+    # from it rebuilt.
+    on_both(built, ["rollback", "--asset", STG_ORDER_ITEMS, *days, "--version", str(versions["s3"][1])])
+    assert_same_content(spark, built)
+    on_both(built, ["release", *days])
+    assert_same_content(spark, built)
+
+
+def test_a_withdrawal_on_object_storage_moves_the_file_with_its_note_and_publishes_as_on_a_local_folder(spark, built):
+    batch = f"ingest_date={START + timedelta(days=3)}"
+    for env in built.values():
+        with environment(LAKE_ROOT=env["LAKE_ROOT"]):
+            # The batch's file holding its first order item (file names are the writer's own, not the same on both).
+            folder = storage.join(landing_path(ORDER_ITEMS.name), batch)
+            first = spark.read.parquet(folder).select("order_id", "_metadata.file_path").orderBy("order_id").first()
+            file = storage.stat(storage.normalized(unquote(first.file_path)))
+            assert file is not None
+        withdraw = ["withdraw", "--file", f"{ORDER_ITEMS.name}/{batch}/{file.name}", "--reason", "sent twice"]
+        (said,) = run_commands(REPO_ROOT, withdraw, **env)
+        assert said.code == 0, said.out + said.err
+        with environment(LAKE_ROOT=env["LAKE_ROOT"]):
+            assert not storage.exists(file.path)
+            moved = storage.files_below(withdrawn_path(ORDER_ITEMS.name))
+            assert sorted(f.name for f in moved) == [file.name, f"{file.name}.withdrawn.json"]
+            assert [f.size for f in moved if f.name == file.name] == [file.size]
+    assert_same_content(spark, built)
+
+
+def test_a_code_change_planned_and_promoted_on_object_storage_changes_what_it_changes_on_a_local_folder(
+    spark, built, tmp_path
+):
+    fixed = project_with(tmp_path / "fixed", FEATURE_ROUNDING_FIX)
+    said = on_both(built, ["plan", *RANGE, "--json"], ["promote", "{plan_id}"], project=fixed)
+    planned = {name: json.loads(results[0].out)["tables"] for name, results in said.items()}
+    assert planned["s3"] and planned["s3"] == planned["local"]  # the same days changed, with the same totals
+    assert_same_content(spark, built)
+    with environment(LAKE_ROOT=built["s3"]["LAKE_ROOT"]):
+        assert storage.listing(plans_root()) == [], "the promoted plan's shadow tables are left"
+
+
+# Commits stay atomic on object storage even with more than one driver.
+
+_COMMIT_DAYS = """
+import sys
+from datetime import date, timedelta
+from resources.delta_io import read_days
+from resources.lake import table_path
+from resources.spark import get_spark
+spark = get_spark()
+first = date.fromisoformat(sys.argv[1])
+for n in range(int(sys.argv[2])):
+    day = first + timedelta(days=n)
+    rows = read_days(spark, "stg_order_items", "order_date", [day])
+    rows.write.format("delta").mode("overwrite").option("replaceWhere", f"order_date = '{day}'").save(
+        table_path("stg_order_items")
+    )
+print("committed")
+"""
+
+
+def test_two_drivers_committing_to_one_table_at_once_lose_no_commit(spark, built):
+    """Each with a Spark driver of its own (SPARK_ENGINE=in-process), five commits each to the same table at once:
+    Delta's S3 log store alone lets the later of two same-version commits replace the earlier; the project's
+    conditional PUT makes the later retry, so every commit is in the log."""
+    env = {**built["s3"], "SPARK_ENGINE": "in-process"}
+    with environment(LAKE_ROOT=env["LAKE_ROOT"]):
+        before = len(history(spark, table_path(STG_ORDER_ITEMS)))
+        rows_before = day_sha256(spark)[STG_ORDER_ITEMS]
+    writers = [
+        subprocess.Popen(
+            [sys.executable, "-c", _COMMIT_DAYS, str(first), "5"],
+            cwd=REPO_ROOT,
+            env={**os.environ, **env},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for first in (START, START + timedelta(days=10))
+    ]
+    for writer in writers:
+        out, err = writer.communicate(timeout=600)
+        assert writer.returncode == 0 and "committed" in out, err[-3000:]
+    with environment(LAKE_ROOT=env["LAKE_ROOT"]):
+        assert len(history(spark, table_path(STG_ORDER_ITEMS))) == before + 10
+        assert day_sha256(spark)[STG_ORDER_ITEMS] == rows_before  # each rewrote its days with what they held
+
+
+_REWRITE_A_COMMITTED_VERSION = """
+from resources.lake import table_path
+from resources.spark import get_spark
+spark = get_spark()
+jvm = spark.sparkContext._jvm
+conf = spark.sparkContext._jsc.hadoopConfiguration()
+entry = jvm.org.apache.hadoop.fs.Path(table_path("stg_order_items") + "/_delta_log/" + "0" * 20 + ".json")
+store = jvm.exactbackfills.ConditionalPutLogStore(conf)
+try:
+    store.write(entry, jvm.java.util.Collections.singletonList('{"commitInfo":{}}').iterator(), False, conf)
+except Exception as error:
+    print("refused:", error.java_exception.toString() if hasattr(error, "java_exception") else repr(error))
+else:
+    print("written")
+"""
+
+
+def test_the_log_store_refuses_a_commit_whose_version_another_driver_wrote_on_the_servers_word_alone(built):
+    """ConditionalPutLogStore makes no check of its own that a version exists (which another driver could pass at the
+    same time): writing version 0 again is refused by the S3 server's answer to the conditional PUT. Fails loudly if
+    Hadoop's S3A or the server stop honouring it."""
+    env = {**built["s3"], "SPARK_ENGINE": "in-process"}
+    done = subprocess.run(
+        [sys.executable, "-c", _REWRITE_A_COMMITTED_VERSION],
+        cwd=REPO_ROOT,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert "refused:" in done.stdout and "FileAlreadyExistsException" in done.stdout, done.stdout + done.stderr[-3000:]
+
+
+def test_another_user_lists_and_reads_nothing_of_the_object_store(built):
+    from tests.support.other_user import as_other, everything_under, open_to_others
+
+    endpoint = os.environ["AWS_ENDPOINT_URL"]
+    with environment(LAKE_ROOT=built["s3"]["LAKE_ROOT"]):
+        landed = storage.files_below(landing_path(ORDER_ITEMS.name))[0].path[len("s3a://") :]
+    bucket = landed.split("/", 1)[0]
+    for path in (f"{bucket}?list-type=2", landed):  # a listing, and a landed file's content
+        theirs = as_other("curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", f"{endpoint}/{path}")
+        assert theirs.stdout == "403", (path, theirs.stdout, theirs.stderr)
+    assert open_to_others(everything_under(Path(os.environ["OBJECT_STORE_HOME"]))) == []
