@@ -2,6 +2,7 @@
 
     python bench/run.py --scale 1 --out bench/sf1.json --docs          # docs/performance.md's tables
     python bench/run.py --scale 1 --profile cluster --out bench/sf1-cluster.json --docs
+    python bench/run.py --scale 10 --only-backfill --no-peers --out bench/sf10.json --docs   # about an hour
     python bench/run.py --scale 0.01 --days 31 --out /tmp/tiny.json    # minutes: proves the harness end to end
     python bench/run.py --steps-of LAKE                                  # where the runs' time went, run by run
 
@@ -408,6 +409,11 @@ def main() -> int:
     parser.add_argument(
         "--no-peers", dest="peers", action="store_false", help="leave out the peers' build (bench/peers)"
     )
+    parser.add_argument(
+        "--only-backfill",
+        action="store_true",
+        help="stop after the full-history backfill: import, bare job, backfill and peak memory (a large scale's run)",
+    )
     parser.add_argument("--steps-of", metavar="LAKE", help="only print the run and step times of an earlier run's lake")
     parser.add_argument("--step", choices=["bare", "land-corrections"], help=argparse.SUPPRESS)
     parser.add_argument("--step-days", nargs="*", help=argparse.SUPPRESS)
@@ -447,6 +453,7 @@ def measure(args: argparse.Namespace, bench: Bench, last: date) -> int:
         "cpus": os.cpu_count(),
         # Where the embedded profile's Spark runs: the warm engine (the default), or a driver in each process.
         "spark_engine": "connect" if args.profile == "cluster" else ENVIRONMENT["spark_engine"][1],
+        "steps": "backfill" if args.only_backfill else "all",
     }
 
     def step(name: str, seconds: float) -> None:
@@ -496,6 +503,9 @@ def measure(args: argparse.Namespace, bench: Bench, last: date) -> int:
         result["backfill_phases_s"] = run_phases(bench.home, run_ids)
         # What a run costs beyond its data: the runs' own time, less the bare job's, per run.
         step("run_fixed_cost_s", (in_runs - result["bare_equal_work_s"]) / len(run_ids))
+        result["run_mean_s"] = round(in_runs / len(run_ids), 1)
+        if args.only_backfill:
+            return finish(args, bench, result, memory)
 
         # The sensor's first restatement after the backfill: nothing new, it must rewrite nothing.
         first = bench.restatement(dev, landing_state(pipeline))
@@ -514,7 +524,6 @@ def measure(args: argparse.Namespace, bench: Bench, last: date) -> int:
         dev.stop()
 
     # One run of (up to) 31 built days, beside the backfill's runs of the default chunk: a run's cost against its days.
-    result["run_mean_s"] = round(in_runs / len(run_ids), 1)
     result["short_run_days"] = short = min(31, result["days"])
     rerun = FIRST_DAY + timedelta(days=min(365, result["days"] - short))
     step(
@@ -565,6 +574,11 @@ def measure(args: argparse.Namespace, bench: Bench, last: date) -> int:
     step("restate_idle_s", seconds)
 
     code_change(bench, result, step)
+    return finish(args, bench, result, memory)
+
+
+def finish(args: argparse.Namespace, bench: Bench, result: dict, memory: PeakMemory) -> int:
+    """The whole run's figures (of the steps it ran) to args.out; 1 when a step that must write nothing wrote."""
     result.update(bench.counts())
     result["run_steps_s"] = step_seconds(bench.home)
     result["spark_applications"] = bench.spark_apps
@@ -572,7 +586,8 @@ def measure(args: argparse.Namespace, bench: Bench, last: date) -> int:
     result["backfill_vs_bare"] = round(
         (result["backfill_ui_s"] - result["daemon_loop_s"]) / result["bare_equal_work_s"], 2
     )
-    result["restate3_vs_backfill"] = round(result["restate3_s"] / result["backfill_ui_s"], 3)
+    if "restate3_s" in result:
+        result["restate3_vs_backfill"] = round(result["restate3_s"] / result["backfill_ui_s"], 3)
     for key in (
         "runs",
         "restate3_days_by_table",
@@ -588,7 +603,8 @@ def measure(args: argparse.Namespace, bench: Bench, last: date) -> int:
         "promote_commits",
         "plan_vs_mart_backfill",
     ):
-        print(f"{key:24s} {result[key]}")
+        if key in result:
+            print(f"{key:24s} {result[key]}")
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
     if args.docs:
         from bench.report import write_docs
@@ -601,7 +617,7 @@ def measure(args: argparse.Namespace, bench: Bench, last: date) -> int:
         ("plan_unchanged_days_changed", "a change of code that alters no row"),
         ("promote_unchanged_commits", "a change of code that alters no row"),
     ):  # correctness, unlike the times
-        if result[key]:
+        if result.get(key):
             print(f"FAILED: {what} wrote: {key} = {result[key]}", file=sys.stderr)
             return 1
     return 0

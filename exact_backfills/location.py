@@ -9,22 +9,22 @@ from exact_backfills.dagster_private import batch_materializations
 from exact_backfills.declare import Pipeline
 from exact_backfills.rollback import rollback_job
 from resources.lake import private_files
-from resources.settings import settings
+from resources.settings import Settings, settings
 from resources.spark import spark_resource
 
-_built: dict[int, Definitions] = {}
+_built: dict[tuple[int, Settings], Definitions] = {}
 
 
 def definitions_of(pipeline: Pipeline) -> Definitions:
     """The pipeline's Definitions: what a code location loads, and what the command line runs its jobs from."""
-    if id(pipeline) not in _built:
-        configured = settings()  # validated once: a SettingsError names the variable
+    configured = settings()  # a SettingsError names the variable
+    if (id(pipeline), configured) not in _built:
         private_files()  # the code location's and its runs' files: its user's alone
         batch_materializations()  # a range run's materializations written a batch at a time (dagster_private.py)
         all_assets = all_assets_job(pipeline)
         restate = automation.restate_job(pipeline)
         check_code = code_changes.check_code_versions_job(pipeline)
-        _built[id(pipeline)] = Definitions(
+        _built[id(pipeline), configured] = Definitions(
             assets=[*automation.landing_assets(pipeline), publish_step(pipeline)],
             asset_checks=automation.landing_checks(pipeline),
             jobs=[
@@ -46,4 +46,4 @@ def definitions_of(pipeline: Pipeline) -> Definitions:
             # Steps of a run share its process and so its SparkSession: a JVM per step would cost seconds each.
             executor=in_process_executor,
         )
-    return _built[id(pipeline)]
+    return _built[id(pipeline), configured]

@@ -31,8 +31,6 @@ TOKEN = "t0ken-of-the-connect-server-5a4b3c"
 
 
 def test_settings_that_may_hold_a_secret_are_shown_by_the_variable_they_are_read_from(tmp_path):
-    from exact_backfills import location
-
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN)
     with environment(
@@ -40,21 +38,28 @@ def test_settings_that_may_hold_a_secret_are_shown_by_the_variable_they_are_read
         SPARK_REMOTE="sc://127.0.0.1:15002",
         SPARK_CONNECT_TOKEN_FILE=str(token_file),
     ):
-        location._built.pop(id(ORDERS), None)  # built now, with these settings
-        try:
-            resources = definitions_of(ORDERS).resources
-            # What the UI's resources page shows: each resource's configuration, as Dagster holds it.
-            shown = "".join(
-                resources[name].get_resource_definition().config_schema.default_value_as_json_str
-                for name in ("settings", "pyspark")
-            )
-            # A run's session still gets both, from the environment, when it starts.
-            assert remote_url(settings()).endswith(f";authorization=Bearer {TOKEN}")
-        finally:
-            location._built.pop(id(ORDERS), None)
+        resources = definitions_of(ORDERS).resources  # built with these settings
+        # What the UI's resources page shows: each resource's configuration, as Dagster holds it.
+        shown = "".join(
+            resources[name].get_resource_definition().config_schema.default_value_as_json_str
+            for name in ("settings", "pyspark")
+        )
+        # A run's session still gets both, from the environment, when it starts.
+        assert remote_url(settings()).endswith(f";authorization=Bearer {TOKEN}")
     assert SECRET not in shown and TOKEN not in shown
     assert "SPARK_CONF: not shown" in shown and "SPARK_REMOTE: not shown" in shown
     assert "sc://localhost:15002" not in shown and "sc://127.0.0.1:15002" in shown  # the URL, without its token
+
+
+def test_a_process_whose_environment_changed_runs_its_jobs_with_the_settings_it_has_now(tmp_path):
+    from resources.spark import ENGINE_HOME_KEY
+
+    def engine_of_runs() -> str:
+        return definitions_of(ORDERS).resources["pyspark"].spark_config[ENGINE_HOME_KEY]
+
+    for home in (tmp_path / "first", tmp_path / "second"):
+        with environment(SPARK_ENGINE="warm", SPARK_ENGINE_HOME=str(home)):
+            assert engine_of_runs() == str(home)
 
 
 def test_a_connect_url_is_shown_without_its_token():

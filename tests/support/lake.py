@@ -89,8 +89,9 @@ def from_scratch(spark, tmp_path, start, end, view=None, pipeline: Pipeline = OR
 
     scratch = tmp_path / "scratch"
     copy_landing(scratch)
+    said: list[str] = []
     with environment(LAKE_ROOT=str(scratch)), DagsterInstance.ephemeral() as instance:
-        assert run_backfill(pipeline, start, end, chunk_size=366, instance=instance, echo=lambda _: None)
+        assert run_backfill(pipeline, start, end, chunk_size=366, instance=instance, echo=said.append), "\n".join(said)
         return view(spark) if view else {t: rows(spark, t) for t in pipeline.every_table}
 
 
