@@ -33,7 +33,12 @@ ROWS = [
         "then recording events while the others commit",
         "",
     ),
-    ("spark_engine", "where Spark runs: the embedded profile's warm engine, or the cluster's Connect server", ""),
+    (
+        "spark_engine",
+        "where Spark runs: the embedded profile's warm engine, or the cluster's Connect server and its workers (on the "
+        "same cores)",
+        "",
+    ),
     ("runs", "runs of the backfill", ""),
     ("landed_bytes", "bytes landed (every source's batches)", ""),
     ("chunk_days", "days per run, chosen from the landed bytes (BACKFILL_MAX_BYTES_PER_RUN)", ""),

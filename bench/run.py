@@ -308,6 +308,18 @@ def _service_pids() -> list[int]:
     return [int(f.read_text().split()[0]) for f in files if f.exists()]
 
 
+def _spark_workers() -> int:
+    """The cluster profile's running Spark workers (scripts/spark-cluster.sh's pid files)."""
+    alive = 0
+    for pid_file in (REPO / ".cluster").glob("worker*.pid"):
+        try:
+            os.kill(int(pid_file.read_text().split()[0]), 0)
+            alive += 1
+        except (OSError, ValueError):
+            pass
+    return alive
+
+
 def _cluster_profile() -> dict[str, str]:
     """The production profile's services (scripts/cluster-profile.sh), with a PostgreSQL database of the bench's own."""
     env_file = REPO / ".cluster" / "profile.env"
@@ -455,6 +467,8 @@ def measure(args: argparse.Namespace, bench: Bench, last: date) -> int:
         "spark_engine": "connect" if args.profile == "cluster" else ENVIRONMENT["spark_engine"][1],
         "steps": "backfill" if args.only_backfill else "all",
     }
+    if args.profile == "cluster":
+        result["spark_engine"] = f"connect, {_spark_workers()} workers"
 
     def step(name: str, seconds: float) -> None:
         result[name] = round(seconds, 1)

@@ -1,5 +1,6 @@
 """A pipeline's Dagster code location: its tables and landing as assets with their checks, its jobs and sensors, one
-Spark session per run process (in-process executor). Built once per pipeline in a process."""
+Spark session per run process (in-process executor). Built once per pipeline and settings in a process: a process
+whose environment changed (the tests') runs its jobs with the settings it has now, their engine and lake."""
 
 from dagster import Definitions, in_process_executor
 

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 
+from bench.harness import FEATURE_ROUNDING_FIX, project_with
 from exact_backfills.automation import landing_state
 from exact_backfills.checks import day_fingerprints
 from exact_backfills.dagster_names import CLI_BACKFILL_TAG, LAKE_WRITES_POOL, LANDING_STATE_TAG, RESTATE_JOB
@@ -28,10 +29,20 @@ from exact_backfills.instance import write_config
 from resources.delta_io import read_days, read_table
 from resources.lake import REPO_ROOT, table_path
 from tests.support.event_storage import assert_records_as_dagsters_own
-from tests.support.lake import duplicate_keys, environment, from_scratch, own_engine_session, rows, versions
+from tests.support.lake import (
+    copy_landing,
+    day_sha256,
+    duplicate_keys,
+    environment,
+    from_scratch,
+    own_engine_session,
+    rows,
+    versions,
+)
 from tests.support.late_batches import (
     assert_rewrote_exactly,
     land_batch,
+    new_items,
     next_batch_day,
     snapshot,
     three_corrected_and_two_late_days,
@@ -53,6 +64,7 @@ from tests.support.other_user import (
     python_as_other,
     readable_by_other,
 )
+from tests.support.projects import run_commands
 from tests.support.services import object_store, script, start
 from tests.support.slot_claims import assert_one_holds_the_slot_and_the_other_gets_it_next
 
@@ -278,6 +290,75 @@ def test_a_blocking_failure_on_the_cluster_publishes_nothing(spark, built):
     # The documented recovery: backfill the day from the landing, which rebuilds staging too.
     succeeded(command(env, "backfill", "--start", str(day), "--end", str(day)))
     assert duplicate_keys(spark, STG_ORDER_ITEMS) == 0
+
+
+def test_a_restatement_rolled_back_on_the_cluster_restores_its_days_and_their_release_publishes_them_again(
+    spark, built, tmp_path
+):
+    env, instance, _ = built
+    late = [START + timedelta(days=14), START + timedelta(days=15)]
+    before = day_sha256(spark)
+    land_batch(spark, [r for i, d in enumerate(late) for r in new_items(d, 9_500_000 + 100 * i, 2)], next_batch_day())
+    succeeded(command(env, "restate"))
+    restated = day_sha256(spark)
+    changed = {d for d, sha in restated[FACT_ORDER_ITEM].items() if before[FACT_ORDER_ITEM].get(d) != sha}
+    assert changed == {d.isoformat() for d in late}
+    restatement = instance.get_runs(RunsFilter(job_name=RESTATE_JOB, statuses=[DagsterRunStatus.SUCCESS]), limit=1)[0]
+    days = ["--start", str(late[0]), "--end", str(late[-1])]
+
+    said = succeeded(command(env, "rollback", "--asset", FACT_ORDER_ITEM, *days, "--before-run", restatement.run_id))
+    assert "the days are held" in said, said
+    assert day_sha256(spark) == before  # every table, every day: as before the restatement
+
+    succeeded(command(env, "release", *days))
+    assert day_sha256(spark) == restated
+    assert from_scratch(spark, tmp_path, START, LANDED_END) == {t: rows(spark, t) for t in TABLES}
+
+
+def test_two_backfills_launched_at_once_on_the_cluster_lose_no_commit_and_change_nothing(spark, built):
+    """Both write through the Connect server, one after the other (the lake_writes pool): each commits once per
+    table, and re-running built days leaves every row as it was."""
+    env, _, _ = built
+    rows_before = {t: rows(spark, t) for t in TABLES}
+    commits_before = {t: len(versions(spark, t)) for t in PUBLISH_ORDER}
+    ranges = [(START, START + timedelta(days=9)), (START + timedelta(days=15), START + timedelta(days=24))]
+    backfills = [
+        subprocess.Popen(
+            [sys.executable, "-m", "assets_pkg", "backfill", "--start", str(a), "--end", str(b)],
+            cwd=REPO_ROOT,
+            env={**os.environ, **env},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for a, b in ranges
+    ]
+    for backfill in backfills:
+        out, err = backfill.communicate(timeout=900)
+        assert backfill.returncode == 0, out + err[-3000:]
+    assert {t: len(versions(spark, t)) for t in PUBLISH_ORDER} == {t: n + 2 for t, n in commits_before.items()}
+    assert {t: rows(spark, t) for t in TABLES} == rows_before
+
+
+def test_a_code_change_planned_and_promoted_on_the_cluster_equals_a_local_build_of_the_fixed_code(
+    spark, built, tmp_path
+):
+    env, _, _ = built
+    fixed = project_with(tmp_path / "fixed", FEATURE_ROUNDING_FIX)
+    days = ["--start", str(START), "--end", str(LANDED_END)]
+    plan, promote = run_commands(fixed, ["plan", *days, "--json"], ["promote", "{plan_id}"], **env)
+    assert plan.code == 0 and promote.code == 0, plan.out + plan.err + promote.out + promote.err
+    assert json.loads(plan.out)["tables"], "the fix changes no day"
+    on_cluster = day_sha256(spark)
+
+    # The same landing, built from scratch by the fixed code in the embedded profile on a local lake.
+    scratch = tmp_path / "scratch"
+    copy_landing(scratch)
+    local = {"LAKE_ROOT": str(scratch), "DAGSTER_HOME": str(tmp_path / "home"), "DAGSTER_POSTGRES_URL": ""}
+    (backfill,) = run_commands(fixed, ["backfill", *days], **local)
+    assert backfill.code == 0, backfill.out + backfill.err
+    with environment(LAKE_ROOT=str(scratch)):
+        assert day_sha256(spark) == on_cluster
 
 
 # The profile's security: what another local user reaches of it.
