@@ -13,7 +13,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from exact_backfills.declare import BATCH_COLUMN, FILE_COLUMN, Source, SourceKind
-from exact_backfills.partitions import days_per_run, first_day, last_day
+from exact_backfills.partitions import bytes_by_day, days_per_run, first_day, last_day
 from resources import storage
 from resources.delta_io import Scan
 from resources.lake import landing_path
@@ -62,14 +62,14 @@ def batch_bytes(source: Source) -> dict[str, int]:
 
 def days_per_backfill_run(sources: Iterable[Source]) -> int:
     """How many days one run of a backfill covers: as many as the landing's batches hold within
-    BACKFILL_MAX_BYTES_PER_RUN, at most BACKFILL_MAX_PARTITIONS_PER_RUN (partitions.days_per_run)."""
-    by_batch: dict[str, int] = defaultdict(int)
+    BACKFILL_MAX_BYTES_PER_RUN, at most BACKFILL_MAX_PARTITIONS_PER_RUN (partitions.bytes_by_day, days_per_run)."""
+    by_batch: dict[date, int] = defaultdict(int)
     for source in sources:
         for batch, size in batch_bytes(source).items():
-            by_batch[batch] += size
+            by_batch[date.fromisoformat(batch)] += size
     configured = settings()
     return days_per_run(
-        [by_batch[b] for b in sorted(by_batch)],
+        bytes_by_day(by_batch, configured.first_day),
         configured.backfill_max_bytes_per_run,
         configured.backfill_max_partitions_per_run,
     )

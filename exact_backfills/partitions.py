@@ -1,6 +1,6 @@
 """The one place that knows the partitions: daily, by event date, over PARTITION_START_DATE..PARTITION_END_DATE."""
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import date, timedelta
 
 from dagster import AssetExecutionContext, BackfillPolicy, DailyPartitionsDefinition
@@ -20,21 +20,33 @@ def max_partitions_per_run() -> int:
     return settings().backfill_max_partitions_per_run
 
 
-def days_per_run(batch_bytes: Sequence[int], max_bytes: int, max_days: int) -> int:
-    """How many days one run of a backfill covers, from what the days hold: the most consecutive batches (in landing
-    order; a day's rows land mostly in one batch) whose landed bytes stay within `max_bytes` wherever the run falls,
-    at least one day, at most `max_days`. A history that fits is one run; one ten times larger is cut into runs that
-    each read what one fitting run reads."""
-    if not batch_bytes or sum(batch_bytes) <= max_bytes:
+def bytes_by_day(batch_bytes: Mapping[date, int], first: date) -> list[float]:
+    """What each day holds, from the landing's batches alone (sizes, no read): a batch holds the days since the batch
+    before it (the first batch, the days from `first`), its bytes spread evenly over them. Daily batches give each day
+    its batch; a batch carrying a bulk history gives each of its days a share, not the whole."""
+    found: list[float] = []
+    previous = first - timedelta(days=1)
+    for batch in sorted(batch_bytes):
+        covered = max(1, (batch - previous).days)
+        found += [batch_bytes[batch] / covered] * covered
+        previous = max(previous, batch)
+    return found
+
+
+def days_per_run(day_bytes: Sequence[float], max_bytes: int, max_days: int) -> int:
+    """How many days one run of a backfill covers, from what the days hold (`bytes_by_day`): the most consecutive
+    days whose landed bytes stay within `max_bytes` wherever the run falls, at least one day, at most `max_days`. A
+    history that fits is one run; one ten times larger is cut into runs that each read what one fitting run reads."""
+    if not day_bytes or sum(day_bytes) <= max_bytes:
         return max_days
-    sums = [0]
-    for size in batch_bytes:
+    sums = [0.0]
+    for size in day_bytes:
         sums.append(sums[-1] + size)
 
     def fits(n: int) -> bool:
-        return max(sums[i + n] - sums[i] for i in range(len(batch_bytes) - n + 1)) <= max_bytes
+        return max(sums[i + n] - sums[i] for i in range(len(day_bytes) - n + 1)) <= max_bytes
 
-    low, high = 1, min(max_days, len(batch_bytes))  # the largest n that fits, or one day
+    low, high = 1, min(max_days, len(day_bytes))  # the largest n that fits, or one day
     while low < high:
         middle = (low + high + 1) // 2
         if fits(middle):

@@ -25,7 +25,7 @@ from exact_backfills.late_data import (
     read_name,
     window_start,
 )
-from exact_backfills.partitions import chunks, days, days_per_run, first_day, last_day
+from exact_backfills.partitions import bytes_by_day, chunks, days, days_per_run, first_day, last_day
 from exact_backfills.publish import (
     Change,
     Hold,
@@ -602,7 +602,7 @@ def test_a_change_refused_for_held_days_names_who_held_each_day_and_how_to_relea
     assert said.endswith("Publish them again with `release --start D1 --end D2`, or leave them out.")
 
 
-SF1_BATCH = 76_000  # bytes a day lands in the TPC-H SF1 bench: 183 MB over 2,409 batches
+SF1_BATCH = 76_000  # the bytes a TPC-H SF1 day lands
 BUDGET = 512 * 2**20
 
 
@@ -625,6 +625,19 @@ def test_no_run_of_the_chosen_length_reads_more_than_the_budget_unless_one_day_a
     windows = [sum(sizes[i : i + n]) for i in range(max(1, len(sizes) - n + 1))]
     assert n == 1 or max(windows) <= budget
     assert n == 3660 or n == len(sizes) or max(sum(sizes[i : i + n + 1]) for i in range(len(sizes) - n)) > budget
+
+
+def test_daily_batches_give_each_day_its_batch_and_a_batch_after_a_gap_spreads_over_the_days_since_the_last():
+    assert bytes_by_day({day(0): 5, day(1): 7, day(2): 9}, day(0)) == [5, 7, 9]
+    assert bytes_by_day({day(0): 10, day(4): 40}, day(0)) == [10, 10, 10, 10, 10]
+    assert bytes_by_day({day(-3): 6, day(1): 4}, day(0)) == [6, 2, 2]  # a batch before the first day counts as one
+
+
+def test_a_bulk_batch_of_the_whole_history_then_daily_batches_keeps_runs_as_long_as_its_days_allow():
+    bulk = {day(729): 730 * 1_000}  # two years landed at once, then a batch a day
+    daily = {day(730 + i): 1_000 for i in range(100)}
+    n = days_per_run(bytes_by_day(bulk | daily, day(0)), 100_000, 3660)
+    assert n == 100  # counted as one day, the bulk batch alone would have made every run a single day
 
 
 def test_a_run_never_covers_more_days_than_the_configured_most():
