@@ -12,6 +12,7 @@ from urllib.parse import urlparse
 from resources.lake import REPO_ROOT
 from resources.settings import SettingsError, settings
 from resources.spark import remote_url, without_token
+from resources.storage import on_object_store
 
 POSTGRES_URL = "DAGSTER_POSTGRES_URL"
 # The first line of an instance configuration the project wrote: it is rewritten when the template or the storage
@@ -62,9 +63,29 @@ def _answers(host: str, port: int, timeout_s: float = 3.0) -> str | None:
 
 
 def unreachable_services() -> list[str]:
-    """One line per configured service that does not answer: the Spark Connect server (SPARK_REMOTE) and the
-    instance's PostgreSQL (DAGSTER_POSTGRES_URL)."""
+    """One line per configured service that does not answer: the Spark Connect server (SPARK_REMOTE), the
+    instance's PostgreSQL (DAGSTER_POSTGRES_URL) and the object store of a lake on it (AWS_ENDPOINT_URL, and its
+    keys)."""
     problems = []
+    configured = settings()
+    if on_object_store(configured.lake_root):
+        missing = [k for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY") if not os.environ.get(k)]
+        if missing:
+            problems.append(
+                f"LAKE_ROOT {configured.lake_root} is on object storage but {' and '.join(missing)} "
+                f"{'is' if len(missing) == 1 else 'are'} not set (for the project's own server: "
+                "source .object-store/env)"
+            )
+        endpoint = configured.object_store_endpoint
+        if endpoint:
+            parsed = urlparse(endpoint)
+            secure = parsed.scheme == "https"
+            why = _answers(parsed.hostname or "localhost", parsed.port or (443 if secure else 80))
+            if why:
+                problems.append(
+                    f"cannot reach the object store at {endpoint} (AWS_ENDPOINT_URL): {why}; is it running? "
+                    "(bash scripts/object-store.sh status)"
+                )
     remote = os.environ.get("SPARK_REMOTE")
     if remote:
         parsed = urlparse(remote.replace("sc://", "http://", 1))

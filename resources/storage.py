@@ -8,10 +8,13 @@ folder is given the same semantics: a write goes to a temporary name, then is re
 
 A lake path is a string: an absolute local path, or `s3a://bucket/key`, the form Spark reads and writes."""
 
+import functools
+import hashlib
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 from urllib.parse import urlparse
 
 if TYPE_CHECKING:
@@ -19,10 +22,36 @@ if TYPE_CHECKING:
     import pyarrow.parquet as pq
 
 OBJECT_STORE_SCHEME = "s3a://"
+T = TypeVar("T")
 
 
 class StorageError(RuntimeError):
     pass
+
+
+def _reached(operation: Callable[..., T]) -> Callable[..., T]:
+    """On object storage, a store that does not answer or refuses the keys is one line naming the variables to check
+    (a StorageError, which a command prints as its error), not pyarrow's traceback. A missing file stays
+    FileNotFoundError, which callers handle."""
+
+    @functools.wraps(operation)
+    def reached(path: str, *args, **kwargs):
+        try:
+            return operation(path, *args, **kwargs)
+        except FileNotFoundError:
+            raise
+        except OSError as error:
+            if not on_object_store(path):
+                raise
+            why = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            endpoint = os.environ.get("AWS_ENDPOINT_URL") or "AWS S3"
+            raise StorageError(
+                f"object storage at {endpoint} did not serve {path}: {why} (check AWS_ENDPOINT_URL, AWS_REGION, "
+                "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY; for the project's own server: "
+                "bash scripts/object-store.sh status, then source .object-store/env)"
+            ) from None
+
+    return reached
 
 
 @dataclass(frozen=True)
@@ -76,11 +105,17 @@ def normalized(path: str) -> str:
 def _object_store() -> "pafs.FileSystem":
     """The S3 file system of AWS_ENDPOINT_URL (or AWS itself when unset), with the credentials and region of the
     standard AWS variables, which pyarrow's AWS SDK reads from the environment (never a command line)."""
-    return _object_store_at(os.environ.get("AWS_ENDPOINT_URL", ""), os.environ.get("AWS_REGION", ""))
+    keys = f"{os.environ.get('AWS_ACCESS_KEY_ID', '')}:{os.environ.get('AWS_SECRET_ACCESS_KEY', '')}"
+    return _object_store_at(
+        os.environ.get("AWS_ENDPOINT_URL", ""),
+        os.environ.get("AWS_REGION", ""),
+        hashlib.sha256(keys.encode()).hexdigest(),
+    )
 
 
 @lru_cache(maxsize=4)
-def _object_store_at(endpoint: str, region: str) -> "pafs.FileSystem":
+def _object_store_at(endpoint: str, region: str, keys: str) -> "pafs.FileSystem":
+    """One per endpoint, region and key pair (`keys`, a digest): pyarrow reads the keys when it is made."""
     import pyarrow.fs as pafs
 
     options: dict[str, object] = {"region": region} if region else {}
@@ -111,6 +146,7 @@ def _entry(info: "pafs.FileInfo", of: str) -> StoredEntry:
     return StoredEntry(_lake_path(info.path, of), folder, 0 if folder else info.size or 0, info.mtime_ns)
 
 
+@_reached
 def listing(folder: str, *, recursive: bool = False) -> list[StoredEntry]:
     """What is in `folder` (and below, when recursive), sorted by path; empty when it does not exist."""
     import pyarrow.fs as pafs
@@ -125,6 +161,7 @@ def files_below(folder: str) -> list[StoredEntry]:
     return [e for e in listing(folder, recursive=True) if not e.is_folder]
 
 
+@_reached
 def stat(path: str) -> StoredEntry | None:
     import pyarrow.fs as pafs
 
@@ -142,12 +179,14 @@ def is_folder(path: str) -> bool:
     return entry is not None and entry.is_folder
 
 
+@_reached
 def read_bytes(path: str) -> bytes:
     fs, inner = _located(path)
     with fs.open_input_stream(inner) as stream:
         return bytes(stream.read())
 
 
+@_reached
 def write_bytes(path: str, data: bytes) -> None:
     """`path` holds `data`, whole: no reader sees part of it, and a crash leaves the old content or the new."""
     fs, inner = _located(path)
@@ -162,6 +201,7 @@ def write_bytes(path: str, data: bytes) -> None:
     os.replace(partial, inner)
 
 
+@_reached
 def move(source: str, target: str) -> None:
     """`source` to `target`: a rename on a local folder; a copy then a delete on object storage, where a crash in
     between leaves both (moving again finishes it)."""
@@ -172,6 +212,7 @@ def move(source: str, target: str) -> None:
     fs.move(inner_source, inner_target)
 
 
+@_reached
 def delete_tree(folder: str) -> None:
     """`folder` and everything below it; nothing when it does not exist."""
     import pyarrow.fs as pafs
@@ -181,6 +222,7 @@ def delete_tree(folder: str) -> None:
         fs.delete_dir(inner)
 
 
+@_reached
 def parquet_footer(path: str) -> "pq.FileMetaData":
     import pyarrow.parquet as pq
 
@@ -196,4 +238,7 @@ def total_size(files: list[str], folder: str) -> int:
     if not on_object_store(folder):
         return sum(os.path.getsize(f) for f in files)
     sizes = {f.path: f.size for f in files_below(folder)}
+    missing = [f for f in files if f not in sizes]
+    if missing:
+        raise StorageError(f"{missing[0]} is not in {folder} any more ({len(missing)} file(s)): read it again")
     return sum(sizes[f] for f in files)

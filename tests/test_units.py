@@ -235,6 +235,35 @@ def test_a_command_whose_connect_server_or_database_is_down_fails_in_seconds_nam
     assert "Traceback" not in err
 
 
+def test_a_command_on_a_lake_whose_object_store_is_down_or_has_no_keys_fails_in_seconds_naming_it(
+    monkeypatch, capsys
+):
+    from exact_backfills.cli import main
+
+    port = _closed_port()
+    monkeypatch.setenv("LAKE_ROOT", "s3a://lake/somewhere")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{port}")
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID", raising=False)
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY", raising=False)
+    assert main(["stale"]) == 2
+    err = capsys.readouterr().err
+    assert f"cannot reach the object store at http://127.0.0.1:{port} (AWS_ENDPOINT_URL)" in err
+    assert "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY are not set" in err
+    assert "Traceback" not in err
+
+
+def test_an_object_store_that_refuses_an_operation_is_one_line_naming_what_to_check(monkeypatch):
+    from resources import storage
+
+    port = _closed_port()
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "someone")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "something")
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
+    with pytest.raises(storage.StorageError, match=r"^object storage at http://127\.0\.0\.1:\d+ did not serve"):
+        storage.read_bytes("s3a://lake/somewhere/file")
+
+
 def test_a_folder_is_a_delta_table_once_its_log_holds_a_commit_or_a_checkpoint(tmp_path):
     table = tmp_path / "t"
     assert not is_delta_table(str(table))  # no folder
