@@ -79,8 +79,9 @@ start() {
   done
   # The Connect server's application: the Delta jars (shipped to the executors), Delta's SQL extension and catalog,
   # and the project's session settings (UTC dates, Parquet nanosecond timestamps as numbers).
-  # The lake is on this machine's disk, which the server's driver and its executor write: the project's local file
-  # system, as local mode uses (resources/spark.py), when scripts/setup.sh has built it.
+  # A lake on this machine's disk is written by the server's driver and its executors through the project's local
+  # file system, as local mode uses (resources/spark.py); a lake on object storage through S3A, with the keys of the
+  # environment this script starts in (source .object-store/env first).
   # Its settings in a properties file, not on its command line (the secret is among them; SPARK_CONF's keys may be).
   {
     cat "$STATE/conf/spark-defaults.conf"

@@ -1,8 +1,11 @@
 package exactbackfills;
 
 import io.delta.storage.S3SingleDriverLogStore;
+import java.io.ByteArrayOutputStream;
 import java.io.IOException;
+import java.io.InputStream;
 import java.nio.charset.StandardCharsets;
+import java.util.Arrays;
 import java.util.Iterator;
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.FSDataOutputStream;
@@ -33,15 +36,28 @@ public class ConditionalPutLogStore extends S3SingleDriverLogStore {
       super.write(path, actions, overwrite, hadoopConf);
       return;
     }
+    ByteArrayOutputStream entry = new ByteArrayOutputStream();
+    while (actions.hasNext()) {
+      entry.write((actions.next() + "\n").getBytes(StandardCharsets.UTF_8));
+    }
     FileSystem fs = path.getFileSystem(hadoopConf);
     try (FSDataOutputStream out =
         (FSDataOutputStream) fs.createFile(path).overwrite(false).must(CONDITIONAL_CREATE, true).build()) {
-      while (actions.hasNext()) {
-        out.write((actions.next() + "\n").getBytes(StandardCharsets.UTF_8));
-      }
+      out.write(entry.toByteArray());
     } catch (RemoteFileChangedException | org.apache.hadoop.fs.FileAlreadyExistsException e) {
-      // The PUT happens as the stream closes: a 412 from the store means another writer created this version first.
+      // The PUT happens as the stream closes: a 412 from the store means the version exists. It is this write's own
+      // when a retried PUT follows one whose answer was lost (the entry is the same, byte for byte: a commit names
+      // its transaction and time); otherwise another writer created it first.
+      if (holds(fs, path, entry.toByteArray())) {
+        return;
+      }
       throw new java.nio.file.FileAlreadyExistsException(path.toString());
+    }
+  }
+
+  static boolean holds(FileSystem fs, Path path, byte[] expected) throws IOException {
+    try (InputStream in = fs.open(path)) {
+      return Arrays.equals(in.readAllBytes(), expected);
     }
   }
 }
