@@ -251,8 +251,8 @@ def test_late_rows_are_restated_by_the_sensor_on_exactly_their_days(spark, built
         ],
         cwd=env["DAGSTER_HOME"],
         env={**os.environ, **env, "LATE_DATA_SENSOR_INTERVAL_S": "5"},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stdout=(tmp_path / "daemon.log").open("w"),
+        stderr=subprocess.STDOUT,
         start_new_session=True,
     )
     try:
@@ -269,7 +269,9 @@ def test_late_rows_are_restated_by_the_sensor_on_exactly_their_days(spark, built
     finally:
         os.killpg(daemon.pid, 9)
         daemon.wait()
-    assert finished and finished[0].status == DagsterRunStatus.SUCCESS, finished or "no restatement within 10 minutes"
+    said = (tmp_path / "daemon.log").read_text()[-4000:]
+    assert finished, f"no restatement within 10 minutes; the daemon said:\n{said}"
+    assert finished[0].status == DagsterRunStatus.SUCCESS, finished
     assert_rewrote_exactly(spark, before, expected)
     assert from_scratch(spark, tmp_path, START, LANDED_END) == {t: rows(spark, t) for t in TABLES}
 
