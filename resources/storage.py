@@ -35,7 +35,7 @@ def _reached(operation: Callable[..., T]) -> Callable[..., T]:
     FileNotFoundError, which callers handle."""
 
     @functools.wraps(operation)
-    def reached(path: str, *args, **kwargs):
+    def reached(path: str, *args: object, **kwargs: object) -> T:
         try:
             return operation(path, *args, **kwargs)
         except FileNotFoundError:
