@@ -235,9 +235,7 @@ def test_a_command_whose_connect_server_or_database_is_down_fails_in_seconds_nam
     assert "Traceback" not in err
 
 
-def test_a_command_on_a_lake_whose_object_store_is_down_or_has_no_keys_fails_in_seconds_naming_it(
-    monkeypatch, capsys
-):
+def test_a_command_on_a_lake_whose_object_store_is_down_or_has_no_keys_fails_in_seconds_naming_it(monkeypatch, capsys):
     from exact_backfills.cli import main
 
     port = _closed_port()
