@@ -193,7 +193,14 @@ class Bench:
             self.env.pop("SPARK_ENGINE", None)
             self.env["SPARK_ENGINE_HOME"] = str(self.engine_home)
         # This process reads the same landing and instance (landing_state, the runs' records).
-        for key in ("LAKE_ROOT", "DAGSTER_HOME", "DAGSTER_POSTGRES_URL", "PARTITION_START_DATE", "PARTITION_END_DATE"):
+        for key in (
+            "LAKE_ROOT",
+            "DAGSTER_HOME",
+            "DAGSTER_POSTGRES_URL",
+            "PGPASSFILE",
+            "PARTITION_START_DATE",
+            "PARTITION_END_DATE",
+        ):
             if key in self.env:
                 os.environ[key] = self.env[key]
         self.spark_apps = 0
