@@ -16,6 +16,7 @@ from typing import Any
 from dagster import AssetCheckSeverity, AssetCheckSpec
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.types import MapType
 
 from exact_backfills.declare import DayCheck, Declared, Staging
 from exact_backfills.partitions import daily_partitions
@@ -147,28 +148,44 @@ def _user_description(check: DayCheck) -> str:
     return (check.description or f"{check.name}, the pipeline's own check of each day.") + f" Figures: {figures}."
 
 
-def _row_hash(df: DataFrame) -> Column:
-    return F.sha2(
-        F.concat_ws("\u001f", *[F.coalesce(F.col(c).cast("string"), F.lit("\\N")) for c in sorted(df.columns)]), 256
-    )
+# A day's fingerprint is built from a hash of each row without sorting the day's rows: four 64-bit xxHash64 of the
+# row's typed values (each seeded by its position), with a mask of its null columns (Spark's hash skips a null), are
+# split into eight 32-bit halves, which are summed per day as 64-bit integers (exact up to 2^31 rows a day; a sum does
+# not depend on the rows' order); the fingerprint is the SHA-256 of the row count and the eight sums. Equal rows (as
+# a multiset, duplicates counted) give equal fingerprints whatever their order. Different rows give the same one only
+# if all eight sums agree: for rows not built to collide, a chance of the order of 2^-256 (sums of hashes are no
+# defence against rows crafted to collide). Values are hashed as they are typed: casting each to text first costs more
+# than the rest of a day's checks.
+_HASHES = 4
+_MASK_BITS = 62
 
 
-# A day's fingerprint is built from each row's SHA-256 without sorting the day's rows: each hash is spread over eight
-# 32-bit numbers (Spark's Murmur3 of the hash and the number's position), which are summed per day as 64-bit integers
-# (exact up to 2^31 rows a day; a sum does not depend on the rows' order), and the fingerprint is the SHA-256 of the
-# row count and the eight sums. Equal rows (as a multiset, duplicates counted) give equal fingerprints whatever their
-# order. Different rows give the same one only if all eight sums agree: for rows not built to collide, a chance of the
-# order of 2^-256 (sums of hashes are no defence against rows crafted to collide).
-_ROW_HASH = "_row_sha256"
-_HASH_PARTS = 8
+def _hashed(df: DataFrame) -> list[Column]:
+    """The row as its hash takes it: each column in the order of their names (a map, which Spark does not hash, as its
+    text), then which of them are null, as bits of longs."""
+    fields = sorted(df.schema.fields, key=lambda f: f.name)
+    values = [F.col(f.name).cast("string") if isinstance(f.dataType, MapType) else F.col(f.name) for f in fields]
+    masks = []
+    for start in range(0, len(fields), _MASK_BITS):
+        bits = [
+            F.when(F.col(f.name).isNull(), F.lit(1 << bit)).otherwise(F.lit(0))
+            for bit, f in enumerate(fields[start : start + _MASK_BITS])
+        ]
+        masks.append(sum(bits, F.lit(0).cast("long")))
+    return [*values, *masks]
 
 
-def _hash_part_sums() -> list[Column]:
-    return [F.sum(F.hash(_ROW_HASH, F.lit(i)).cast("long")).alias(f"_sha256_sum{i}") for i in range(_HASH_PARTS)]
+def _hash_part_sums(df: DataFrame) -> list[Column]:
+    values = _hashed(df)
+    sums = []
+    for i in range(_HASHES):
+        h = F.xxhash64(F.lit(i), *values)
+        sums += [F.sum(F.shiftrightunsigned(h, 32)), F.sum(h.bitwiseAND(F.lit(0xFFFFFFFF)))]
+    return [total.alias(f"_hash_sum{i}") for i, total in enumerate(sums)]
 
 
 def _fingerprint(rows: Column) -> Column:
-    parts = [F.col(f"_sha256_sum{i}").cast("string") for i in range(_HASH_PARTS)]
+    parts = [F.col(f"_hash_sum{i}").cast("string") for i in range(2 * _HASHES)]
     return F.sha2(F.concat_ws(":", rows.cast("string"), *parts), 256)
 
 
@@ -223,7 +240,6 @@ def _day_profile(df: DataFrame, key: list[str], day_column: str, measures: list[
         if len(key) > 1
         else F.col(key[0]).isNull().cast("int")
     )
-    hashed = df.withColumn(_ROW_HASH, _row_hash(df))
     # Distinct keys in an aggregation of their own, joined on the day: beside the other aggregates a distinct count
     # makes Spark expand every row once per aggregate group, which costs more than a second pass over the rows.
     distinct_keys = (
@@ -234,12 +250,12 @@ def _day_profile(df: DataFrame, key: list[str], day_column: str, measures: list[
         .agg(F.count(F.lit(1)).alias("distinct_keys"))
     )
     return (
-        hashed.groupBy(F.col(day_column).alias("day"))
+        df.groupBy(F.col(day_column).alias("day"))
         .agg(
             F.count(F.lit(1)).alias("rows"),
             F.sum(null_key).alias("null_key_rows"),
             *[expr.alias(name) for name, expr in measures],
-            *_hash_part_sums(),
+            *_hash_part_sums(df),
         )
         .withColumn("fingerprint", _fingerprint(F.col("rows")))
         .join(distinct_keys, "day", "left")
@@ -249,10 +265,9 @@ def _day_profile(df: DataFrame, key: list[str], day_column: str, measures: list[
 
 def day_fingerprints(df: DataFrame, day_column: str) -> DataFrame:
     """Per day: rows and the fingerprint of the day's rows, the one the checks record."""
-    hashed = df.withColumn(_ROW_HASH, _row_hash(df))
     return (
-        hashed.groupBy(F.col(day_column).alias("day"))
-        .agg(F.count(F.lit(1)).alias("rows"), *_hash_part_sums())
+        df.groupBy(F.col(day_column).alias("day"))
+        .agg(F.count(F.lit(1)).alias("rows"), *_hash_part_sums(df))
         .select("day", "rows", _fingerprint(F.col("rows")).alias("fingerprint"))
     )
 

@@ -235,8 +235,11 @@ def test_a_days_fingerprint_depends_on_its_rows_and_not_on_their_order(spark):
     schema = "order_date date, order_id long, amount decimal(18,2)"
     rows = [(D("2025-01-01"), i, Decimal(i)) for i in range(1, 50)] + [(D("2025-01-02"), 1, Decimal("1.00"))]
 
-    def contents(rows, partitions=1):
+    def contents_of(rows, schema, partitions=1):
         return day_contents(spark.createDataFrame(rows, schema).repartition(partitions), "order_date")
+
+    def contents(rows, partitions=1):
+        return contents_of(rows, schema, partitions)
 
     published = contents(rows)
     assert contents(list(reversed(rows)), partitions=3) == published  # the same rows, in another order
@@ -247,6 +250,11 @@ def test_a_days_fingerprint_depends_on_its_rows_and_not_on_their_order(spark):
     for other in (changed_amount, swapped_amounts, duplicated):
         assert contents(other)[day] != published[day]
         assert contents(other)[D("2025-01-02")] == published[D("2025-01-02")]  # another day's rows, unchanged
+    # A value moved from one column to another (a null left behind) is another row.
+    nullable = "order_date date, a long, b long, tags map<string,string>"
+    moved = [contents_of([(day, 1, None, {"k": "v"})], nullable), contents_of([(day, None, 1, {"k": "v"})], nullable)]
+    assert moved[0][day] != moved[1][day]
+    assert contents_of([(day, 1, None, {"k": "w"})], nullable)[day] != moved[0][day]  # a map's values count too
     # The checks record the same fingerprint, from the same pass as their counts.
     table = Table("t", key=["order_id"], day_column="order_date", upstream={}, build=lambda *_: None)
     verified = evaluate_blocking(spark.createDataFrame(rows, schema), None, None, table, sorted(published))
