@@ -169,7 +169,7 @@ ENVIRONMENT = {
     "partition_start_date": ("PARTITION_START_DATE", "2025-01-01"),
     "partition_end_date": ("PARTITION_END_DATE", "2025-03-31"),
     "backfill_max_partitions_per_run": ("BACKFILL_MAX_PARTITIONS_PER_RUN", "3660"),
-    "backfill_max_bytes_per_run": ("BACKFILL_MAX_BYTES_PER_RUN", str(512 * 2**20)),
+    "backfill_max_bytes_per_run": ("BACKFILL_MAX_BYTES_PER_RUN", str(2 * 2**30)),
     "watermark_reprocess_hours": ("WATERMARK_REPROCESS_HOURS", "72"),
     "restatement_window_days": ("RESTATEMENT_WINDOW_DAYS", "90"),
     "late_data_sensor_interval_s": ("LATE_DATA_SENSOR_INTERVAL_S", "10"),
