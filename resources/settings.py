@@ -52,8 +52,8 @@ class Settings(ConfigurableResource):
         description="BACKFILL_MAX_PARTITIONS_PER_RUN: the most days one backfill run covers"
     )
     backfill_max_bytes_per_run: int = Field(
-        description="BACKFILL_MAX_BYTES_PER_RUN: the most landed bytes one backfill run reads: the days of a run are "
-        "as many as the landing's batches hold within it"
+        description="BACKFILL_MAX_BYTES_PER_RUN: the most landed bytes the days of one backfill run hold: the days "
+        "of a run are as many as the landing's batches hold within it"
     )
     watermark_reprocess_hours: float = Field(
         description="WATERMARK_REPROCESS_HOURS: batches landed this long before the watermark are read again"
