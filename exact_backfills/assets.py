@@ -23,6 +23,7 @@ from exact_backfills import checks, code_versions, landing, liveness, recording
 from exact_backfills.dagster_names import (
     ALL_ASSETS_JOB,
     LAKE_WRITES_POOL,
+    LEFT_STALE_TAG,
     PIPELINE_TAG,
     PUBLISH_STEP,
     PUBLISHED_NOTHING,
@@ -179,8 +180,22 @@ def publish_step(pipeline: Pipeline) -> AssetsDefinition:
             recorded |= set(publication.metadata)
             for written, totals in publication.totals.items():
                 context.log.info(f"{written}: {len(days)} day(s) {day_ranges(days)} written: {totals}")
+            if publication.left_stale:
+                _record_left_stale(context, table, publication.left_stale)
 
     return publish_tables
+
+
+def _record_left_stale(context: AssetExecutionContext, table: str, left_stale: dict[str, list[date]]) -> None:
+    """The days built from `table`'s changed days that the run does not write: failing up_to_date_with_landing until
+    the restatement late_data_sensor launches (the run's tag tells it) rewrites them."""
+    context.instance.add_run_tags(context.run.run_id, {LEFT_STALE_TAG: "true"})
+    for stale, days in left_stale.items():
+        why = f"built from days of {table} this run changed, outside its days: pending for the next restatement"
+        context.log.warning(f"{stale}: {len(days)} day(s) {day_ranges(days)} {why}")
+        outcomes = [checks.Outcome(checks.UP_TO_DATE, d, False, {"stale": True, "why": why}) for d in days]
+        for evaluation in recording.check_evaluations(context.instance, stale, outcomes):
+            context.log_event(evaluation)
 
 
 def _checked(days: list[date], outcomes: list[checks.Outcome]) -> Publication:

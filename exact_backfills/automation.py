@@ -45,6 +45,7 @@ from exact_backfills.dagster_names import (
     ALL_ASSETS_JOB,
     LAKE_WRITES_POOL,
     LANDING_STATE_TAG,
+    LEFT_STALE_TAG,
     PIPELINE_TAG,
     PREVIEW_JOB,
     PROCESS_TAG,
@@ -309,6 +310,13 @@ def landing_state(pipeline: Pipeline) -> str:
     return "|".join(parts)
 
 
+def left_stale_state(instance: DagsterInstance, pipeline: Pipeline) -> str:
+    """The newest run that left days stale outside its own (they are pending in the watermark): a new one makes the
+    sensor restate, as a new batch does."""
+    runs = instance.get_run_ids(RunsFilter(tags={LEFT_STALE_TAG: "true", PIPELINE_TAG: pipeline.name}), limit=1)
+    return f"|left_stale:{runs[0]}" if runs else ""
+
+
 _RANGE_TAGS = (ASSET_PARTITION_RANGE_START_TAG, ASSET_PARTITION_RANGE_END_TAG, PARTITION_NAME_TAG)
 # The jobs whose runs write the lake: the machinery's, and the one Dagster runs the UI's backfills and
 # materializations as.
@@ -405,7 +413,7 @@ def late_data_sensor(
         if repair:
             context.log.warning(f"running again the days of failed run {repair.tags[REPAIR_OF_TAG]}")
             return repair
-        state = landing_state(pipeline)
+        state = landing_state(pipeline) + left_stale_state(context.instance, pipeline)
         if state == context.cursor:
             return SkipReason("no new landing batch")
         context.update_cursor(state)

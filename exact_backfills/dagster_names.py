@@ -36,5 +36,8 @@ TABLE_DAYS_TAG = "exact_backfills/table_days"
 # Set on a writing run that fails: PUBLISHED_NOTHING when it committed nothing (a blocking check, held days),
 # PUBLISHED_PARTLY when it committed some tables (late_data_sensor runs it again). A run killed has neither.
 PUBLISHED_TAG = "exact_backfills/published"
+# Set on a run that changed days which days of other tables, outside its own, are built from: late_data_sensor then
+# launches the restatement that rewrites them (they are pending in the watermark).
+LEFT_STALE_TAG = "exact_backfills/left_stale"
 PUBLISHED_NOTHING = "nothing"
 PUBLISHED_PARTLY = "partly"

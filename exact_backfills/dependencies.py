@@ -1,9 +1,10 @@
 """Which days of which tables a change upstream makes stale, through every table's day dependencies: the same day;
 the day and the next N-1 for a trailing window of N days; for a dimension read as of the day, the later days. The one
 place that knows what a day dependency makes stale, whether the change is late data (`stale_downstream`, which finds
-the later days holding a dimension's changed keys) or code (`stale_by_code`, pure: from what built each day)."""
+the later days holding a dimension's changed keys), code (`stale_by_code`, pure: from what built each day) or a
+write of some days that changed what they hold (`left_stale`, pure: the days built from them it does not write)."""
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, timedelta
 
@@ -37,7 +38,8 @@ class DayChange:
     referenced: int = 0
     window: set[date] = field(default_factory=set)
     batches: set[str] = field(default_factory=set)
-    pending: bool = False  # left by an interrupted restatement
+    # Left by an earlier run: an interrupted restatement, or a write that changed a day this one is built from.
+    pending: bool = False
 
     @property
     def rows(self) -> int:
@@ -63,7 +65,9 @@ class DayChange:
             f"{self.versions} version(s) taking effect" if self.versions else "",
             f"{self.referenced} key(s) read as of the day changed" if self.referenced else "",
             f"in the trailing window of the change on {windows}" if self.window else "",
-            "pending from an interrupted restatement" if self.pending else "",
+            "pending since an earlier run (it changed a day this one is built from, or was interrupted)"
+            if self.pending
+            else "",
         ]
         text = ", ".join(p for p in parts if p)
         return text + (f" (batches {', '.join(sorted(self.batches))})" if self.batches else "")
@@ -85,6 +89,30 @@ def _carry(
         (d, change if d == day else DayChange(window={day}, batches=set(change.batches), pending=change.pending))
         for d in carried(dependency, day, last)
     ]
+
+
+def left_stale(
+    pipeline: Pipeline, changed: Mapping[str, Iterable[date]], written: Mapping[str, Iterable[date]], last: date
+) -> dict[str, set[date]]:
+    """Table -> the days a change leaves stale outside what it writes: every day built, through the day dependencies,
+    from a day whose content it changed (`changed`), that it does not write itself (`written`, built from what the
+    change leaves). A dimension read as of the day makes every later day stale, up to `last`."""
+    stale: dict[str, set[date]] = {}
+    for name in pipeline.publish_order:
+        found: set[date] = set()
+        for up, dependency in pipeline.by_name[name].upstream.items():
+            days = set(changed.get(up, ())) | stale.get(up, set())
+            if not days:
+                continue
+            if isinstance(dependency, AsOf):
+                since = min(days)
+                found |= {since + timedelta(days=i) for i in range((last - since).days + 1)}
+            else:
+                found |= {d for day in days for d in carried(dependency, day, last)}
+        found -= set(written.get(name, ()))
+        if found:
+            stale[name] = found
+    return stale
 
 
 @dataclass

@@ -3,11 +3,13 @@ a restatement, a rollback, a release of held days).
 
 A change is a plan of (table -> days) and, for each table, where its rows come from (`RowSource`): built from the
 landing and its upstream tables, built by the table's restatement build from the batches just read, or read as of an
-earlier Delta version. `publish` takes it through four stages, the whole graph at each stage:
+earlier Delta version. `publish` takes it through these stages, the whole graph at each stage:
 - build (or read): every table's days, in the graph's order; a table reads its upstream tables' days from what this
   change stages for them, and any other day from what is published;
 - verify: every blocking check of every table on every day. One failing day and nothing at all is written
   (reconcile before publish, across the graph): `Refused`;
+- intent: for a backfill or a release, the days built from the days it changes that it does not write itself (a
+  trailing window's later days, say) are recorded as pending in the watermark, for the next restatement;
 - commit: replace exactly the days (`overwrite_days`, the one call site of the package), one Delta commit per table,
   a side table just before its table: all at once for a change of a few days (`at_once`), else in the graph's order;
 - record: as each table is committed, its check results and each day's figures for Dagster (fingerprints, row-count
@@ -35,11 +37,12 @@ from dagster import DagsterRun
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from exact_backfills import builds, checks, code_versions
+from exact_backfills import builds, checks, code_versions, dependencies
 from exact_backfills.builds import LandedBatches, ReadDays, Staged, narrowed
 from exact_backfills.dagster_names import CLI_BACKFILL_TAG, RELEASE_TAG
 from exact_backfills.dagster_private import BACKFILL_ID_TAG
 from exact_backfills.declare import Declared, Pipeline, Staging
+from exact_backfills.partitions import last_day
 from exact_backfills.pipelines import command
 from resources import audit, control
 from resources.delta_io import (
@@ -174,6 +177,9 @@ class Publication:
     outcomes: list[checks.Outcome]  # every check result, one per check per day
     metadata: dict[str, dict[date, dict[str, Any]]]  # per table written (and its side tables): each day's figures
     totals: dict[str, dict[str, Any]] = field(default_factory=dict)  # per table written: the run's figures
+    # Per table built from this one: the days this table's changed days leave stale outside the change, recorded
+    # pending for the next restatement.
+    left_stale: dict[str, list[date]] = field(default_factory=dict)
 
 
 def day_ranges(days: list[date]) -> str:
@@ -503,6 +509,12 @@ def _commit_and_record(
     held = _held_days(change, run, held_at)
     commits: dict[str, Commit] = {}
     audit_rows: list[audit.AuditRow] = []
+    left_stale = _left_stale(spark, pipeline, change, verified, previous_content)
+    wm = control.read_watermark(spark, pipeline.name) if change.operation in _FROM_THE_LANDING else None
+    if wm is not None and any(left_stale.values()):  # intent first: recorded even if a commit below fails
+        every = _merged(wm.pending, *left_stale.values())
+        wm = replace(wm, pending=every)
+        control.write_watermark(spark, pipeline.name, wm, run.run_id, datetime.now(UTC))
     fault_point("before-commits")
     tables = change.tables()
     committing = (
@@ -537,9 +549,13 @@ def _commit_and_record(
                 t0,
             )
             audit_rows += rows
-            yield table, publication
+            yield table, replace(publication, left_stale={t: sorted(d) for t, d in left_stale.get(table, {}).items()})
         if failure is not None:
             raise failure
+        if wm is not None and _overlap(wm.pending, change.days):  # built now from what is published: no longer stale
+            rest = {t: [d for d in days if d not in change.days.get(t, [])] for t, days in wm.pending.items()}
+            wm = replace(wm, pending={t: days for t, days in rest.items() if days})
+            control.write_watermark(spark, pipeline.name, wm, run.run_id, datetime.now(UTC))
         _hold_or_release(spark, pipeline, change, run, holds, held_at)
         audit.append(spark, pipeline.name, audit_rows)
     except Exception as e:
@@ -549,6 +565,55 @@ def _commit_and_record(
         if commits:
             raise PartlyPublished(pipeline, change, commits, e) from e
         raise
+
+
+# The operations whose rows are built from the landing and what is published: the days they change leave the days
+# built from them, outside the change, stale. (A restatement carries its change through every table itself; a
+# promotion's plan diffs every day built from the days it changes; a rollback's days are held.)
+_FROM_THE_LANDING = (Operation.BACKFILL, Operation.RELEASE)
+
+
+def _left_stale(
+    spark: SparkSession,
+    pipeline: Pipeline,
+    change: Change,
+    verified: dict[str, checks.Verified],
+    previous_content: dict[tuple[str, date], audit.DayContent],
+) -> dict[str, dict[str, set[date]]]:
+    """Per table of the change: the published days of the tables built from it that its changed days leave stale
+    outside the change (a trailing window's later days, say). A day whose content changed is one whose fingerprint
+    did, or one that had no rows and has some now."""
+    if change.operation not in _FROM_THE_LANDING:
+        return {}
+    found: dict[str, dict[str, set[date]]] = {}
+    for table in change.tables():
+        changed = []
+        for day in change.days[table]:
+            now, before = verified[table].profile(day).content, previous_content.get((table, day))
+            if checks.fingerprint_changed(now, before) or (now.rows > 0 and (before is None or not before.rows)):
+                changed.append(day)
+        stale = dependencies.left_stale(pipeline, {table: changed}, change.days, last_day()) if changed else {}
+        if stale:
+            found[table] = stale
+    if found:  # only the days published: a day never written is built when it is
+        published = audit.built_by(spark, pipeline.name)
+        found = {
+            table: {t: kept for t, days in stale.items() if (kept := days & set(published.get(t, {})))}
+            for table, stale in found.items()
+        }
+    return {table: stale for table, stale in found.items() if stale}
+
+
+def _merged(pending: dict[str, list[date]], *more: dict[str, set[date]]) -> dict[str, list[date]]:
+    merged = {t: set(days) for t, days in pending.items()}
+    for stale in more:
+        for t, days in stale.items():
+            merged.setdefault(t, set()).update(days)
+    return {t: sorted(days) for t, days in merged.items()}
+
+
+def _overlap(pending: dict[str, list[date]], days: dict[str, list[date]]) -> bool:
+    return any(set(pending_days) & set(days.get(t, [])) for t, pending_days in pending.items())
 
 
 def at_once(change: Change) -> bool:

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from exact_backfills.builds import LandedBatches
 from exact_backfills.checks import KEYS_NOT_NULL, RECONCILES, UNIQUE_KEY, Outcome
 from exact_backfills.declare import SameDay, TrailingDays
-from exact_backfills.dependencies import carried
+from exact_backfills.dependencies import carried, left_stale
 from exact_backfills.landing_index import holding
 from exact_backfills.late_data import (
     DayChange,
@@ -39,6 +39,8 @@ from exact_backfills.publish import (
     day_ranges,
 )
 from exact_backfills.rollback import RollbackPlan, rollback_plan
+from examples.ml_features.pipeline import STG_APP_EVENTS, TRAINING_SET, USER_DAILY_FEATURES
+from examples.ml_features.pipeline import pipeline as ML
 from resources.control import HeldDay, LateException, Watermark
 from resources.delta_io import Scan, day_predicate, day_runs
 from tests.support.lake import environment
@@ -252,6 +254,29 @@ def test_a_changed_day_makes_the_same_day_stale_or_the_days_of_the_trailing_wind
     assert carried(TrailingDays(7), day(3), day(89)) == [day(3 + i) for i in range(7)]
     assert carried(TrailingDays(7), day(86), day(89)) == [day(86), day(87), day(88), day(89)]  # not past the last
     assert carried(TrailingDays(1), day(3), day(89)) == [day(3)]
+
+
+def test_a_write_that_changes_a_day_leaves_stale_the_days_built_from_it_that_it_does_not_write():
+    written = {t: [day(3), day(4)] for t in ORDER_TABLES}
+    # The fact reads staging on the same day: written with it, nothing is left stale.
+    assert left_stale(ORDERS, {STG_ORDER_ITEMS: [day(3)]}, written, day(89)) == {}
+    # Staging alone written: the same days of the fact and of every mart built from it are.
+    alone = {STG_ORDER_ITEMS: [day(3), day(4)]}
+    assert left_stale(ORDERS, {STG_ORDER_ITEMS: [day(4)]}, alone, day(89)) == {
+        t: {day(4)} for t in [FACT_ORDER_ITEM, *MARTS]
+    }
+    # The fact reads the products as of the day: every later day, up to the last, and what is built from them.
+    later = {day(n) for n in range(5, 90)}
+    found = left_stale(ORDERS, {DIM_PRODUCT: [day(3)]}, {**written, DIM_PRODUCT: [day(3)]}, day(89))
+    assert found == {t: later for t in [FACT_ORDER_ITEM, *MARTS]}
+    # A trailing window of 7 days: the later days of the windows holding the changed day, past the days written.
+    first_three = {t: [day(0), day(1), day(2)] for t in ML.publish_order}
+    assert left_stale(ML, {STG_APP_EVENTS: [day(0)]}, first_three, day(89)) == {
+        USER_DAILY_FEATURES: {day(3), day(4), day(5), day(6)},
+        TRAINING_SET: {day(3), day(4), day(5), day(6)},
+    }
+    # Nothing changed: nothing is left stale, whatever was written.
+    assert left_stale(ORDERS, {}, written, day(89)) == {}
 
 
 # The change a restatement plans.

@@ -208,12 +208,6 @@ def test_any_schedule_on_the_ml_pipeline_ends_equal_to_a_from_scratch_build_with
             assert content == expected[table], f"{table} differs from a from-scratch build after {schedule}"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="a known bug: a backfill that rewrites an upstream day leaves the downstream days after its range (a "
-    "trailing window's) built from that day's old rows, and the next restatement finds nothing new to restate",
-)
 def test_a_backfill_rewriting_an_upstream_day_leaves_no_downstream_day_built_from_its_old_rows(spark):
     """A late event lands on the first day; before the sensor restates it, its first three days are backfilled, which
     takes it into staging. The 7-day features of the four days after them are built from that day too, and must

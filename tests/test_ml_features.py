@@ -13,9 +13,10 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from dagster import RunRequest, build_sensor_context
+from dagster import RunRequest, SkipReason, build_sensor_context
 
 from exact_backfills import landing
+from exact_backfills.automation import landing_state
 from exact_backfills.backfill import observe_landing, run_backfill, run_checks, run_restatement, run_rollback
 from exact_backfills.checks import LATE_DATA, UP_TO_DATE
 from exact_backfills.dagster_names import RELEASE_TAG, RESTATE_JOB
@@ -170,6 +171,46 @@ def test_a_label_landing_beyond_the_restatement_window_is_an_exception_until_a_m
     assert latest_check_status(instance, STG_LABELS, LATE_DATA, day) == "SUCCEEDED"
     flipped = read_days(spark, TRAINING_SET, "feature_date", [day]).where(f"user_id = {labelled.user_id}").first()
     assert flipped.label == (not labelled.converted)
+
+
+def test_a_backfill_by_hand_of_a_day_too_old_to_restate_leaves_its_later_window_days_stale_until_the_sensor_restates(
+    spark, built, lake, monkeypatch
+):
+    """A late event older than the restatement window is an exception until its day is backfilled by hand. The 7-day
+    features of the six days after it read that day too: failing up_to_date_with_landing, pending, and restated by
+    the run the sensor launches though no new batch landed."""
+    _, instance = lake
+    monkeypatch.setenv("RESTATEMENT_WINDOW_DAYS", "30")
+    day = START + timedelta(days=4)
+    later = window(day) - {day}
+    built.land(spark, [event("late-old", 1, day, "purchase", Decimal("30.00"))])
+    assert run_restatement(ML, instance).success
+    assert (STG_APP_EVENTS, day) in [(e.table, e.day) for e in control.open_exceptions(spark, ML.name)]
+    seen = landing_state(ML)  # the sensor has seen this landing: nothing new lands below
+    context = build_sensor_context(instance=instance, definitions=definitions_of(ML), cursor=seen)
+    assert isinstance(late_data_sensor(context), SkipReason)
+
+    assert run_backfill(ML, day, day, instance=instance, echo=lambda _: None)
+    pending = control.read_watermark(spark, ML.name).pending
+    assert pending == {t: sorted(later) for t in (USER_DAILY_FEATURES, TRAINING_SET)}
+    for table in (USER_DAILY_FEATURES, TRAINING_SET):
+        assert {d: latest_check_status(instance, table, UP_TO_DATE, d) for d in later} == dict.fromkeys(later, "FAILED")
+        assert latest_check_status(instance, table, UP_TO_DATE, day) == "SUCCEEDED"
+
+    before = snapshot(spark, EVERY_TABLE, ML.day_column)
+    context = build_sensor_context(instance=instance, definitions=definitions_of(ML), cursor=seen)
+    tick = late_data_sensor(context)
+    assert isinstance(tick, RunRequest) and tick.job_name == RESTATE_JOB
+    assert run_restatement(ML, instance).success
+    expected = {USER_DAILY_FEATURES: later, TRAINING_SET: later}
+    assert_rewrote_exactly(spark, before, expected, tables=list(expected), day_column=ML.day_column)
+    assert control.read_watermark(spark, ML.name).pending == {}
+    features = {r.feature_date: r for r in read_table(spark, USER_DAILY_FEATURES).where("user_id = 1").collect()}
+    assert all(features[d].purchases_7d >= 1 for d in window(day))
+    for table in (USER_DAILY_FEATURES, TRAINING_SET):
+        assert {d: latest_check_status(instance, table, UP_TO_DATE, d) for d in later} == dict.fromkeys(
+            later, "SUCCEEDED"
+        )
 
 
 def test_a_rolled_back_restatement_is_held_until_released_and_then_equals_what_it_undid(spark, built, lake):
