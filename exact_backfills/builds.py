@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import date
 
-from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from exact_backfills import landing, landing_index, quarantine
@@ -76,18 +76,45 @@ def narrowed(days: list[date]) -> bool:
 # Versions: which of a key's versions is the newest.
 
 
-def latest_versions(versions: DataFrame, source: Source, key: list[str], then: tuple = ()) -> DataFrame:
-    """One row per `key`: the latest `newest`, then the latest load time, then the latest file, then a hash of the row,
-    so that even two different rows with equal timestamps resolve the same way on every run (`then`: more tie-breaks
-    for identical rows)."""
-    order = Window.partitionBy(*key).orderBy(
+def newest_first(source: Source) -> list[Column]:
+    """A key's versions, newest first: the latest `newest`, then the latest load time, then the latest file, then a
+    hash of the row, so that even two different rows with equal timestamps resolve the same way on every run."""
+    return [
         F.col(source.newest).desc(),
         F.col(source.loaded_at).desc(),
         F.col(FILE_COLUMN).desc(),
         F.xxhash64(*source.columns).desc(),
-        *then,
-    )
+    ]
+
+
+def latest_versions(versions: DataFrame, source: Source, key: list[str], then: tuple = ()) -> DataFrame:
+    """One row per `key`, its newest version (`newest_first`; `then`: more tie-breaks for identical rows)."""
+    order = Window.partitionBy(*key).orderBy(*newest_first(source), *then)
     return versions.withColumn("_rank", F.row_number().over(order)).where("_rank = 1").drop("_rank")
+
+
+# The marks of every landed version read for most of the history (`by_key`).
+LATEST = "_latest"  # its key's newest version, whether it meets the contract or not
+LATEST_VALID = "_latest_valid"  # its key's newest version among those that meet the contract
+
+
+def by_key(source: Source, landed: DataFrame) -> DataFrame:
+    """Every landed row, tagged with its reason (quarantine.tagged) and marked in one pass over its key's versions,
+    newest first: whether it is the key's latest version (what the nothing-lost check expects on its day), the key's
+    latest valid one (what staging holds) and how many versions the key has (what the landing index links). The rows
+    come out partitioned by key: held so, staging, the nothing-lost check and the index read them without shuffling
+    the versions again."""
+    key = list(source.key)
+    order = Window.partitionBy(*key).orderBy(*newest_first(source))
+    valid = F.col(quarantine.REASON).isNull()
+    valid_so_far = F.sum(valid.cast("int")).over(order.rowsBetween(Window.unboundedPreceding, Window.currentRow))
+    versions = F.count(F.lit(1)).over(order.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing))
+    return quarantine.tagged(source, landed, first_day(), last_day()).select(
+        "*",
+        (F.row_number().over(order) == 1).alias(LATEST),
+        (valid & (valid_so_far == 1)).alias(LATEST_VALID),
+        versions.alias(landing_index.KEY_VERSIONS),
+    )
 
 
 def current_versions(source: Source, versions: DataFrame, days: list[date]) -> DataFrame:
@@ -138,22 +165,17 @@ def _landed(spark: SparkSession, pipeline: Pipeline, source: Source, days: list[
 
 def build_events(spark: SparkSession, pipeline: Pipeline, table: Staging, days: list[date]) -> Staged:
     """An events source's staging days: each key's current version on them, and its quarantine's days."""
+    if not narrowed(days):
+        return _build_events_whole(spark, pipeline, table, days)
     source = table.source
     landed_read = _landed(spark, pipeline, source, days)
-    landed = landed_read.rows
-    scans = [landed_read.scan]
-    if narrowed(days):
-        # Up to a year: only the keys with a version on the days can be on them. Their versions are kept for the build
-        # and checks, with every row breaking the contract, which quarantine files by a day of its own: one scan
-        # for both.
-        marked = mark_keys_dated_on(source, landed, days)
-        breaks = quarantine.breaks_contract(source, first_day(), last_day())
-        scanned = marked.where(F.col(KEY_ON_DAYS) | breaks).persist()
-        keys_on_days = scanned.where(KEY_ON_DAYS).drop(KEY_ON_DAYS)
-        landed = scanned.drop(KEY_ON_DAYS)
-    else:
-        scanned = keys_on_days = landed = landed.persist()  # most of the history: read once, and indexed from that read
-        landing_index.index_read(spark, pipeline, source, replace(landed_read, rows=landed))
+    # Up to a year: only the keys with a version on the days can be on them. Their versions are kept for the build
+    # and checks, with every row breaking the contract, which quarantine files by a day of its own: one scan for both.
+    marked = mark_keys_dated_on(source, landed_read.rows, days)
+    breaks = quarantine.breaks_contract(source, first_day(), last_day())
+    scanned = marked.where(F.col(KEY_ON_DAYS) | breaks).persist()
+    keys_on_days = scanned.where(KEY_ON_DAYS).drop(KEY_ON_DAYS)
+    landed = scanned.drop(KEY_ON_DAYS)
     versions, _ = quarantine.split(source, keys_on_days, first_day(), last_day())
     _, rejected = quarantine.split(source, landed, first_day(), last_day())  # by quarantine day, whatever the key
     staged = current_versions(source, versions, days)
@@ -163,7 +185,29 @@ def build_events(spark: SparkSession, pipeline: Pipeline, table: Staging, days: 
         side_tables={table.quarantine: quarantined},
         lost=quarantine.lost_keys(source, keys_on_days, staged, quarantined, days),
         cached=[scanned],
-        scans=scans,
+        scans=[landed_read.scan],
+    )
+
+
+def _build_events_whole(spark: SparkSession, pipeline: Pipeline, table: Staging, days: list[date]) -> Staged:
+    """`build_events` over most of the history: the whole landing read once and marked by key (`by_key`), which
+    indexes its batches too."""
+    source = table.source
+    key = list(source.key)
+    landed_read = landing.landing_read(spark, source, None)
+    marked = by_key(source, landed_read.rows).persist()
+    landing_index.index_read(spark, pipeline, source, replace(landed_read, rows=marked))
+    valid, rejected = quarantine.split_tagged(marked)
+    on_days = day_filter(source.day, days)
+    staged = valid.where(F.col(LATEST_VALID) & on_days).select(*source.version_columns)
+    quarantined = quarantine.for_days(source, rejected, days).persist()
+    expected = marked.where(F.col(LATEST) & quarantine.key_not_null(key) & on_days)
+    return Staged(
+        table=staged,
+        side_tables={table.quarantine: quarantined},
+        lost=quarantine.missing(key, expected.select(F.col(source.day).alias("day"), *key), staged, quarantined),
+        cached=[marked],
+        scans=[landed_read.scan],
     )
 
 

@@ -31,12 +31,19 @@ from resources.delta_io import is_delta_table
 from resources.lake import control_path
 
 INDEX_TABLE = "landing_batch_days"
+# On a build's rows, when it has counted them (builds.by_key): how many versions the row's key has. A key of one
+# version links no batch to another.
+KEY_VERSIONS = "_key_versions"
 _SCHEMA = "dataset string, batch date, day date"
 
 
 def _clamped(batch: str) -> date:
     """A batch's own day, clamped into the partitions: where quarantine files its rows that have no valid day."""
     return min(max(date.fromisoformat(batch), first_day()), last_day())
+
+
+def _counted(landed: DataFrame | None) -> list[str]:
+    return [KEY_VERSIONS] if landed is not None and KEY_VERSIONS in landed.columns else []
 
 
 def _event_days(
@@ -51,7 +58,7 @@ def _event_days(
     # The batches listed now only: one landing meanwhile is indexed, whole, by the next update.
     dated = (
         (landed if landed is not None else landing.read_landing(spark, source))
-        .select(*key, F.col(BATCH_COLUMN).alias("batch"), F.col(source.day).alias("day"))
+        .select(*key, F.col(BATCH_COLUMN).alias("batch"), F.col(source.day).alias("day"), *_counted(landed))
         .where(F.col("batch").isin([date.fromisoformat(b) for b in known]))
     )
     if landed is None:  # read once for both of its uses below
@@ -67,6 +74,8 @@ def _event_days(
         dated = dated.join(keys, key, "left_semi")
     # Every version of those keys, in any batch: each of their batches holds each of their days. A key in one batch
     # only adds nothing to that batch's own days.
+    if landed is not None and KEY_VERSIONS in landed.columns:
+        dated = dated.where(F.col(KEY_VERSIONS) > 1)
     per_key = (
         dated.groupBy(*key)
         .agg(F.collect_set("batch").alias("batches"), F.collect_set("day").alias("days"))

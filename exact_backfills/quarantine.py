@@ -55,21 +55,60 @@ def breaks_contract(source: Source, first_day: date, last_day: date) -> Column:
     return _reason(source, first_day, last_day).isNotNull()
 
 
+def tagged(source: Source, versions: DataFrame, first_day: date, last_day: date) -> DataFrame:
+    """Landed rows with their `reason` (null: the row meets the contract) and, for a row that does not, its
+    `quarantine_day`."""
+    reasoned = versions.withColumn(REASON, _reason(source, first_day, last_day))
+    in_partitions = F.greatest(F.least(F.col(BATCH_COLUMN), F.lit(last_day)), F.lit(first_day))
+    structural = F.col(REFUSED).isNotNull() | F.col(REASON).isin(*structural_reasons(source))
+    return reasoned.withColumn(
+        QUARANTINE_DAY,
+        F.when(F.col(REASON).isNull(), F.lit(None).cast("date"))
+        .when(structural, in_partitions)
+        .otherwise(F.col(source.day)),
+    )
+
+
+def split_tagged(rows: DataFrame) -> tuple[DataFrame, DataFrame]:
+    """(rows that meet the contract, rows that do not, with `reason` and `quarantine_day`), from `tagged` rows."""
+    valid = rows.where(F.col(REASON).isNull()).drop(REASON, REFUSED, QUARANTINE_DAY)
+    return valid, rows.where(F.col(REASON).isNotNull())
+
+
 def split(source: Source, versions: DataFrame, first_day: date, last_day: date) -> tuple[DataFrame, DataFrame]:
     """(rows that meet the contract, rows that do not, with `reason` and `quarantine_day`), from landed rows."""
-    tagged = versions.withColumn(REASON, _reason(source, first_day, last_day))
-    in_partitions = F.greatest(F.least(F.col(BATCH_COLUMN), F.lit(last_day)), F.lit(first_day))
-    rejected = tagged.where(F.col(REASON).isNotNull()).withColumn(
-        QUARANTINE_DAY,
-        F.when(F.col(REFUSED).isNotNull() | F.col(REASON).isin(*structural_reasons(source)), in_partitions).otherwise(
-            F.col(source.day)
-        ),
-    )
-    return tagged.where(F.col(REASON).isNull()).drop(REASON, REFUSED), rejected
+    return split_tagged(tagged(source, versions, first_day, last_day))
 
 
 def for_days(source: Source, rejected: DataFrame, days: list[date]) -> DataFrame:
     return rejected.where(day_filter(QUARANTINE_DAY, days)).select(QUARANTINE_DAY, REASON, *source.version_columns)
+
+
+def latest_landed(source: Source, versions: DataFrame, days: list[date]) -> DataFrame:
+    """The day and key of each key whose latest landed version (valid or not) falls on one of `days`."""
+    key = list(source.key)
+    latest = Window.partitionBy(*key).orderBy(
+        F.col(source.newest).desc_nulls_last(), F.col(source.loaded_at).desc_nulls_last()
+    )
+    return (
+        versions.where(key_not_null(key))
+        .withColumn("_n", F.row_number().over(latest))
+        .where("_n = 1")
+        .where(day_filter(source.day, days))
+        .select(F.col(source.day).alias("day"), *key)
+    )
+
+
+def key_not_null(key: list[str]) -> Column:
+    not_null = F.lit(True)
+    for column in key:
+        not_null = not_null & F.col(column).isNotNull()
+    return not_null
+
+
+def missing(key: list[str], expected: DataFrame, table: DataFrame, quarantined: DataFrame) -> DataFrame:
+    """The `expected` keys (day + the key) neither in `table` nor in quarantine."""
+    return expected.join(table.select(*key), key, "left_anti").join(quarantined.select(*key), key, "left_anti")
 
 
 def lost_keys(
@@ -77,18 +116,4 @@ def lost_keys(
 ) -> DataFrame:
     """Keys whose latest landed version (valid or not) falls on one of `days`, yet are neither in `table` nor in
     quarantine: rows that would otherwise vanish without a trace. Columns: day + the key."""
-    key = list(source.key)
-    latest = Window.partitionBy(*key).orderBy(
-        F.col(source.newest).desc_nulls_last(), F.col(source.loaded_at).desc_nulls_last()
-    )
-    not_null = F.lit(True)
-    for column in key:
-        not_null = not_null & F.col(column).isNotNull()
-    expected = (
-        versions.where(not_null)
-        .withColumn("_n", F.row_number().over(latest))
-        .where("_n = 1")
-        .where(day_filter(source.day, days))
-        .select(F.col(source.day).alias("day"), *key)
-    )
-    return expected.join(table.select(*key), key, "left_anti").join(quarantined.select(*key), key, "left_anti")
+    return missing(list(source.key), latest_landed(source, versions, days), table, quarantined)
