@@ -419,6 +419,8 @@ def _built(
 
 def _held(pipeline: Pipeline, built: Staged, table: Declared, change: Change) -> Staged:
     """`built`, its rows held so that they are checked, read downstream and written from the same computed rows."""
+    if built.selects_held:
+        return built
     held = checkpointed(pipeline, table, change, built.scans)
     built.table = built.table.localCheckpoint() if held else built.table.persist()
     return built
