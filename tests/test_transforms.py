@@ -4,11 +4,14 @@ from datetime import date, datetime
 from decimal import Decimal
 
 import pytest
+from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from assets_pkg import transforms
 from exact_backfills import builds, quarantine
-from exact_backfills.partitions import days
+from exact_backfills.landing import REFUSED
+from exact_backfills.landing_index import KEY_VERSIONS
+from exact_backfills.partitions import days, first_day, last_day
 from tests.support.orders import ORDER_ITEMS, PRODUCTS
 
 ORDER_ITEM_SCHEMA, PRODUCT_SCHEMA = ORDER_ITEMS.schema, PRODUCTS.schema
@@ -96,6 +99,38 @@ def test_a_key_whose_latest_version_is_on_a_day_but_in_neither_staging_nor_quara
     quarantined = versions.where("order_id = 3")
     lost = quarantine.lost_keys(ORDER_ITEMS, versions, staged, quarantined, [D("2025-01-05")]).collect()
     assert [(r.day, r.order_id, r.order_item_id) for r in lost] == [(D("2025-01-05"), 2, 1)]
+
+
+def test_one_pass_by_key_marks_what_staging_holds_and_what_the_nothing_lost_check_expects(spark, versions_schema):
+    rows = [
+        item(1, 1, "2025-01-05", 2, "2025-01-05 10:00:00", "2025-01-06 01:00:00"),  # staged...
+        item(1, 1, "2025-01-05", -1, "2025-01-08 10:00:00", "2025-01-09 01:00:00"),  # ...under a newer version refused
+        item(2, 1, "2025-01-06", 2, "2025-01-06 10:00:00", "2025-01-07 01:00:00"),
+        item(2, 1, "2025-01-20", 3, "2025-01-21 10:00:00", "2025-01-21 11:00:00"),  # moved by a correction
+        item(3, 1, "2025-01-07", -1, "2025-01-07 10:00:00", "2025-01-08 01:00:00"),  # only ever refused
+        item(4, 1, "2025-01-07", 2, "2025-01-07 10:00:00", "2025-01-08 01:00:00"),
+    ]
+    landed = spark.createDataFrame(rows, versions_schema).withColumn(REFUSED, F.lit(None).cast("string"))
+    marked = builds.by_key(ORDER_ITEMS, landed).collect()
+
+    def marked_as(mark):
+        return {(r.order_id, r.order_date, r.quantity) for r in marked if r[mark]}
+
+    assert marked_as(builds.LATEST_VALID) == {(1, D("2025-01-05"), 2), (2, D("2025-01-20"), 3), (4, D("2025-01-07"), 2)}
+    assert marked_as(builds.LATEST) == {
+        (1, D("2025-01-05"), -1),
+        (2, D("2025-01-20"), 3),
+        (3, D("2025-01-07"), -1),
+        (4, D("2025-01-07"), 2),
+    }
+    assert {r.order_id: r[KEY_VERSIONS] for r in marked} == {1: 2, 2: 2, 3: 1, 4: 1}
+    # What staging and the nothing-lost check each choose on their own, over every day.
+    every = days(first_day(), last_day())
+    valid, _ = quarantine.split(ORDER_ITEMS, landed, first_day(), last_day())
+    staged = builds.current_versions(ORDER_ITEMS, valid, every).collect()
+    assert {(r.order_id, r.order_date, r.quantity) for r in staged} == marked_as(builds.LATEST_VALID)
+    expected = quarantine.latest_landed(ORDER_ITEMS, landed, every).collect()
+    assert {(r.order_id, r.day) for r in expected} == {(k, d) for k, d, _ in marked_as(builds.LATEST)}
 
 
 def test_equal_timestamps_resolve_the_same_way_whatever_the_row_order(spark, versions_schema):
