@@ -55,10 +55,11 @@ def _event_days(
     cached: list[DataFrame],
 ) -> DataFrame:
     key = list(source.key)
+    counted = _counted(landed)
     # The batches listed now only: one landing meanwhile is indexed, whole, by the next update.
     dated = (
         (landed if landed is not None else landing.read_landing(spark, source))
-        .select(*key, F.col(BATCH_COLUMN).alias("batch"), F.col(source.day).alias("day"), *_counted(landed))
+        .select(*key, F.col(BATCH_COLUMN).alias("batch"), F.col(source.day).alias("day"), *counted)
         .where(F.col("batch").isin([date.fromisoformat(b) for b in known]))
     )
     if landed is None:  # read once for both of its uses below
@@ -74,7 +75,7 @@ def _event_days(
         dated = dated.join(keys, key, "left_semi")
     # Every version of those keys, in any batch: each of their batches holds each of their days. A key in one batch
     # only adds nothing to that batch's own days.
-    if landed is not None and KEY_VERSIONS in landed.columns:
+    if counted:
         dated = dated.where(F.col(KEY_VERSIONS) > 1)
     per_key = (
         dated.groupBy(*key)
