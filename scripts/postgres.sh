@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A PostgreSQL server for the Dagster instance of the production profile, behind PgBouncer, on 127.0.0.1 only, with
-# its data in .postgres/ (git-ignored): Debian's postgresql and pgbouncer, installed by this script when run as root
-# and missing.
+# its data in .postgres/ (git-ignored; as root, a link to the postgres user's folder, below): Debian's postgresql and
+# pgbouncer, installed by this script when run as root and missing.
 #
 # Why PgBouncer: Dagster's PostgreSQL storage holds no connection open; it connects for every statement, and each
 # new PostgreSQL connection forks a server process. PgBouncer keeps the server connections and hands them out, which
@@ -21,23 +21,30 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 source scripts/services.sh
 SERVICE=postgres
+require_packages postgresql pgbouncer
 
 HOST=127.0.0.1
 PORT="${DAGSTER_PG_PORT:-55432}"
 SERVER_PORT="${DAGSTER_PG_SERVER_PORT:-55433}"
-STATE="$ROOT/.postgres"
+# PostgreSQL refuses to run as root: as root, the server runs as the postgres user, which must reach its data whatever
+# the clone's parent folders allow (a clone in a private folder of root's). So its state is a folder of that user's,
+# in its home, one per clone, and .postgres in the clone is a link to it.
+if [ "$(id -u)" = 0 ]; then
+  STATE="$(getent passwd postgres | cut -d: -f6)/exact-backfills/$(printf '%s' "$ROOT" | sha256sum | cut -c1-16)"
+else
+  STATE="$ROOT/.postgres"
+fi
 DATA="$STATE/data"
 LOG="$STATE/postgres.log"
 PASSFILE="$STATE/pgpass"
 URL="postgresql+psycopg2://dagster@$HOST:$PORT/dagster"
 
 bin_dir() { ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1; }
-require_packages postgresql pgbouncer
 BIN="$(bin_dir)"
 
-# PostgreSQL refuses to run as root: as root, the server runs as the postgres user, which owns .postgres/. Everything
-# in that folder is then written by that user (as_owner), never by root: a link it planted there cannot turn a write
-# of root's into one elsewhere.
+# As root, the server runs as the postgres user, which owns its state folder. Everything in that folder is then
+# written by that user (as_owner), never by root: a link it planted there cannot turn a write of root's into one
+# elsewhere.
 OWNER="$([ "$(id -u)" = 0 ] && echo postgres || id -un)"
 as_owner() {
   if [ "$(id -u)" = 0 ]; then
@@ -70,9 +77,22 @@ start() {
   stop >/dev/null
   if port_taken "$PORT"; then echo "postgres: port $HOST:$PORT is taken by another process; set DAGSTER_PG_PORT" >&2; exit 1; fi
   if port_taken "$SERVER_PORT"; then echo "postgres: port $HOST:$SERVER_PORT is taken by another process; set DAGSTER_PG_SERVER_PORT" >&2; exit 1; fi
-  mkdir -p "$STATE"
-  # What an earlier version left (files root wrote, readable by all): the owner's, and private.
-  [ "$(id -u)" = 0 ] && chown -R -h postgres: "$STATE"
+  if [ "$(id -u)" = 0 ]; then
+    # The folder PostgreSQL used to keep in the clone itself becomes its user's state folder, once.
+    if [ -d "$ROOT/.postgres" ] && [ ! -L "$ROOT/.postgres" ]; then
+      if [ -f "$ROOT/.postgres/data/postmaster.pid" ]; then
+        echo "postgres: a server still runs from $ROOT/.postgres; stop it (kill its postmaster) and start again" >&2; exit 1
+      fi
+      as_owner test -e "$STATE" && { echo "postgres: both $ROOT/.postgres and $STATE hold a server's state; remove one" >&2; exit 1; }
+      as_owner mkdir -p "$(dirname "$STATE")"
+      mv -T "$ROOT/.postgres" "$STATE"
+      chown -R -h postgres: "$STATE"
+    fi
+    as_owner mkdir -p "$STATE"
+    ln -sfn "$STATE" "$ROOT/.postgres"
+  else
+    mkdir -p "$STATE"
+  fi
   as_owner chmod -R go-rwx "$STATE"
   local new_passwords=0
   if ! as_owner test -s "$PASSFILE"; then
@@ -127,7 +147,7 @@ INI
   echo "postgres: running on $HOST:$SERVER_PORT behind PgBouncer on $HOST:$PORT; Dagster's storage: export DAGSTER_POSTGRES_URL=$URL PGPASSFILE=$PASSFILE"
 }
 
-# Loopback TCP only; the socket in .postgres/ (its owner's alone) rather than /var/run/postgresql.
+# Loopback TCP only; the socket in the state folder (its owner's alone) rather than /var/run/postgresql.
 server_start() {
   as_owner "$BIN/pg_ctl" -D "$DATA" -l "$LOG" -w -t 60 \
     -o "-c listen_addresses=$HOST -c port=$SERVER_PORT -c unix_socket_directories=$STATE -c unix_socket_permissions=0700" \

@@ -1,7 +1,9 @@
 """Another local user of the machine, created by the tests: what they can reach of what the project started."""
 
+import atexit
 import functools
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -61,16 +63,39 @@ def other_python() -> str:
     return SYSTEM_PYTHON
 
 
+@functools.cache
+def _packages() -> str:
+    """The project's packages, where the other user can read them. A clone may live in a folder only its user enters
+    (`mktemp -d`); then its packages are linked (hard links, or copies across file systems) into a new folder open to
+    all, removed when this process ends. What the tests probe in the clone itself stays where it is."""
+    installed = sysconfig.get_paths()["purelib"]
+    reach = as_other_with("/usr/bin/test", "-r", str(Path(installed, "pyspark", "__init__.py")), packages="")
+    if reach.returncode == 0:
+        return installed
+    shared = Path(tempfile.mkdtemp(prefix="other-user-packages-"))
+    atexit.register(shutil.rmtree, shared, ignore_errors=True)
+    shared.chmod(0o755)
+    linked = subprocess.run(["cp", "-al", installed, str(shared / "site-packages")], capture_output=True, text=True)
+    if linked.returncode != 0:
+        shutil.rmtree(shared / "site-packages", ignore_errors=True)
+        subprocess.run(["cp", "-a", installed, str(shared / "site-packages")], check=True, capture_output=True)
+    return str(shared / "site-packages")
+
+
 def as_other(*command: str, stdin: str = "", timeout: float = 180) -> subprocess.CompletedProcess:
     """`command` run as the other user, with an environment of their own (nothing of this process's but the path to
     the project's packages)."""
+    return as_other_with(*command, stdin=stdin, timeout=timeout, packages=_packages())
+
+
+def as_other_with(*command: str, packages: str, stdin: str = "", timeout: float = 180) -> subprocess.CompletedProcess:
     user = other_user()
     home = _home()
     environment = {
         "PATH": "/usr/bin:/bin",
         "HOME": str(home),
         "LANG": "C.UTF-8",
-        "PYTHONPATH": sysconfig.get_paths()["purelib"],
+        "PYTHONPATH": packages,
     }
     return subprocess.run(
         ["runuser", "-u", user, "--", "env", "-i", *(f"{k}={v}" for k, v in environment.items()), *command],
