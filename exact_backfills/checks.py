@@ -18,7 +18,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import MapType
 
-from exact_backfills.declare import DayCheck, Declared, Staging
+from exact_backfills.declare import DayCheck, Declared, Reconcile, Staging
 from exact_backfills.partitions import daily_partitions
 from resources.audit import DayContent
 from resources.settings import settings
@@ -222,6 +222,9 @@ class Verified:
     outcomes: list[Outcome]
     profiles: dict[date, DayProfile]
     mismatches: dict[date, int] = field(default_factory=dict)  # per day: how many measures differ from the upstream's
+    # Per table reconciling with this one (`downstream` of evaluate_blocking), per day: its upstream measures over
+    # these rows.
+    for_downstream: dict[str, dict[date, dict[str, Any]]] = field(default_factory=dict)
 
     @property
     def failing(self) -> list[Outcome]:
@@ -296,6 +299,11 @@ def _figure(name: str, index: int) -> str:
     return f"_check{index}_{name}"
 
 
+def _for_downstream(downstream: str, name: str) -> str:
+    """The aggregate column of a downstream table's upstream measure, apart from this table's own columns."""
+    return f"_for_{downstream}_{name}"
+
+
 def _user_figures(table: Declared) -> list[tuple[str, Column]]:
     return [
         (_figure(name, i), F.expr(sql)) for i, check in enumerate(table.checks) for name, sql in check.figures.items()
@@ -335,16 +343,27 @@ def evaluate_blocking(
     table: Declared,
     days: list[date],
     upstream_day: str | None = None,
+    downstream: Mapping[str, Reconcile] | None = None,
+    upstream_measures: Mapping[date, Mapping[str, Any]] | None = None,
 ) -> Verified:
     """The checks a change runs before it writes, for each of `days` on `df`, a table's rows: its key unique and not
     null, its measures equal to `upstream`'s (when it reconciles; its rows by `upstream_day`, by default the table's
-    day column), no key in `lost` (when it checks nothing is lost), and the user's checks."""
+    day column), no key in `lost` (when it checks nothing is lost), and the user's checks.
+
+    A table reconciling with this one may have its upstream measures computed here, in the same pass over the rows
+    (`downstream`: table -> its reconciliation; in `Verified.for_downstream`), and handed to its own evaluation as
+    `upstream_measures` (day -> measure -> value), instead of `upstream`'s rows aggregated again."""
     key, day_column = list(table.key), table.day_column
     rec = table.reconcile
     # Measures by a column name of their own, apart from the profile's (a measure may be called "rows").
     this_measures = [(_measure(name), F.expr(exprs[0])) for name, exprs in rec.measures.items()] if rec else []
+    theirs_here = [
+        (_for_downstream(other, name), F.expr(exprs[1]))
+        for other, their_rec in (downstream or {}).items()
+        for name, exprs in their_rec.measures.items()
+    ]
     user = _user_figures(table)
-    rows = _day_profile(df, key, day_column, [*this_measures, *user]).collect()
+    rows = _day_profile(df, key, day_column, [*this_measures, *theirs_here, *user]).collect()
     profiles = {
         r.day: DayProfile(
             r.rows,
@@ -356,6 +375,10 @@ def evaluate_blocking(
         for r in rows
     }
     verified = Verified([], profiles)
+    verified.for_downstream = {
+        other: {r.day: {name: r[_for_downstream(other, name)] for name in their_rec.measures} for r in rows}
+        for other, their_rec in (downstream or {}).items()
+    }
     failing_unique = [d for d, p in profiles.items() if p.duplicate_rows]
     samples = duplicate_samples(df, key, day_column, failing_unique) if failing_unique else {}
     for day in days:
@@ -377,13 +400,17 @@ def evaluate_blocking(
             Outcome(KEYS_NOT_NULL, day, p.null_key_rows == 0, {"null_key_rows": p.null_key_rows, "key": ", ".join(key)})
         )
 
-    if rec and upstream is not None:
-        up_profile = {
-            r.day: r
-            for r in upstream.groupBy(F.col(upstream_day or day_column).alias("day"))
-            .agg(*[F.expr(exprs[1]).alias(name) for name, exprs in rec.measures.items()])
-            .collect()
-        }
+    if rec and (upstream is not None or upstream_measures is not None):
+        up_profile: Mapping[date, Mapping[str, Any]] = (
+            upstream_measures
+            if upstream_measures is not None
+            else {
+                r.day: r.asDict()
+                for r in upstream.groupBy(F.col(upstream_day or day_column).alias("day"))  # type: ignore[union-attr]
+                .agg(*[F.expr(exprs[1]).alias(name) for name, exprs in rec.measures.items()])
+                .collect()
+            }
+        )
         differing: dict[date, dict[str, tuple[str, str]]] = {}
         for day in days:
             theirs = up_profile.get(day)

@@ -41,7 +41,7 @@ from exact_backfills import builds, checks, code_versions, dependencies
 from exact_backfills.builds import LandedBatches, ReadDays, Staged, narrowed
 from exact_backfills.dagster_names import CLI_BACKFILL_TAG, RELEASE_TAG
 from exact_backfills.dagster_private import BACKFILL_ID_TAG
-from exact_backfills.declare import Declared, Pipeline, Staging
+from exact_backfills.declare import Declared, Pipeline, Reconcile, Staging
 from exact_backfills.partitions import last_day
 from exact_backfills.pipelines import command
 from resources import audit, control
@@ -300,15 +300,26 @@ def publishing(
         previous_content = pool.submit(audit.latest_before_run, spark, pipeline.name, run.run_id, change.every_day())
         checking: dict[str, Future[checks.Verified]] = {}
         tables = pipeline.by_name
+
+        reconciled = reconciled_within(pipeline, change)
+
+        def check(table: str) -> None:
+            downstream = {d: rec for d, (u, rec) in reconciled.items() if u == table}
+            upstream = checking[reconciled[table][0]] if table in reconciled else None
+            checking[table] = pool.submit(
+                _verify, staged[table], tables[table], change.days[table], downstream, upstream
+            )
+
         for table in change.tables():
             built = _built(spark, pipeline, tables[table], change, staged)
             if not staged and _interpreted(built.scans):
                 evaluation.enter_context(interpreted(spark))
-            staged[table] = _held(pipeline, built, tables[table], change)
+            staged[table] = hold(pipeline, built, tables[table], change)
             if together:  # its rows are computed (a few days' are checkpointed): checked while the next builds
-                checking[table] = pool.submit(_verify, staged[table], tables[table], change.days[table])
-        if not together:  # checked once every table is built
-            checking = {t: pool.submit(_verify, staged[t], tables[t], change.days[t]) for t in change.tables()}
+                check(table)
+        if not together:  # checked once every table is built, in the graph's order
+            for table in change.tables():
+                check(table)
         verified = {table: checking[table].result() for table in change.tables()}
         failing = {table: v.failing for table, v in verified.items() if v.failing}
         if failing:
@@ -417,12 +428,18 @@ def _built(
     return result
 
 
-def _held(pipeline: Pipeline, built: Staged, table: Declared, change: Change) -> Staged:
-    """`built`, its rows held so that they are checked, read downstream and written from the same computed rows."""
+def hold(pipeline: Pipeline, built: Staged, table: Declared, change: Change) -> Staged:
+    """`built`, its rows held so that they are checked, read downstream and written from the same computed rows.
+
+    Cached rows are held partitioned by day, as `overwrite_days` lays them out to write them: Spark then finds them
+    so and exchanges none of them again, neither for the write nor for what groups them by day (the checks' distinct
+    keys, a downstream table grouping by the day and more). A checkpoint does not keep its partitioning."""
     if built.selects_held:
         return built
-    held = checkpointed(pipeline, table, change, built.scans)
-    built.table = built.table.localCheckpoint() if held else built.table.persist()
+    if checkpointed(pipeline, table, change, built.scans):
+        built.table = built.table.localCheckpoint()
+    else:
+        built.table = built.table.repartition(table.day_column).persist()
     return built
 
 
@@ -483,8 +500,31 @@ def _restored(
     )
 
 
-def _verify(built: Staged, table: Declared, days: list[date]) -> checks.Verified:
-    return checks.evaluate_blocking(built.table, built.upstream, built.lost, table, days, built.upstream_day)
+def reconciled_within(pipeline: Pipeline, change: Change) -> dict[str, tuple[str, Reconcile]]:
+    """table -> the upstream it reconciles with and how, for each table of `change` whose upstream the change stages
+    on every one of its days: the upstream's measures are then computed in the same pass as the upstream's own
+    checks, over the rows the table reads, rather than in a pass of their own."""
+    found = {}
+    for name in change.tables():
+        rec = pipeline.by_name[name].reconcile
+        if rec and rec.upstream in change.days and set(change.days[name]) <= set(change.days[rec.upstream]):
+            found[name] = (rec.upstream, rec)
+    return found
+
+
+def _verify(
+    built: Staged,
+    table: Declared,
+    days: list[date],
+    downstream: dict[str, Reconcile],
+    upstream: Future[checks.Verified] | None,
+) -> checks.Verified:
+    """The table's blocking checks; the measures of the tables reconciling with it (`downstream`) computed with them,
+    its upstream's measures taken from the upstream's checks when those computed them (`upstream`, submitted first)."""
+    measures = upstream.result().for_downstream[table.name] if upstream is not None else None
+    return checks.evaluate_blocking(
+        built.table, built.upstream, built.lost, table, days, built.upstream_day, downstream, measures
+    )
 
 
 def _commit_and_record(

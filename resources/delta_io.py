@@ -184,7 +184,7 @@ def overwrite_days(df: DataFrame, table: str, column: str, days: Sequence[date],
                 "lake must name their tables apart"
             )
     (
-        df.repartition(column)  # one file per day instead of one per day per task
+        df.repartition(column)  # one file per day instead of one per day per task (rows held by day: no exchange)
         .write.format("delta")
         .mode("overwrite")
         .option("replaceWhere", day_predicate(column, days))

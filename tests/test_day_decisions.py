@@ -37,6 +37,7 @@ from exact_backfills.publish import (
     at_once,
     checkpointed,
     day_ranges,
+    reconciled_within,
 )
 from exact_backfills.rollback import RollbackPlan, rollback_plan
 from examples.ml_features.pipeline import STG_APP_EVENTS, TRAINING_SET, USER_DAILY_FEATURES
@@ -378,6 +379,22 @@ def test_a_change_of_a_few_days_commits_its_tables_at_once_and_one_over_every_da
     assert at_once(few)
     every_day = Change(Operation.BACKFILL, {**few.days, FACT_ORDER_ITEM: _every_day()})
     assert not at_once(every_day)  # one table of many days is enough
+
+
+def test_a_table_takes_its_upstreams_measures_from_the_upstreams_checks_only_when_the_change_stages_all_its_days():
+    two = [first_day(), first_day() + timedelta(days=1)]
+    whole = Change(Operation.BACKFILL, dict.fromkeys(PUBLISH_ORDER, two))
+    found = reconciled_within(ORDERS, whole)
+    assert {table: upstream for table, (upstream, _) in found.items()} == {
+        FACT_ORDER_ITEM: STG_ORDER_ITEMS,
+        **dict.fromkeys(MARTS, FACT_ORDER_ITEM),
+    }
+    assert all(rec is BY_NAME[table].reconcile for table, (_, rec) in found.items())
+    # The marts alone read the fact as published: they aggregate it themselves.
+    assert reconciled_within(ORDERS, Change(Operation.BACKFILL, dict.fromkeys(MARTS, two))) == {}
+    # A day of the mart's that the change does not stage for the fact is read as published: the same.
+    wider = Change(Operation.BACKFILL, {**whole.days, DAILY_REVENUE: [*two, first_day() + timedelta(days=2)]})
+    assert DAILY_REVENUE not in reconciled_within(ORDERS, wider)
 
 
 # What a rollback restores and rebuilds.
