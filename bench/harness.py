@@ -182,6 +182,16 @@ class DagsterDev:
             time.sleep(2)
         raise TimeoutError(f"no finished run of {job} tagged {tag} after {timeout}s")
 
+    def wait_until_idle(self, timeout: float = 3600) -> None:
+        """Until no run is queued or under way: one a sensor requested meanwhile has finished."""
+        busy = ("QUEUED", "NOT_STARTED", "STARTING", "STARTED", "CANCELING")
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not any(run["status"] in busy for run in self.runs()):
+                return
+            time.sleep(2)
+        raise TimeoutError(f"runs still queued or under way after {timeout}s")
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGTERM)
