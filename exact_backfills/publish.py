@@ -300,12 +300,11 @@ def publishing(
         previous_content = pool.submit(audit.latest_before_run, spark, pipeline.name, run.run_id, change.every_day())
         checking: dict[str, Future[checks.Verified]] = {}
         tables = pipeline.by_name
-
         reconciled = reconciled_within(pipeline, change)
 
         def check(table: str) -> None:
-            downstream = {d: rec for d, (u, rec) in reconciled.items() if u == table}
-            upstream = checking[reconciled[table][0]] if table in reconciled else None
+            downstream = {d: rec for d, rec in reconciled.items() if rec.upstream == table}
+            upstream = checking[reconciled[table].upstream] if table in reconciled else None
             checking[table] = pool.submit(
                 _verify, staged[table], tables[table], change.days[table], downstream, upstream
             )
@@ -500,15 +499,15 @@ def _restored(
     )
 
 
-def reconciled_within(pipeline: Pipeline, change: Change) -> dict[str, tuple[str, Reconcile]]:
-    """table -> the upstream it reconciles with and how, for each table of `change` whose upstream the change stages
-    on every one of its days: the upstream's measures are then computed in the same pass as the upstream's own
-    checks, over the rows the table reads, rather than in a pass of their own."""
+def reconciled_within(pipeline: Pipeline, change: Change) -> dict[str, Reconcile]:
+    """table -> its reconciliation, for each table of `change` whose upstream the change stages on every one of its
+    days: the upstream's measures are then computed in the same pass as the upstream's own checks, over the rows the
+    table reads, rather than in a pass of their own."""
     found = {}
     for name in change.tables():
         rec = pipeline.by_name[name].reconcile
         if rec and rec.upstream in change.days and set(change.days[name]) <= set(change.days[rec.upstream]):
-            found[name] = (rec.upstream, rec)
+            found[name] = rec
     return found
 
 

@@ -385,11 +385,11 @@ def test_a_table_takes_its_upstreams_measures_from_the_upstreams_checks_only_whe
     two = [first_day(), first_day() + timedelta(days=1)]
     whole = Change(Operation.BACKFILL, dict.fromkeys(PUBLISH_ORDER, two))
     found = reconciled_within(ORDERS, whole)
-    assert {table: upstream for table, (upstream, _) in found.items()} == {
+    assert {table: rec.upstream for table, rec in found.items()} == {
         FACT_ORDER_ITEM: STG_ORDER_ITEMS,
         **dict.fromkeys(MARTS, FACT_ORDER_ITEM),
     }
-    assert all(rec is BY_NAME[table].reconcile for table, (_, rec) in found.items())
+    assert all(rec is BY_NAME[table].reconcile for table, rec in found.items())
     # The marts alone read the fact as published: they aggregate it themselves.
     assert reconciled_within(ORDERS, Change(Operation.BACKFILL, dict.fromkeys(MARTS, two))) == {}
     # A day of the mart's that the change does not stage for the fact is read as published: the same.
