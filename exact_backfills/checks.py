@@ -14,7 +14,7 @@ from decimal import Decimal
 from typing import Any
 
 from dagster import AssetCheckSeverity, AssetCheckSpec
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import MapType
 
@@ -243,15 +243,7 @@ def _day_profile(df: DataFrame, key: list[str], day_column: str, measures: list[
         if len(key) > 1
         else F.col(key[0]).isNull().cast("int")
     )
-    # Distinct keys in an aggregation of their own, joined on the day: beside the other aggregates a distinct count
-    # makes Spark expand every row once per aggregate group, which costs more than a second pass over the rows.
-    distinct_keys = (
-        df.dropna(subset=key)
-        .select(F.col(day_column).alias("day"), *key)
-        .distinct()
-        .groupBy("day")
-        .agg(F.count(F.lit(1)).alias("distinct_keys"))
-    )
+    distinct_keys = distinct_keys_by_day(df, key, day_column)
     return (
         df.groupBy(F.col(day_column).alias("day"))
         .agg(
@@ -263,6 +255,23 @@ def _day_profile(df: DataFrame, key: list[str], day_column: str, measures: list[
         .withColumn("fingerprint", _fingerprint(F.col("rows")))
         .join(distinct_keys, "day", "left")
         .withColumn("distinct_keys", F.coalesce(F.col("distinct_keys"), F.lit(0)))
+    )
+
+
+def distinct_keys_by_day(df: DataFrame, key: list[str], day_column: str) -> DataFrame:
+    """Per day with a key: how many distinct keys (null keys left out).
+
+    A pass of its own: beside the profile's aggregates a distinct count makes Spark expand every row once per aggregate
+    group. Each key's first row is numbered rather than the keys aggregated: on rows held by day Spark sorts each
+    partition and keeps one row per key (a group limit), where a hash aggregation of every key of a partition spills."""
+    first = F.row_number().over(Window.partitionBy("day", *key).orderBy("day"))
+    return (
+        df.dropna(subset=key)
+        .select(F.col(day_column).alias("day"), *key)
+        .withColumn("_first_of_key", first)
+        .where(F.col("_first_of_key") == 1)
+        .groupBy("day")
+        .agg(F.count(F.lit(1)).alias("distinct_keys"))
     )
 
 

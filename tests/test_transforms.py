@@ -9,6 +9,7 @@ from pyspark.sql import types as T
 
 from assets_pkg import transforms
 from exact_backfills import builds, quarantine
+from exact_backfills.checks import distinct_keys_by_day
 from exact_backfills.landing import REFUSED
 from exact_backfills.landing_index import KEY_VERSIONS
 from exact_backfills.partitions import days, first_day, last_day
@@ -371,7 +372,8 @@ def test_a_tables_cached_rows_are_held_by_day_so_that_writing_or_grouping_them_b
         assert held.table.count() == 1000
         # What overwrite_days writes, the checks' distinct keys of a day, a downstream table grouped by a day.
         assert not exchanged_above_the_cache(held.table.repartition("order_date"))
-        assert not exchanged_above_the_cache(held.table.select("order_date", "order_id", "order_item_id").distinct())
+        key = ["order_id", "order_item_id"]
+        assert not exchanged_above_the_cache(distinct_keys_by_day(held.table, key, "order_date"))
         assert not exchanged_above_the_cache(held.table.groupBy("customer_id", "order_date").count())
     finally:
         held.unpersist()
