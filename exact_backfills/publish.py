@@ -434,13 +434,16 @@ def hold(pipeline: Pipeline, built: Staged, table: Declared, change: Change) -> 
 
     Cached rows are held partitioned by day, as `overwrite_days` lays them out to write them: Spark then finds them
     so and exchanges none of them again, neither for the write nor for what groups them by day (the checks' distinct
-    keys, a downstream table grouping by the day and more). A checkpoint does not keep its partitioning."""
+    keys, a downstream table grouping by the day and more). Within a partition they are sorted by day and key, once:
+    the write, which orders its rows by day, then sorts nothing; the distinct keys' sort finds its rows in order; what
+    groups them by day aggregates one day after another. A checkpoint keeps neither."""
     if built.selects_held:
         return built
     if checkpointed(pipeline, table, change, built.scans):
         built.table = built.table.localCheckpoint()
     else:
-        built.table = built.table.repartition(table.day_column).persist()
+        by_day = built.table.repartition(table.day_column)
+        built.table = by_day.sortWithinPartitions(table.day_column, *table.key).persist()
     return built
 
 

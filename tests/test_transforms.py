@@ -350,12 +350,17 @@ def test_a_tables_cached_rows_are_held_by_day_so_that_writing_or_grouping_them_b
     from exact_backfills.publish import Change, Operation, checkpointed, hold
     from tests.support.orders import BY_NAME, FACT_ORDER_ITEM, ORDERS
 
-    def exchanged_above_the_cache(df) -> bool:
+    def above_the_cache(df) -> str:
         plan = io.StringIO()
         with redirect_stdout(plan):
             df.explain()
-        physical = plan.getvalue().split("== Physical Plan ==")[-1]
-        return "Exchange" in physical.split("InMemoryTableScan")[0]
+        return plan.getvalue().split("== Physical Plan ==")[-1].split("InMemoryTableScan")[0]
+
+    def exchanged_above_the_cache(df) -> bool:
+        return "Exchange" in above_the_cache(df)
+
+    def sorted_above_the_cache(df) -> bool:
+        return "Sort " in above_the_cache(df) or "Sort [" in above_the_cache(df)
 
     every_day = days(first_day(), last_day())
     change = Change(Operation.BACKFILL, {FACT_ORDER_ITEM: every_day})
@@ -375,5 +380,8 @@ def test_a_tables_cached_rows_are_held_by_day_so_that_writing_or_grouping_them_b
         key = ["order_id", "order_item_id"]
         assert not exchanged_above_the_cache(distinct_keys_by_day(held.table, key, "order_date"))
         assert not exchanged_above_the_cache(held.table.groupBy("customer_id", "order_date").count())
+        # Sorted by day and key once: the write's order by day (what it asks of its rows) sorts nothing again.
+        assert sorted_above_the_cache(rows.repartition("order_date").sortWithinPartitions("order_date"))
+        assert not sorted_above_the_cache(held.table.repartition("order_date").sortWithinPartitions("order_date"))
     finally:
         held.unpersist()
