@@ -43,7 +43,7 @@ from exact_backfills.publish import (
     operation_of,
     publishing,
 )
-from exact_backfills.verification import verify_published
+from exact_backfills.verification import published_state, verify_published
 from resources.settings import settings
 from resources.spark import session_of
 
@@ -156,9 +156,14 @@ def publish_step(pipeline: Pipeline) -> AssetsDefinition:
         writes = tables_written(pipeline, selected)
         checked = {k.asset_key.to_user_string() for k in context.selected_asset_check_keys}
         done: set[str] = set()
-        for table in [t for t in pipeline.publish_order if t in checked and t not in writes]:
-            # Only checks selected (the UI's "Execute" on a check, or the `check` command): verify what is published.
-            outcomes = verify_published(spark, pipeline, table, days, run)
+        only_checked = [t for t in pipeline.publish_order if t in checked and t not in writes]
+        # Only checks selected (the UI's "Execute" on a check, or the `check` command): verify what is published,
+        # the late-data detection and the code's staleness found once for every table.
+        state = published_state(spark, pipeline) if only_checked else None
+        for table in only_checked:
+            assert state is not None
+            wanted = {k.name for k in context.selected_asset_check_keys if k.asset_key.to_user_string() == table}
+            outcomes = [o for o in verify_published(spark, pipeline, table, days, run, state) if o.check in wanted]
             yield from recording.publication_events(
                 context, table, _checked(days, outcomes), check_outputs=_check_outputs(context, table, done)
             )

@@ -152,8 +152,14 @@ def dimension_versions(source: Source, versions: DataFrame, first: date, days: l
     day while the table only grows with changes, not with keys x days."""
     dated = versions.withColumn(VALID_FROM, F.greatest(F.to_date(source.day), F.lit(first)))
     per_day = latest_versions(dated.where(day_filter(VALID_FROM, days)), source, [*source.key, VALID_FROM])
-    others = [c for c in source.columns if c not in source.key and c != source.loaded_at]
-    return per_day.select(*source.key, VALID_FROM, *others)
+    return per_day.select(*source.key, VALID_FROM, *dimension_columns(source))
+
+
+def dimension_columns(source: Source) -> list[str]:
+    """The columns a dimension's staging keeps beside its key and `valid_from`: all but the load time, which a
+    re-delivery of the same version changes, unless it is what decides which version is newest (late-data detection
+    compares the versions staged with those landed by it)."""
+    return [c for c in source.columns if c not in source.key and (c != source.loaded_at or c == source.newest)]
 
 
 # The staging builds.

@@ -7,8 +7,8 @@ change are recorded after the commit.
 """
 
 import datetime as dt
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import date
 from decimal import Decimal
 from typing import Any
@@ -35,6 +35,8 @@ BUILT_BY_CURRENT_CODE = "built_by_current_code"
 
 BLOCKING = (UNIQUE_KEY, KEYS_NOT_NULL, RECONCILES, NOTHING_LOST)
 SAMPLE_SIZE = 5
+# In a result's metadata: why the check could not be evaluated, or why the user's check raised.
+ERROR = "error"
 
 
 def row_count_tolerance() -> float:
@@ -340,12 +342,39 @@ def _user_outcomes(table: Declared, figures: Mapping[date, Mapping[str, Any]], d
                 passed, why = False, f"{type(e).__name__}: {e}"
             metadata = {name: _metadata_value(v) if v is not None else "none" for name, v in values.items()}
             outcomes.append(
-                Outcome(check.name, day, passed, {**metadata, **({"error": why} if why else {})}, check.blocking)
+                Outcome(check.name, day, passed, {**metadata, **({ERROR: why} if why else {})}, check.blocking)
             )
     return outcomes
 
 
 def evaluate_blocking(
+    df: DataFrame,
+    upstream: DataFrame | None,
+    lost: DataFrame | None,
+    table: Declared,
+    days: list[date],
+    upstream_day: str | None = None,
+    downstream: Mapping[str, Reconcile] | None = None,
+    upstream_measures: Mapping[date, Mapping[str, Any]] | None = None,
+) -> Verified:
+    """`_evaluate_blocking`, with the user's checks set apart when their figures cannot be computed (a figure whose
+    SQL does not resolve, or that raises): the built-in checks are evaluated without them, and each of the user's
+    checks fails on every day, saying why."""
+    arguments = (upstream, lost)
+    try:
+        return _evaluate_blocking(df, *arguments, table, days, upstream_day, downstream, upstream_measures)
+    except Exception as error:
+        if not table.checks:
+            raise
+        verified = _evaluate_blocking(
+            df, *arguments, replace(table, checks=()), days, upstream_day, downstream, upstream_measures
+        )
+        blocking = [c.name for c in table.checks if c.blocking]
+        verified.outcomes += not_evaluated([c.name for c in table.checks], days, error, blocking)
+        return verified
+
+
+def _evaluate_blocking(
     df: DataFrame,
     upstream: DataFrame | None,
     lost: DataFrame | None,
@@ -473,8 +502,29 @@ def evaluate_blocking(
     return verified
 
 
+def not_evaluated(
+    check_names: list[str], days: list[date], error: BaseException, blocking: Sequence[str] = ()
+) -> list[Outcome]:
+    """Checks that could not be evaluated on `days`: failed on each day, saying why. A check that did not run never
+    passes."""
+    why = f"could not be evaluated: {error_line(error)}"
+    return [
+        Outcome(name, day, False, {ERROR: why, "evaluated": False}, name in blocking)
+        for name in check_names
+        for day in days
+    ]
+
+
+def error_line(error: BaseException) -> str:
+    """An error as one line: its class and the first line of its message (Spark's carry a long plan after it)."""
+    text = str(error).strip()
+    return f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"
+
+
 def summary(o: Outcome) -> str:
     """One line a person can act on: the numbers that made the check fail (a user check's: its figures)."""
+    if o.metadata.get("evaluated") is False:
+        return str(o.metadata[ERROR])
     keys = (
         "duplicate_rows",
         "sample_duplicate_keys",
@@ -532,11 +582,8 @@ def evaluate_after_commit(verified: Verified, previous: Mapping[date, DayContent
     return outcomes
 
 
-def evaluate_published(
-    verified: Verified, recorded: Mapping[date, DayContent], days: list[date], stale: set[date]
-) -> list[Outcome]:
-    """Fingerprint, row count and freshness of what is published, against what the pipeline last wrote (`recorded`)
-    and the days the landing has changed since (`stale`)."""
+def evaluate_published(verified: Verified, recorded: Mapping[date, DayContent], days: list[date]) -> list[Outcome]:
+    """Fingerprint and row count of what is published, against what the pipeline last wrote (`recorded`)."""
     tolerance = row_count_tolerance()
     outcomes = []
     for day in days:
@@ -554,5 +601,4 @@ def evaluate_published(
             )
         )
         outcomes.append(_row_count_change(day, now.rows, written.rows if written else None, tolerance))
-        outcomes.append(Outcome(UP_TO_DATE, day, day not in stale, {"stale": day in stale}))
     return outcomes

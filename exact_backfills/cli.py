@@ -118,6 +118,10 @@ def _cmd_check(pipeline: "Pipeline", args: argparse.Namespace) -> int:
     for table in tables:
         mine = [e for e in evaluations if e.asset_key.to_user_string() == table]
         bad = sorted((e for e in mine if not e.passed), key=lambda e: (e.partition, e.check_name))
+        if not mine:  # "passed" only ever means evaluated and passed
+            failed += 1
+            print(f"{table}: not checked over {start}..{end} (no check result was recorded)")
+            continue
         failed += len(bad)
         print(f"{table}: {len(mine) - len(bad)}/{len(mine)} check results passed over {start}..{end}")
         for e in bad:

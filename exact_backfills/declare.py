@@ -35,6 +35,11 @@ QUARANTINE_DAY = "quarantine_day"
 # The run that wrote a quarantined row.
 RUN_COLUMN = "run_id"
 
+# The types a source's `newest` may have: what orders a key's versions, the later winning.
+ORDERED_VERSIONS = (T.TimestampType, T.TimestampNTZType, T.DateType, T.IntegralType, T.DecimalType)
+# The types a key column may have: compared as they are, so that the same key is the same key on every run.
+KEY_TYPES = (T.StringType, T.IntegralType, T.DecimalType, T.DateType, T.TimestampType, T.BooleanType, T.BinaryType)
+
 # `read(upstream)`: the upstream table's rows of the days the build's day dependency on it names.
 Read = Callable[[str], DataFrame]
 # `build(spark, days, read)`: the table's rows of `days`.
@@ -111,6 +116,16 @@ class Source:
             found.append(f"its day column {self.day} is {types[self.day].simpleString()}, not a date or timestamp")
         if not isinstance(types[self.loaded_at], T.TimestampType):
             found.append(f"its load time {self.loaded_at} is {types[self.loaded_at].simpleString()}, not a timestamp")
+        if not isinstance(types[self.newest], ORDERED_VERSIONS):
+            found.append(
+                f"its newest column {self.newest} is {types[self.newest].simpleString()}: versions are ordered by a "
+                "timestamp, a date or a number"
+            )
+        found += [
+            f"its key column {c} is {types[c].simpleString()}, which cannot be compared as a key"
+            for c in self.key
+            if not isinstance(types[c], KEY_TYPES)
+        ]
         clash = {BATCH_COLUMN, FILE_COLUMN, VALID_FROM, QUARANTINE_DAY, RUN_COLUMN, "reason", "refused"} & set(types)
         found += [f"its column {c} is a name the machinery adds" for c in sorted(clash)]
         if self.rules and self.kind is SourceKind.DIMENSION:

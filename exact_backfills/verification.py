@@ -1,14 +1,20 @@
 """Checks on what is published, without writing: what the UI's "Execute" on a check and the `check` command run.
 The blocking checks are the ones a change runs before it writes (publish.py); the others compare what is published
-with what the pipeline last wrote (audit) and with what has landed since (the late-data detection)."""
+with what the pipeline last wrote (audit) and with what has landed since (the late-data detection).
 
+A check that cannot be evaluated (its query fails, the detection it reads fails) fails on every day it covers,
+saying why: "passed" only ever means evaluated and passed. What every table's checks share (the late-data
+detection, the days stale by code) is found once per run, not once per table."""
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import date
 
 from pyspark.sql import SparkSession
 
 from exact_backfills import checks, code_versions, landing, late_data, quarantine
 from exact_backfills.declare import Pipeline, Staging
-from exact_backfills.dependencies import CodeChange, stale_by_code
+from exact_backfills.dependencies import CodeChange, DayChange, stale_by_code
 from exact_backfills.publish import RunInfo
 from resources import audit, control
 from resources.delta_io import read_days
@@ -52,33 +58,121 @@ def code_outcomes(
     ]
 
 
-def verify_published(
+@dataclass(frozen=True)
+class LandingState:
+    """What the late-data detection finds of what is published, for every table's checks of a run."""
+
+    stale: dict[str, dict[date, DayChange]] = field(default_factory=dict)  # table -> its days to restate, and why
+    outside: dict[str, dict[date, DayChange]] = field(default_factory=dict)  # staging -> days too old to restate
+    holds: dict[date, control.HeldDay] = field(default_factory=dict)  # days held since a rollback
+
+
+@dataclass(frozen=True)
+class PublishedState:
+    """What the checks of every table in a checks-only run read alike, found once: the late-data detection and the
+    days stale by code, each with the error that kept it from being found, if any."""
+
+    landing: LandingState | None
+    landing_error: BaseException | None
+    code_stale: dict[str, dict[date, CodeChange]] | None
+    code_error: BaseException | None
+
+
+def published_state(spark: SparkSession, pipeline: Pipeline) -> PublishedState:
+    landing_state: LandingState | None = None
+    landing_error = code_error = None
+    try:
+        detection = late_data.detect(spark, pipeline)
+        landing_state = LandingState(detection.days, detection.outside, {h.day: h for h in detection.holds})
+    except late_data.NothingPublished:  # nothing landed is published yet: nothing is stale
+        landing_state = LandingState()
+    except Exception as error:
+        landing_error = error
+    code_stale = None
+    try:
+        code_stale = stale_code_days(spark, pipeline)
+    except Exception as error:
+        code_error = error
+    return PublishedState(landing_state, landing_error, code_stale, code_error)
+
+
+def _guarded(names: list[str], days: list[date], evaluate: Callable[[], list[checks.Outcome]]) -> list[checks.Outcome]:
+    """The checks `names` as `evaluate` finds them, or, when it raises, each failed on every day, saying why."""
+    try:
+        return evaluate()
+    except Exception as error:
+        return checks.not_evaluated(names, days, error, checks.BLOCKING)
+
+
+def _content_outcomes(
     spark: SparkSession, pipeline: Pipeline, table: str, days: list[date], run: RunInfo
 ) -> list[checks.Outcome]:
-    """Every check of `table` on what is published for `days`, without writing: the blocking checks and the user's;
-    the fingerprint and row count against what the pipeline last wrote (a change behind its back fails them); up to
-    date with the landing and late data outside the window, from the late-data detection."""
+    """The blocking checks and the user's, then the fingerprint and row count against what the pipeline last wrote."""
     verified = check_published(spark, pipeline, table, days)
     written = audit.latest_before_run(spark, pipeline.name, run.run_id, days)
     recorded = {day: written[(table, day)] for day in days if (table, day) in written}
-    holds: dict[date, control.HeldDay] = {}
-    try:
-        detection = late_data.detect(spark, pipeline)
-        stale, outside = set(detection.days_by_table()[table]), set(detection.outside.get(table, {}))
-        holds = {h.day: h for h in detection.holds if h.day in set(days)}
-    except late_data.NothingPublished:  # nothing landed is published yet: nothing is stale
-        stale, outside = set(), set()
-    outcomes = [*verified.outcomes, *checks.evaluate_published(verified, recorded, days, stale)]
-    outcomes += code_outcomes(pipeline, table, days, stale_code_days(spark, pipeline)[table])
-    for o in outcomes:
-        # Held since a rollback: what landed for the day is left out as the operator wants it, until released.
-        if o.check in (checks.UP_TO_DATE, checks.NOTHING_LOST) and o.day in holds:
-            o.passed = True
-            o.metadata.update({"held": True, "why": holds[o.day].describe()})
+    return [*verified.outcomes, *checks.evaluate_published(verified, recorded, days)]
+
+
+def _landing_outcomes(pipeline: Pipeline, table: str, days: list[date], state: LandingState) -> list[checks.Outcome]:
+    """Up to date with the landing on each day (why, when not), and late data outside the window for a staging
+    table."""
+    stale = state.stale.get(table, {})
+    outcomes = [
+        checks.Outcome(
+            checks.UP_TO_DATE,
+            day,
+            day not in stale,
+            {"stale": True, "why": stale[day].describe()} if day in stale else {"stale": False},
+        )
+        for day in days
+    ]
     if checks.publishes_late_rows(pipeline.by_name[table]):
-        late = {e.day for e in control.open_exceptions(spark, pipeline.name, days, table)} | outside
+        outside = state.outside.get(table, {})
         outcomes += [
-            checks.Outcome(checks.LATE_DATA, day, day not in late, {"late_rows_unpublished": day in late})
+            checks.Outcome(
+                checks.LATE_DATA,
+                day,
+                day not in outside,
+                {
+                    "late_rows_unpublished": day in outside,
+                    **({"why": outside[day].describe()} if day in outside else {}),
+                },
+            )
             for day in days
         ]
+    return outcomes
+
+
+def _held(outcomes: list[checks.Outcome], holds: dict[date, control.HeldDay]) -> None:
+    """Held since a rollback: what landed for the day is left out as the operator wants it, until released."""
+    for o in outcomes:
+        if o.check in (checks.UP_TO_DATE, checks.NOTHING_LOST) and o.day in holds and o.metadata.get("evaluated", True):
+            o.passed = True
+            o.metadata.update({"held": True, "why": holds[o.day].describe()})
+
+
+def verify_published(
+    spark: SparkSession, pipeline: Pipeline, table: str, days: list[date], run: RunInfo, state: PublishedState
+) -> list[checks.Outcome]:
+    """Every check of `table` on what is published for `days`, without writing: the blocking checks and the user's;
+    the fingerprint and row count against what the pipeline last wrote (a change behind its back fails them); up to
+    date with the landing and late data outside the window, from the late-data detection; built by the current code.
+    Each group of checks that cannot be evaluated fails on every day, saying why."""
+    spec = pipeline.by_name[table]
+    content = [
+        n for n in checks.names(spec) if n not in (checks.UP_TO_DATE, checks.LATE_DATA, checks.BUILT_BY_CURRENT_CODE)
+    ]
+    outcomes = _guarded(content, days, lambda: _content_outcomes(spark, pipeline, table, days, run))
+    landing_checks = [n for n in checks.names(spec) if n in (checks.UP_TO_DATE, checks.LATE_DATA)]
+    if state.landing is not None:
+        outcomes += _landing_outcomes(pipeline, table, days, state.landing)
+        _held(outcomes, state.landing.holds)
+    else:
+        outcomes += checks.not_evaluated(landing_checks, days, state.landing_error or RuntimeError("not found"))
+    if state.code_stale is not None:
+        outcomes += code_outcomes(pipeline, table, days, state.code_stale.get(table, {}))
+    else:
+        error = state.code_error or RuntimeError("not found")
+        outcomes += checks.not_evaluated([checks.BUILT_BY_CURRENT_CODE], days, error)
     return outcomes

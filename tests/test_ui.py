@@ -7,6 +7,7 @@ stale. The tests share the lake and run in file order."""
 
 from datetime import date, timedelta
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 from dagster import AssetKey
@@ -224,6 +225,38 @@ def test_a_duplicate_written_behind_the_pipelines_back_shows_its_day_failed_with
     with instance_at(root / "dagster_dev_home") as instance:
         assert run_backfill(ORDERS, day, day, instance=instance, echo=lambda _: None)
     seen = ui.check_partitions("fact_order_item", UNIQUE_KEY, ALL_DAYS)
+    assert (seen["Failed"], seen["Passed"]) == (0, DAYS), seen
+
+
+def test_a_check_that_could_not_run_shows_failed_on_its_days_saying_why_never_passed(lake, ui, capsys):
+    root, _ = lake
+    table, first, last = "daily_category_revenue", START + timedelta(days=10), START + timedelta(days=12)
+    checked = ["check", "--asset", table, "--start", str(first), "--end", str(last)]
+    # The table unreadable while it is checked (its folder moved away): no check of it can be evaluated.
+    path = Path(table_path(table))
+    path.rename(path.with_name(f"{table}.away"))
+    try:
+        with instance_at(root / "dagster_dev_home"):
+            exit_code = cli.main(checked)
+    finally:
+        path.with_name(f"{table}.away").rename(path)
+    printed = capsys.readouterr().out
+    assert exit_code == 1
+    assert f"FAIL {UNIQUE_KEY} {first}: could not be evaluated: TableNotMaterialized: " in printed, printed
+    # Its up-to-date and code checks read other tables and still ran; the five that read it failed, on each day.
+    assert f"{table}: 6/21 check results passed over {first}..{last}" in printed, printed
+
+    seen = ui.check_partitions(table, UNIQUE_KEY, {"Failed": 3, "Passed": DAYS - 3})
+    assert (seen["Failed"], seen["Passed"]) == (3, DAYS - 3), seen
+    status, panel = ui.day_result(first.isoformat())
+    ui.screenshot("check-could-not-run")
+    assert status == "Failed" and "could not be evaluated" in panel and "does not exist" in panel, panel
+
+    # Readable again, the same check passes on those days, and the view says so.
+    with instance_at(root / "dagster_dev_home"):
+        assert cli.main(checked) == 0
+    capsys.readouterr()
+    seen = ui.check_partitions(table, UNIQUE_KEY, ALL_DAYS)
     assert (seen["Failed"], seen["Passed"]) == (0, DAYS), seen
 
 

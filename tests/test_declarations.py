@@ -1,0 +1,201 @@
+"""What a pipeline may declare of its sources, and what the machinery then serves: a declaration it cannot serve is
+refused when it is declared, in one line naming the field; every declaration it accepts backfills, checks and finds
+its stale days. The slow test declares one source for each allowed way of naming a source's columns (events and
+dimensions; the newest version decided by a column of its own, by the load time, by the day, by a counter; a
+dimension's day a date, a timestamp, or its load time) and runs `backfill`, `check`, `stale`, `restate` on them all."""
+
+import contextlib
+import io
+import json
+import sys
+import textwrap
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
+
+import pytest
+from pyspark.sql import types as T
+
+from exact_backfills import DeclarationError, Pipeline, Source, SourceKind, Staging, landing
+from exact_backfills.cli import main
+from exact_backfills.pipelines import load
+
+START, END = date(2025, 1, 1), date(2025, 1, 4)
+
+
+def _source(**overrides) -> Source:
+    fields = [
+        T.StructField("id", T.StringType(), False),
+        T.StructField("day", T.DateType(), False),
+        T.StructField("label", T.StringType()),
+        T.StructField("attributes", T.MapType(T.StringType(), T.StringType())),
+        T.StructField("loaded_at", T.TimestampType(), False),
+    ]
+    declared = dict(name="things", schema=T.StructType(fields), key=["id"], day="day", newest="loaded_at")
+    return Source(**{**declared, "loaded_at": "loaded_at", **overrides})
+
+
+@pytest.mark.parametrize(
+    ("overrides", "said"),
+    [
+        ({"newest": "label"}, "its newest column label is string: versions are ordered by a timestamp, a date or a"),
+        ({"key": ["attributes"]}, "its key column attributes is map<string,string>, which cannot be compared as a key"),
+        ({"newest": "updated_at"}, "updated_at is not a column of its schema"),
+        ({"loaded_at": "day"}, "its load time day is date, not a timestamp"),
+    ],
+)
+def test_a_source_the_machinery_cannot_serve_is_refused_when_declared_in_one_line_naming_the_field(overrides, said):
+    source = _source(**overrides)
+    with pytest.raises(DeclarationError) as refused:
+        Pipeline("refused", sources=[source], tables=[Staging("stg_things", source=source)])
+    assert str(refused.value).startswith(f"pipeline 'refused': source things: {said}")
+    assert "\n" not in str(refused.value)
+
+
+# The user's package: one source per way of naming a source's columns, each taken into the lake by its staging table.
+PIPELINE = """
+from pyspark.sql import types as T
+
+from exact_backfills import DayCheck, Pipeline, Source, SourceKind, Staging
+
+
+def fields(*more):
+    return T.StructType(
+        [T.StructField("id", T.StringType(), False), *more, T.StructField("loaded_at", T.TimestampType(), False)]
+    )
+
+
+DAY = T.StructField("day", T.DateType(), False)
+AMOUNT = T.StructField("amount", T.DecimalType(10, 2))
+UPDATED = T.StructField("updated_at", T.TimestampType(), False)
+REGION = T.StructField("region", T.StringType())
+CHANGED = T.StructField("changed_at", T.TimestampType(), False)
+VERSION = T.StructField("version", T.LongType(), False)
+EVENTS, DIMENSION = SourceKind.EVENTS, SourceKind.DIMENSION
+
+SOURCES = [
+    Source("ev_own", fields(DAY, AMOUNT, UPDATED), ["id"], "day", newest="updated_at", loaded_at="loaded_at"),
+    Source("ev_loaded", fields(DAY, AMOUNT), ["id"], "day", newest="loaded_at", loaded_at="loaded_at"),
+    Source("ev_by_day", fields(DAY, AMOUNT), ["id"], "day", newest="day", loaded_at="loaded_at"),
+    Source("ev_counter", fields(DAY, AMOUNT, VERSION), ["id"], "day", newest="version", loaded_at="loaded_at"),
+    Source("dim_own", fields(DAY, REGION, UPDATED), ["id"], "day", "updated_at", "loaded_at", DIMENSION),
+    Source("dim_stamped", fields(CHANGED, REGION), ["id"], "changed_at", "changed_at", "loaded_at", DIMENSION),
+    Source("dim_loaded", fields(DAY, REGION), ["id"], "day", "loaded_at", "loaded_at", DIMENSION),
+    Source("dim_on_load", fields(REGION), ["id"], "loaded_at", "loaded_at", "loaded_at", DIMENSION),
+]
+
+# A check of the user's whose figure raises on every row: it cannot be evaluated, so it fails, saying why.
+RAISES = DayCheck("raises", figures={"boom": "max(raise_error('no figure today'))"}, passes=lambda figures: True)
+
+pipeline = Pipeline(
+    name="declared",
+    sources=SOURCES,
+    tables=[Staging(f"stg_{s.name}", source=s, checks=[RAISES] if s.name == "ev_own" else []) for s in SOURCES],
+)
+"""
+REFERENCE = "declared_pipeline:pipeline"
+
+
+def _at(day: date, hour: int) -> datetime:
+    return datetime.combine(day, datetime.min.time(), tzinfo=UTC) + timedelta(hours=hour)
+
+
+def _row(source: Source, key: str, day: date, loaded: datetime, value: int) -> tuple:
+    """A landed row of `source`'s contract for `key` on `day`, loaded at `loaded`, its amount or region `value`."""
+    columns = {
+        "id": key,
+        "day": day,
+        "amount": Decimal(value),
+        "region": f"r{value}",
+        "updated_at": _at(day, value),
+        "changed_at": _at(day, 12),
+        "version": value,
+        "loaded_at": loaded,
+    }
+    return tuple(columns[c] for c in source.columns)
+
+
+def _land(spark, source: Source, rows: list[tuple], batch: date) -> None:
+    schema = T.StructType([*source.schema.fields, T.StructField("ingest_date", T.DateType())])
+    landing.land({source: spark.createDataFrame([(*r, batch) for r in rows], schema)})
+
+
+def _first_batch(spark, declared: Pipeline) -> None:
+    """Two keys on every day (a dimension: two keys' first versions on the first day), landed the day after."""
+    for source in declared.sources:
+        if source.kind is SourceKind.DIMENSION:
+            loaded = _at(START, 1) if source.day == "loaded_at" else _at(START + timedelta(days=1), 1)
+            rows = [_row(source, k, START, loaded, 1) for k in ("a", "b")]
+            _land(spark, source, rows, START if source.day == "loaded_at" else START + timedelta(days=1))
+            continue
+        days = [START + timedelta(days=n) for n in range((END - START).days + 1)]
+        rows = [_row(source, f"{k}{d:%d}", d, _at(END + timedelta(days=1), 1), 1) for d in days for k in "ab"]
+        _land(spark, source, rows, END + timedelta(days=1))
+
+
+LATE_BATCH = END + timedelta(days=2)
+CORRECTED, ADDED, NEW_VERSION = START + timedelta(days=1), START + timedelta(days=2), START + timedelta(days=2)
+
+
+def _late_batch(spark, declared: Pipeline) -> dict[str, list[str]]:
+    """A correction of a key of day 2 and a new key on day 3 (events); a new version of key a taking effect on day 3
+    (dimensions): the stale days each staging table should show."""
+    loaded = _at(LATE_BATCH, 2)
+    expected = {}
+    for source in declared.sources:
+        if source.kind is SourceKind.DIMENSION:
+            on_load = source.day == "loaded_at"
+            when = _at(NEW_VERSION, 3) if on_load else loaded
+            row = _row(source, "a", NEW_VERSION, when, 2)
+            _land(spark, source, [row], NEW_VERSION if on_load else LATE_BATCH)
+            expected[f"stg_{source.name}"] = [NEW_VERSION.isoformat()]
+            continue
+        rows = [_row(source, f"a{CORRECTED:%d}", CORRECTED, loaded, 2), _row(source, "late", ADDED, loaded, 3)]
+        _land(spark, source, rows, LATE_BATCH)
+        expected[f"stg_{source.name}"] = [CORRECTED.isoformat(), ADDED.isoformat()]
+    return expected
+
+
+def _said(*argv: str) -> tuple[int, str]:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        code = main(["--pipeline", REFERENCE, *argv])
+    return code, out.getvalue()
+
+
+@pytest.fixture(scope="module")
+def declared(tmp_path_factory):
+    root = tmp_path_factory.mktemp("users")
+    (root / "declared_pipeline.py").write_text(textwrap.dedent(PIPELINE))
+    sys.path.insert(0, str(root))
+    try:
+        yield load(REFERENCE)
+    finally:
+        sys.path.remove(str(root))
+        sys.modules.pop("declared_pipeline", None)
+
+
+@pytest.mark.slow
+def test_every_allowed_way_of_naming_a_sources_columns_backfills_checks_and_shows_its_stale_days(spark, lake, declared):
+    _first_batch(spark, declared)
+    code, said = _said("backfill", "--start", str(START), "--end", str(END))
+    assert code == 0, said
+    code, said = _said("check", "--start", str(START), "--end", str(END))
+    failing = [line.strip() for line in said.splitlines() if "FAIL" in line]
+    days = [START + timedelta(days=n) for n in range((END - START).days + 1)]
+    assert code == 1 and len(failing) == len(days), said  # the user's check that raises, and nothing else
+    assert all(
+        f"FAIL raises {d}: could not be evaluated: " in f and "no figure today" in f
+        for d, f in zip(days, failing, strict=True)
+    )
+    assert said.count("check results passed") == len(declared.publish_order), said
+
+    expected = _late_batch(spark, declared)
+    code, said = _said("stale", "--json")
+    assert code == 0, said
+    stale = {table: sorted(days) for table, days in json.loads(said).items()}
+    assert stale == expected
+
+    code, said = _said("restate")
+    assert code == 0, said
+    code, said = _said("stale", "--json")
+    assert (code, json.loads(said)) == (0, {})
