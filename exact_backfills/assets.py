@@ -35,13 +35,17 @@ from exact_backfills.declare import Pipeline
 from exact_backfills.partitions import backfill_policy, daily_partitions, run_days
 from exact_backfills.publish import (
     Change,
+    Operation,
     PartlyPublished,
     Publication,
     Refused,
     RunInfo,
+    carried_days,
+    carried_through,
     day_ranges,
     operation_of,
     publishing,
+    with_carried,
 )
 from exact_backfills.verification import published_state, verify_published
 from resources.settings import settings
@@ -169,8 +173,14 @@ def publish_step(pipeline: Pipeline) -> AssetsDefinition:
             )
         if not writes:
             return
+        change = Change(operation_of(context.run), {t: days for t in writes})
+        if change.operation is Operation.RELEASE:  # the days built from the released ones are rebuilt with them
+            carried = carried_through(spark, pipeline, change.days, change.days)
+            if carried:
+                context.log.info(f"release: beyond its days, also rebuilds {carried_days(carried)}")
+            change = with_carried(change, carried)
         # Each table's days are recorded in Dagster while the next table is committed (publishing).
-        publications = publishing(spark, pipeline, Change(operation_of(context.run), {t: days for t in writes}), run)
+        publications = publishing(spark, pipeline, change, run)
         recorded: set[str] = set()
         while True:
             try:

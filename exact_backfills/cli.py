@@ -239,7 +239,15 @@ def _cmd_rollback(pipeline: "Pipeline", args: argparse.Namespace) -> int:
 def _cmd_release(pipeline: "Pipeline", args: argparse.Namespace) -> int:
     from exact_backfills.backfill import run_backfill
     from exact_backfills.dagster_names import RELEASE_TAG
+    from exact_backfills.partitions import days
+    from exact_backfills.publish import carried_days, carried_through
+    from resources.spark import get_spark
 
+    released = days(args.start, args.end)
+    every_table = {t: released for t in pipeline.publish_order}
+    carried = carried_through(get_spark(), pipeline, every_table, every_table)
+    if carried:
+        print(f"release {args.start}..{args.end}: beyond its days, also rebuilds {carried_days(carried)}")
     return 0 if run_backfill(pipeline, args.start, args.end, tags={RELEASE_TAG: "true"}) else 1
 
 

@@ -115,6 +115,26 @@ def left_stale(
     return stale
 
 
+def carried_beyond(
+    pipeline: Pipeline,
+    changed: Mapping[str, Iterable[date]],
+    written: Mapping[str, Iterable[date]],
+    last: date,
+    published: Mapping[str, Iterable[date]],
+    held: set[date],
+) -> dict[str, list[date]]:
+    """Table -> the days a change writing `written`, whose content changes on `changed`, also rebuilds so that it
+    leaves nothing stale behind (a rollback's, a release's): every published day built, through the day
+    dependencies, from a changed day, directly or through another table's, that it does not write itself; not the
+    days held since a rollback, which stay as the operator holds them."""
+    reached = left_stale(pipeline, changed, {}, last)
+    found = {
+        t: sorted(d for d in days - set(written.get(t, ())) if d in set(published.get(t, ())) and d not in held)
+        for t, days in reached.items()
+    }
+    return {t: days for t, days in found.items() if days}
+
+
 @dataclass
 class DimensionChange:
     """A dimension's new versions in the restatement window: its key columns, valid_from and the batch of each."""

@@ -185,6 +185,17 @@ def classify_days(
     return DaysToRestate(days, {t: d for t, d in old.items() if d}, held)
 
 
+def held_landings(changed: dict[str, dict[date, DayChange]], held_days: set[date]) -> dict[date, DayChange]:
+    """Day -> what landed for it since, on the days held since a rollback: the sources' changes of the day (each
+    staging table's once), not the copies the tables built from them carry."""
+    found: dict[date, DayChange] = {}
+    for changes in changed.values():
+        for day, change in changes.items():
+            if day in held_days:
+                _merge(found, day, change)
+    return found
+
+
 def _row_id(columns: list[str]) -> Column:
     """Identity of a landed row (nulls included), to find it again in quarantine."""
     return F.sha2(F.to_json(F.struct(*columns), {"ignoreNullFields": "false"}), 256)
@@ -323,13 +334,18 @@ def detect(spark: SparkSession, pipeline: Pipeline, keep_landed: bool = False) -
         inside, outside = in_window(first_hop, start)
         holds = control.open_holds(spark, pipeline.name)
         held_days = {h.day for h in holds}
+        # A day held since a rollback stays as it is in every table, and so do the days built from it: what landed
+        # for it is carried nowhere until it is released.
+        landed_on_held = held_landings(inside, held_days)
+        inside = {t: {d: c for d, c in changes.items() if d not in held_days} for t, changes in inside.items()}
         dimension_changes = {
-            t: DimensionChange(v.where(day_filter(VALID_FROM, sorted(set(inside[t]) - held_days))))
+            t: DimensionChange(v.where(day_filter(VALID_FROM, sorted(inside[t]))))
             for t, v in new_versions.items()
-            if set(inside[t]) - held_days
+            if inside[t]
         }
         stale = dependencies.stale_downstream(spark, pipeline, inside, dimension_changes)
         days = classify_days(stale, outside, wm.pending, held_days)
+        days = replace(days, held={**days.held, **landed_on_held})
     except BaseException:
         for landed_batches in kept.values():
             landed_batches.unpersist()

@@ -98,11 +98,17 @@ class Restated:
 
 @dataclass(frozen=True)
 class Restored:
-    """Rows as of an earlier Delta version of the table (-1: before it existed), and of its side tables'."""
+    """Rows as of an earlier Delta version of the table (-1: before it existed), and of its side tables', on the days
+    restored (`days`; empty: every day of the change). The change's other days of the table are rebuilt from what the
+    change leaves upstream: the days its restored upstream days reach through a day dependency."""
 
     version: int
     side_versions: dict[str, int] = field(default_factory=dict)
     built_by: str | None = None  # the code version that wrote that version (None: not recorded)
+    days: frozenset[date] = frozenset()
+
+    def restores(self, day: date) -> bool:
+        return not self.days or day in self.days
 
 
 @dataclass(frozen=True)
@@ -119,17 +125,22 @@ RowSource = Rebuilt | Restated | Restored | FromPlan
 CODE_VERSION = "code_version"
 
 
-def built_by(pipeline: Pipeline, table: str, source: RowSource) -> str | None:
-    """The code version of the rows a source gives: the code loaded now, unless they are restored older rows."""
-    return source.built_by if isinstance(source, Restored) else code_versions.current(pipeline)[table]
+def built_by(pipeline: Pipeline, table: str, source: RowSource, day: date | None = None) -> str | None:
+    """The code version of the rows a source gives (on `day`): the code loaded now, unless they are restored older
+    rows. A commit mixing restored and rebuilt days names the restored rows' code."""
+    if isinstance(source, Restored) and (day is None or source.restores(day)):
+        return source.built_by
+    return code_versions.current(pipeline)[table]
 
 
 @dataclass(frozen=True)
 class Hold:
-    """Why a rollback holds its days, and the landed batches with rows on them then."""
+    """Why a rollback holds its days (the range it restores, not the days it rebuilds beyond it), and the landed
+    batches with rows on them then."""
 
     why: str
     batches: str
+    days: tuple[date, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -490,12 +501,19 @@ def _from_plan(
 def _restored(
     spark: SparkSession, pipeline: Pipeline, table: Declared, source: Restored, days: list[date], read: ReadDays
 ) -> Staged:
-    """A table's days as of an earlier version, with its upstream to reconcile with as this change leaves it. Nothing
-    lost is not checked: the days are held, what landed for them left out on purpose."""
+    """A table's days as of an earlier version, with its upstream to reconcile with as this change leaves it; its
+    days the change does not restore (reached through a day dependency from a restored upstream day) rebuilt from
+    that upstream. Nothing lost is not checked: the days are held, what landed for them left out on purpose."""
     rec = table.reconcile
     column = pipeline.day_column
+    restored = [d for d in days if source.restores(d)]
+    rows = rows_as_of(spark, table.name, table.day_column, source.version, restored)
+    rebuilt = [d for d in days if not source.restores(d)]
+    if rebuilt:
+        assert not table.side_tables, f"{table.name}: a table with side tables is restored on every day it writes"
+        rows = rows.unionByName(builds.build(spark, pipeline, table, rebuilt, read).table)
     return Staged(
-        table=rows_as_of(spark, table.name, table.day_column, source.version, days),
+        table=rows,
         upstream=read(rec.upstream, days) if rec else None,
         upstream_day=column[rec.upstream] if rec else None,
         side_tables={
@@ -650,6 +668,30 @@ def _left_stale(
     return {table: stale for table, stale in found.items() if stale}
 
 
+def carried_through(
+    spark: SparkSession, pipeline: Pipeline, changed: dict[str, list[date]], written: dict[str, list[date]]
+) -> dict[str, list[date]]:
+    """Table -> the published days beyond `written` that a rollback or a release rebuilds in the same change, since
+    they are built from its `changed` days through a day dependency (a trailing window's later days, say), leaving out
+    days held since a rollback."""
+    published = audit.built_by(spark, pipeline.name)
+    held = {h.day for h in control.open_holds(spark, pipeline.name)}
+    return dependencies.carried_beyond(pipeline, changed, written, last_day(), published, held)
+
+
+def carried_days(carried: dict[str, list[date]]) -> str:
+    """The days a change rebuilds beyond its range, as a line says them."""
+    tables = ", ".join(f"{t} on {day_ranges(days)}" for t, days in carried.items())
+    return f"{tables} (built from its days through a day dependency)"
+
+
+def with_carried(change: Change, carried: dict[str, list[date]]) -> Change:
+    """`change` also writing the days `carried` names."""
+    tables = [*change.days, *(t for t in carried if t not in change.days)]
+    days = {t: sorted(set(change.days.get(t, [])) | set(carried.get(t, []))) for t in tables}
+    return replace(change, days=days)
+
+
 def _merged(pending: dict[str, list[date]], *more: dict[str, set[date]]) -> dict[str, list[date]]:
     merged = {t: set(days) for t, days in pending.items()}
     for stale in more:
@@ -712,10 +754,11 @@ def _source_watermark(table: Declared, df: DataFrame) -> datetime | None:
 
 
 def _held_days(change: Change, run: RunInfo, now: datetime) -> dict[date, control.HeldDay]:
-    """The days held once the change is committed: a rollback's (it holds its days)."""
+    """The days held once the change is committed: a rollback's (it holds the days it restores)."""
     if not change.hold:
         return {}
-    return {d: control.HeldDay(d, change.hold.why, change.hold.batches, now, run.run_id) for d in change.every_day()}
+    hold = change.hold
+    return {d: control.HeldDay(d, hold.why, hold.batches, now, run.run_id) for d in hold.days or change.every_day()}
 
 
 def _hold_or_release(
@@ -730,7 +773,8 @@ def _hold_or_release(
     the time its tables' check results give), a release releases them."""
     if change.hold:
         hold = change.hold
-        control.hold_days(spark, pipeline.name, change.every_day(), hold.why, hold.batches, run.run_id, held_at)
+        days = list(hold.days) or change.every_day()
+        control.hold_days(spark, pipeline.name, days, hold.why, hold.batches, run.run_id, held_at)
     elif change.operation is Operation.RELEASE and holds:
         control.release_holds(spark, pipeline.name, [h.day for h in holds], run.run_id, datetime.now(UTC))
 
@@ -780,11 +824,15 @@ def _freshness(table: Declared, days: list[date], held: dict[date, control.HeldD
 
 def _code(pipeline: Pipeline, table: str, days: list[date], source: RowSource) -> list[checks.Outcome]:
     """Just written: by the code loaded now, unless the rows are restored ones an older version built."""
-    built, current = built_by(pipeline, table, source), code_versions.current(pipeline)[table]
-    why = {"code_version": built or "", "current_code_version": current}
-    if built != current:
-        why["why"] = f"{table}: restored rows built by code {built or 'unrecorded'}, not {current}"
-    return [checks.Outcome(checks.BUILT_BY_CURRENT_CODE, day, built == current, why) for day in days]
+    current = code_versions.current(pipeline)[table]
+    outcomes = []
+    for day in days:
+        built = built_by(pipeline, table, source, day)
+        why = {"code_version": built or "", "current_code_version": current}
+        if built != current:
+            why["why"] = f"{table}: restored rows built by code {built or 'unrecorded'}, not {current}"
+        outcomes.append(checks.Outcome(checks.BUILT_BY_CURRENT_CODE, day, built == current, why))
+    return outcomes
 
 
 def _record(
@@ -830,22 +878,26 @@ def _record(
             source_watermark=source_watermark,
             duplicate_per_1k=checked.profile(day).duplicate_per_1k,
             mismatch_count=checked.mismatches.get(day, 0) if spec.reconcile else None,
-            code_version=built_by(pipeline, table, source),
+            code_version=built_by(pipeline, table, source, day),
         )
         for day in days
     ]
-    why = (
-        {"restored_to_version": source.version, "why": change.hold.why}
-        if isinstance(source, Restored) and change.hold
-        else {}
-    )
+
+    def why(day: date) -> dict[str, Any]:
+        """A restored day says what it was restored to; a day rebuilt beyond the range, what it was built from."""
+        if not (isinstance(source, Restored) and change.hold):
+            return {}
+        if source.restores(day):
+            return {"restored_to_version": source.version, "why": change.hold.why}
+        return {"why": f"rebuilt from the days restored upstream ({change.hold.why})"}
+
     metadata = {s.name: commit_metadata(commits[s.name], days) for s in spec.side_tables if s.name in commits}
     totals = {s.name: commit_totals(commits[s.name], days) for s in spec.side_tables if s.name in commits}
     metadata[table] = {
         day: {
             **day_metadata,
-            **why,
-            CODE_VERSION: built_by(pipeline, table, source) or "",
+            **why(day),
+            CODE_VERSION: built_by(pipeline, table, source, day) or "",
             "fingerprint": checked.profile(day).fingerprint or "",
             "fingerprint_changed": changed[day],
             "duplicate_per_1k": checked.profile(day).duplicate_per_1k,

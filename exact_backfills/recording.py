@@ -98,14 +98,18 @@ def publication_events(
     if publication.metadata:
         _published[context.run.run_id] += sum(len(by_day) for by_day in publication.metadata.values())
         context.instance.add_run_tags(context.run.run_id, {TABLE_DAYS_TAG: str(_published[context.run.run_id])})
+    in_range = set(context.partition_keys) if selected else set()
     for written, by_day in publication.metadata.items():
+        beyond = by_day
         if written in selected:
-            by_partition = {day.isoformat(): metadata for day, metadata in by_day.items()}
+            by_partition = {day.isoformat(): m for day, m in by_day.items() if day.isoformat() in in_range}
             add_asset_metadata_by_partition(context, AssetKey(written), by_partition)
             yield MaterializeResult(asset_key=written)
-        else:
-            for day, metadata in sorted(by_day.items()):
-                yield AssetMaterialization(written, partition=day.isoformat(), metadata=metadata)
+            beyond = {day: m for day, m in by_day.items() if day.isoformat() not in in_range}
+        # Not the step's materialization: another table written (a side table not selected, every table of a
+        # restatement), or days beyond the run's range (a release rebuilds those built from its days).
+        for day, metadata in sorted(beyond.items()):
+            yield AssetMaterialization(written, partition=day.isoformat(), metadata=metadata)
     outcomes = publication.outcomes
     if len(publication.days) > checks.events_max_days():  # every day's figures stay in backfill_audit
         outcomes = [o for o in outcomes if not o.passed]

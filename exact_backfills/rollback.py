@@ -15,7 +15,7 @@ saying what it was restored to, and every check evaluated on it."""
 
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import date
 from typing import Any
 
@@ -40,9 +40,12 @@ from exact_backfills.publish import (
     Restored,
     RowSource,
     RunInfo,
+    carried_days,
+    carried_through,
     day_ranges,
     publish,
     rows_as_of,
+    with_carried,
 )
 from resources.audit import DayContent
 from resources.delta_io import history, read_days, table_exists
@@ -82,6 +85,9 @@ class RollbackPlan:
     version: int | None = None
     before_run: str | None = None
     before_backfill: str | None = None
+    # Table -> its published days beyond the range built from the range's days through a day dependency (a trailing
+    # window's later days, say): rebuilt in the same change, so that nothing is left built from the rows undone.
+    carried: dict[str, list[date]] = field(default_factory=dict)
 
     @property
     def days(self) -> list[date]:
@@ -90,7 +96,8 @@ class RollbackPlan:
     def describe(self) -> str:
         restored = ", ".join(f"{t} to version {v}" for t, v in self.restore.items())
         rebuilt = f"; rebuild {', '.join(self.rebuild)} from them" if self.rebuild else ""
-        return f"{self.start}..{self.end}: restore {restored}{rebuilt} ({self.why})"
+        beyond = f"; beyond the range, rebuild {carried_days(self.carried)}" if self.carried else ""
+        return f"{self.start}..{self.end}: restore {restored}{rebuilt}{beyond} ({self.why})"
 
     def change(self, pipeline: Pipeline, batches: str, built_by: dict[str, str | None] | None = None) -> Change:
         """The change publish makes: every restored table read as of its version (its side tables as of theirs),
@@ -101,11 +108,15 @@ class RollbackPlan:
                 self.restore[t],
                 {s: v for s, v in self.restore.items() if pipeline.side_table_of.get(s) == t},
                 (built_by or {}).get(t),
+                frozenset(self.days),
             )
             for t in tables
             if t in self.restore
         }
-        return Change(Operation.ROLLBACK, {t: self.days for t in tables}, sources, Hold(self.why, batches))
+        change = Change(
+            Operation.ROLLBACK, {t: self.days for t in tables}, sources, Hold(self.why, batches, tuple(self.days))
+        )
+        return with_carried(change, self.carried)
 
 
 def rollback_plan(
@@ -169,14 +180,26 @@ def plan_rollback(
             if (v := version_before(spark, t, before_run, before_backfill)) is not None
         }
         plan = rollback_plan(pipeline, start, end, written, what, table)
-        return RollbackPlan(**{**plan.__dict__, **asked})
+        return _with_carried(spark, pipeline, RollbackPlan(**{**plan.__dict__, **asked}))
     if table is None or version is None:
         raise ValueError("give a table and a version, or a run (--before-run) or backfill (--before-backfill)")
     if table not in pipeline.every_table:
         raise ValueError(_not_a_table(pipeline, table))
     if version >= 0:
         check_version(spark, table, version)
-    return _plan(pipeline, start, end, {table: version}, f"{table} rolled back to version {version}", **asked)
+    plan = _plan(pipeline, start, end, {table: version}, f"{table} rolled back to version {version}", **asked)
+    return _with_carried(spark, pipeline, plan)
+
+
+def _with_carried(spark: SparkSession, pipeline: Pipeline, plan: RollbackPlan) -> RollbackPlan:
+    """The plan with the days beyond its range that the days it changes reach through a day dependency: the restored
+    days whose rows differ from what is published, and the days built from them."""
+    changing: dict[str, list[date]] = {}
+    for day in preview(spark, pipeline, plan):
+        if day.changes and day.table in pipeline.by_name:  # a side table's change is its table's too
+            changing.setdefault(day.table, []).append(day.day)
+    written = {t: plan.days for t in pipeline.publish_order if t in plan.restore or t in plan.rebuild}
+    return replace(plan, carried=carried_through(spark, pipeline, changing, written))
 
 
 @dataclass(frozen=True)
@@ -236,7 +259,14 @@ def roll_back(spark: SparkSession, pipeline: Pipeline, plan: RollbackPlan, run: 
 
 
 def summary(plan: RollbackPlan) -> dict[str, Any]:
-    return {"days": day_ranges(plan.days), "restored": plan.restore, "rebuilt": plan.rebuild, "why": plan.why}
+    carried = {t: day_ranges(days) for t, days in plan.carried.items()}
+    return {
+        "days": day_ranges(plan.days),
+        "restored": plan.restore,
+        "rebuilt": plan.rebuild,
+        "rebuilt_beyond_the_range": carried,
+        "why": plan.why,
+    }
 
 
 class RollbackConfig(Config):

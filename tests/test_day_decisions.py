@@ -4,6 +4,7 @@ makes stale through each day dependency; what a rollback restores and rebuilds; 
 days are written; what a refused change says."""
 
 import sqlite3
+from dataclasses import replace
 from datetime import UTC, date, datetime, timedelta
 
 import pytest
@@ -13,7 +14,7 @@ from hypothesis import strategies as st
 from exact_backfills.builds import LandedBatches
 from exact_backfills.checks import KEYS_NOT_NULL, RECONCILES, UNIQUE_KEY, Outcome
 from exact_backfills.declare import SameDay, TrailingDays
-from exact_backfills.dependencies import carried, left_stale
+from exact_backfills.dependencies import carried, carried_beyond, left_stale
 from exact_backfills.landing_index import holding
 from exact_backfills.late_data import (
     DayChange,
@@ -280,6 +281,46 @@ def test_a_write_that_changes_a_day_leaves_stale_the_days_built_from_it_that_it_
     assert left_stale(ORDERS, {}, written, day(89)) == {}
 
 
+def test_a_rollback_or_release_rebuilds_every_published_day_built_from_a_day_it_changes_but_not_held_days():
+    written = {t: [day(10)] for t in ML.publish_order}
+    published = {t: days(day(0), day(40)) for t in ML.publish_order}
+    window = [day(n) for n in range(11, 17)]
+    # A changed day of the events: the six later days of the 7-day window, and the training set built from them.
+    found = carried_beyond(ML, {STG_APP_EVENTS: [day(10)]}, written, day(40), published, held=set())
+    assert found == {USER_DAILY_FEATURES: window, TRAINING_SET: window}
+    # A changed day of a table read on the same day, by a table the change writes on that day: nothing beyond it.
+    assert carried_beyond(ML, {USER_DAILY_FEATURES: [day(10)]}, written, day(40), published, set()) == {}
+    assert carried_beyond(ML, {}, written, day(40), published, set()) == {}  # nothing changed
+    # Held since a rollback, a day stays as it is; a day never published is not built by a rollback either.
+    held = carried_beyond(ML, {STG_APP_EVENTS: [day(10)]}, written, day(40), published, held={day(13)})
+    assert held == {t: [d for d in window if d != day(13)] for t in (USER_DAILY_FEATURES, TRAINING_SET)}
+    short = {t: days(day(0), day(12)) for t in ML.publish_order}
+    found = carried_beyond(ML, {STG_APP_EVENTS: [day(10)]}, written, day(40), short, held=set())
+    assert found == {t: [day(11), day(12)] for t in (USER_DAILY_FEATURES, TRAINING_SET)}
+    # A dimension read as of the day: every later published day.
+    found = carried_beyond(
+        ORDERS, {DIM_PRODUCT: [day(3)]}, {DIM_PRODUCT: [day(3)]}, day(9), {FACT_ORDER_ITEM: days(day(0), day(9))}, set()
+    )
+    assert found == {FACT_ORDER_ITEM: days(day(3), day(9))}
+
+
+def test_a_rollback_restores_its_range_rebuilds_the_days_beyond_it_and_holds_only_its_range():
+    plan = rollback_plan(ML, day(10), day(10), {STG_APP_EVENTS: 4, USER_DAILY_FEATURES: 7}, "run r9")
+    plan = replace(plan, carried={USER_DAILY_FEATURES: [day(11), day(12)], TRAINING_SET: [day(11), day(12)]})
+    change = plan.change(ML, batches="b1")
+    assert change.days == {
+        STG_APP_EVENTS: [day(10)],
+        USER_DAILY_FEATURES: [day(10), day(11), day(12)],
+        TRAINING_SET: [day(10), day(11), day(12)],
+    }
+    features = change.source(USER_DAILY_FEATURES)
+    assert isinstance(features, Restored) and features.version == 7
+    assert [features.restores(d) for d in (day(10), day(11))] == [True, False]  # restored, then rebuilt
+    assert change.source(TRAINING_SET) == Rebuilt()
+    assert change.hold is not None and change.hold.days == (day(10),)
+    assert "beyond the range, rebuild user_daily_features on 2025-01-12..2025-01-13" in plan.describe()
+
+
 # The change a restatement plans.
 
 
@@ -490,9 +531,13 @@ def test_a_rollback_is_published_as_restored_tables_with_their_side_tables_rebui
     assert change.tables() == [STG_ORDER_ITEMS, FACT_ORDER_ITEM, *MARTS]
     assert change.days == {t: [day(0), day(1), day(2)] for t in change.tables()}
     # Staging as of its version with its quarantine as of quarantine's; the fact as before it existed (-1).
-    assert change.sources == {STG_ORDER_ITEMS: Restored(6, {QUARANTINE_ORDER_ITEMS: 4}), FACT_ORDER_ITEM: Restored(-1)}
+    restored = frozenset(plan.days)
+    assert change.sources == {
+        STG_ORDER_ITEMS: Restored(6, {QUARANTINE_ORDER_ITEMS: 4}, days=restored),
+        FACT_ORDER_ITEM: Restored(-1, days=restored),
+    }
     assert [change.source(t) for t in MARTS] == [Rebuilt()] * 3
-    assert change.hold == Hold("rolled back to before run r1", "2025-01-02, 2025-01-03")
+    assert change.hold == Hold("rolled back to before run r1", "2025-01-02, 2025-01-03", tuple(plan.days))
 
 
 def test_a_rollback_plan_says_what_it_restores_to_which_version_and_what_it_rebuilds():

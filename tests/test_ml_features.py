@@ -213,24 +213,43 @@ def test_a_backfill_by_hand_of_a_day_too_old_to_restate_leaves_its_later_window_
         )
 
 
-def test_a_rolled_back_restatement_is_held_until_released_and_then_equals_what_it_undid(spark, built, lake):
+def test_a_day_rolled_back_rebuilds_the_six_days_its_window_reaches_and_ends_as_a_from_scratch_build_as_its_release(
+    spark, built, lake, tmp_path
+):
+    """A late event's restatement rolled back on its one day: the 7-day features and the training set of the six days
+    after are rebuilt in the same change from the restored day, so the lake is what a from-scratch build of the landing
+    without the batch makes, with no further command; released, what a from-scratch build of the whole landing makes."""
     _, instance = lake
     day = START + timedelta(days=30)
-    built.land(spark, [event("late-2", 2, day, "purchase", Decimal("10.00"))])
+    batch = built.land(spark, [event("late-2", 2, day, "purchase", Decimal("10.00"))])
     assert run_restatement(ML, instance).success
     restated = {t: rows(spark, t) for t in EVERY_TABLE}
     run_id = instance.get_runs(limit=1)[0].run_id
-    plan = plan_rollback(spark, ML, day, day + timedelta(days=6), before_run=run_id)
+    plan = plan_rollback(spark, ML, day, day, before_run=run_id)
     # (quarantine_app_events: its day was written empty again, which Delta records as no commit: nothing to restore)
     assert set(plan.restore) == {STG_APP_EVENTS, USER_DAILY_FEATURES, TRAINING_SET}
+    later = sorted(window(day) - {day})
+    assert plan.carried == {USER_DAILY_FEATURES: later, TRAINING_SET: later}
+    assert f"beyond the range, rebuild {USER_DAILY_FEATURES} on {later[0]}..{later[-1]}" in plan.describe()
     assert run_rollback(ML, plan, instance=instance, echo=lambda _: None).success
-    assert [h.day for h in control.open_holds(spark, ML.name)] == sorted(window(day))
+    assert [h.day for h in control.open_holds(spark, ML.name)] == [day]
     assert not read_table(spark, STG_APP_EVENTS).where("event_id = 'late-2'").count()
-    # Held: a restatement leaves the days as they are.
+    rolled_back = {t: rows(spark, t) for t in EVERY_TABLE}
+    with environment(RESTATEMENT_WINDOW_DAYS="200"):
+        without = from_scratch(
+            spark,
+            tmp_path / "without",
+            first_day(),
+            last_day(),
+            pipeline=ML,
+            leave_out=(f"app_events/ingest_date={batch}",),
+        )
+    assert rolled_back == without
+    # Held: a restatement leaves the day as it is, and the days built from it too.
+    before = snapshot(spark, EVERY_TABLE, ML.day_column)
     assert run_restatement(ML, instance).success
-    assert not read_table(spark, STG_APP_EVENTS).where("event_id = 'late-2'").count()
-    a, b = min(window(day)), max(window(day))
-    assert run_backfill(ML, a, b, instance=instance, echo=lambda _: None, tags={RELEASE_TAG: "true"})
+    assert_rewrote_exactly(spark, before, {}, tables=[], day_column=ML.day_column)  # no commit in any table
+    assert run_backfill(ML, day, day, instance=instance, echo=lambda _: None, tags={RELEASE_TAG: "true"})
     assert control.open_holds(spark, ML.name) == []
     assert {t: rows(spark, t) for t in EVERY_TABLE} == restated
 

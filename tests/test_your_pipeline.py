@@ -19,6 +19,7 @@ from pyspark.sql import types as T
 
 from exact_backfills import landing
 from exact_backfills.backfill import run_backfill, run_checks, run_restatement, run_rollback
+from exact_backfills.dagster_names import RELEASE_TAG
 from exact_backfills.pipelines import load
 from exact_backfills.rollback import plan_rollback
 from resources import control
@@ -215,6 +216,27 @@ def test_late_and_corrected_batches_restate_exactly_their_days_through_the_windo
     regions = {r.week_ending: r.region for r in read_table(spark, "shop_store_week").where("store_id = 2").collect()}
     assert all((region == "east") == (day >= moved) for day, region in regions.items())
     assert every_table(spark, shop) == from_scratch(spark, tmp_path, START, END, pipeline=shop)
+
+
+def test_the_late_day_rolled_back_rebuilds_the_weeks_that_hold_it_and_its_release_restores_them(
+    spark, shop, built, tmp_path
+):
+    """The restatement above rolled back on the late visit's day alone: its week, the six later days' 7-day totals, is
+    rebuilt in the same change, so every table is what a from-scratch build of the landing without the late visit
+    makes, with no further command; released, the lake is what it was after the restatement."""
+    late_day, batch = START + timedelta(days=9), END + timedelta(days=3)
+    restatement = built.get_runs(limit=1)[0]
+    restated = every_table(spark, shop)
+    plan = plan_rollback(spark, shop, late_day, late_day, before_run=restatement.run_id)
+    week = [late_day + timedelta(days=i) for i in range(1, 7)]
+    assert plan.carried == {"shop_store_week": week}
+    assert run_rollback(shop, plan, instance=built, echo=lambda _: None).success
+    without = from_scratch(spark, tmp_path, START, END, pipeline=shop, leave_out=(f"shop_visits/ingest_date={batch}",))
+    assert every_table(spark, shop) == without
+
+    assert run_backfill(shop, late_day, late_day, instance=built, echo=lambda _: None, tags={RELEASE_TAG: "true"})
+    assert control.open_holds(spark, shop.name) == []
+    assert every_table(spark, shop) == restated
 
 
 def test_a_code_change_is_planned_and_promoted_on_exactly_the_days_it_changes(spark, shop, built, tmp_path):

@@ -80,29 +80,34 @@ def duplicate_keys(spark, table, pipeline: Pipeline = ORDERS):
     return read_table(spark, table).groupBy(*keys).count().where("count > 1").count()
 
 
-def from_scratch(spark, tmp_path, start, end, view=None, pipeline: Pipeline = ORDERS):
+def from_scratch(spark, tmp_path, start, end, view=None, pipeline: Pipeline = ORDERS, leave_out: tuple[str, ...] = ()):
     """Every table's rows as a from-scratch backfill of start..end over a copy of this lake's landing builds them, in
-    a lake and a Dagster instance of its own (or `view(spark)` of that lake)."""
+    a lake and a Dagster instance of its own (or `view(spark)` of that lake). `leave_out`: batches left out of the
+    copy, as `<source>/ingest_date=D`."""
     from dagster import DagsterInstance
 
     from exact_backfills.backfill import run_backfill
 
     scratch = tmp_path / "scratch"
-    copy_landing(scratch)
+    copy_landing(scratch, leave_out)
     said: list[str] = []
     with environment(LAKE_ROOT=str(scratch)), DagsterInstance.ephemeral() as instance:
         assert run_backfill(pipeline, start, end, chunk_size=366, instance=instance, echo=said.append), "\n".join(said)
         return view(spark) if view else {t: rows(spark, t) for t in pipeline.every_table}
 
 
-def copy_landing(to: Path) -> None:
-    """This lake's landing, on a local folder or on object storage, copied into the local lake `to`, file by file."""
+def copy_landing(to: Path, leave_out: tuple[str, ...] = ()) -> None:
+    """This lake's landing, on a local folder or on object storage, copied into the local lake `to`, file by file
+    (but for the batches `leave_out` names, as `<source>/ingest_date=D`)."""
     from resources import storage
     from resources.lake import landing_path
 
     root = landing_path("")
     for file in storage.files_below(root):
-        target = to / "landing" / storage.relative_to(file.path, root)
+        relative = storage.relative_to(file.path, root)
+        if any(relative.startswith(f"{batch}/") for batch in leave_out):
+            continue
+        target = to / "landing" / relative
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(storage.read_bytes(file.path))
 
