@@ -3,7 +3,8 @@ and the minimal metrics, how far each table is behind its landing included (roll
 
 import json
 import os
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime
 from typing import NamedTuple
 
@@ -181,6 +182,66 @@ WITHDRAWING, WITHDRAWN, PUBLISHED = "withdrawing", "withdrawn", "published"
 NOTE_SUFFIX = ".withdrawn.json"
 
 
+class TornNote(ValueError):
+    """A withdrawal note that does not parse (cut short, or not a note at all)."""
+
+
+@dataclass(frozen=True)
+class WithdrawalNote:
+    """A withdrawal's note, beside the file withdrawn: which file, why, where it goes, the days to publish again, how
+    far the withdrawal went, and the file's size and SHA-256 when it began (what a resumed withdrawal moves)."""
+
+    path: str  # the note's own lake path
+    file: str
+    source: str
+    reason: str
+    started_at: str
+    days: tuple[date, ...]
+    moved_to: str
+    status: str
+    withdrawn: storage.FileDigest | None  # None in a note written before notes recorded it
+    published_at: str | None = None
+
+    @classmethod
+    def read(cls, path: str) -> "WithdrawalNote":
+        """The note at `path`; a TornNote naming it when it does not parse."""
+        try:
+            fields = json.loads(storage.read_bytes(path))
+            digest = storage.FileDigest(int(fields["size"]), str(fields["sha256"])) if "sha256" in fields else None
+            return cls(
+                path,
+                str(fields["file"]),
+                str(fields["source"]),
+                str(fields.get("reason", "")),
+                str(fields.get("started_at", "")),
+                tuple(date.fromisoformat(d) for d in fields["days"]),
+                str(fields["moved_to"]),
+                # A note without a status is of a withdrawal made before notes had one: it was done.
+                str(fields.get("status", PUBLISHED)),
+                digest,
+                fields.get("published_at"),
+            )
+        except (ValueError, KeyError, TypeError, AttributeError) as error:
+            why = f"no {error}" if isinstance(error, KeyError) else str(error).splitlines()[0]
+            raise TornNote(f"{path}: a withdrawal note that does not parse ({why})") from None
+
+    def to_json(self) -> bytes:
+        digest = {"size": self.withdrawn.size, "sha256": self.withdrawn.sha256} if self.withdrawn else {}
+        published = {"published_at": self.published_at} if self.published_at else {}
+        fields = {
+            "file": self.file,
+            "source": self.source,
+            "reason": self.reason,
+            "started_at": self.started_at,
+            "days": [d.isoformat() for d in self.days],
+            "moved_to": self.moved_to,
+            "status": self.status,
+            **digest,
+            **published,
+        }
+        return json.dumps(fields, indent=2).encode()
+
+
 def _landed_file(pipeline: Pipeline, file: str) -> tuple[Source, str]:
     """(source, path relative to its folder) of a landed file given as a path, or relative to the landing
     ("<source>/ingest_date=.."); the file may have been moved out already by an unfinished withdrawal."""
@@ -197,26 +258,24 @@ def _landed_file(pipeline: Pipeline, file: str) -> tuple[Source, str]:
     return sources[name], rest
 
 
-def _read_note(path: str) -> dict:
-    return json.loads(storage.read_bytes(path))
-
-
-def _notes(source: Source, rel: str) -> list[str]:
-    """The notes of every withdrawal of that file, oldest first."""
+def notes_of(source: Source, rel: str, echo: Callable[[str], None] = print) -> list[WithdrawalNote]:
+    """The notes of every withdrawal of the landed file `rel`, oldest first. A note of the folder that does not parse
+    is named (`echo`, one line each) and skipped: it holds back no other withdrawal."""
     withdrawn = storage.join(withdrawn_path(source.name), rel)
-    name = storage.StoredEntry(withdrawn, False, 0, None).name
-    found = [
-        e.path
-        for e in storage.listing(storage.parent(withdrawn))
-        if e.name.startswith(name) and e.name.endswith(NOTE_SUFFIX)
-    ]
-    notes = [(p, _read_note(p)) for p in found]
-    return [p for p, note in sorted(notes, key=lambda n: n[1].get("started_at", "")) if note["file"] == rel]
+    notes = []
+    for entry in storage.listing(storage.parent(withdrawn)):
+        if entry.is_folder or not entry.name.endswith(NOTE_SUFFIX):
+            continue
+        try:
+            notes.append(WithdrawalNote.read(entry.path))
+        except TornNote as torn:
+            echo(f"skipped {torn}: look at it, and remove it once what it was of is accounted for")
+    return sorted((n for n in notes if n.file == rel), key=lambda n: n.started_at)
 
 
-def _write_note(path: str, note: dict) -> None:
+def _write_note(note: WithdrawalNote) -> None:
     """Replace the note whole: a crash leaves the old one or the new one, never half of either."""
-    storage.write_bytes(path, json.dumps(note, indent=2).encode())
+    storage.write_bytes(note.path, note.to_json())
 
 
 def _free_destination(source: Source, rel: str) -> str:
@@ -229,48 +288,108 @@ def _free_destination(source: Source, rel: str) -> str:
     return to
 
 
-def withdraw(spark: SparkSession, pipeline: Pipeline, file: str, reason: str) -> Withdrawal:
-    """Take a landed file out of the landing: write a note of why and of the days to publish again, then move the file
-    to $LAKE_ROOT/withdrawn/ beside it, so that no published row is left that no landed file explains. For events:
-    the days its rows are staged or quarantined on, and the days of every other version of its keys (one of which
-    becomes the latest); for a dimension: every day from the first its versions take effect (tables read it as of
-    their day).
+def withdraw(
+    spark: SparkSession, pipeline: Pipeline, file: str, reason: str, echo: Callable[[str], None] = print
+) -> Withdrawal:
+    """Take a landed file out of the landing: write a note of why, of the days to publish again and of the file's size
+    and SHA-256, then move the file to $LAKE_ROOT/withdrawn/ beside it, so that no published row is left that no
+    landed file explains. For events: the days its rows are staged or quarantined on, and the days of every other
+    version of its keys (one of which becomes the latest); for a dimension: every day from the first its versions
+    take effect (tables read it as of their day).
 
-    Crash-safe and resumable: the note is written first (the intent), the file moved second; run again, an
-    unfinished withdrawal of the file goes on from its note, and one whose days were not all published again returns
-    them again. A file of the same name withdrawn earlier is never overwritten."""
+    Crash-safe and resumable: the note is written first (the intent), the file moved second, and only if it is still
+    the bytes the note recorded; run again, an unfinished withdrawal of the file goes on from its note, and one whose
+    days were not all published again returns them again. Nothing is ever moved over another file."""
     if not reason.strip():
         raise ValueError("say why the file is withdrawn (--reason)")
     source, rel = _landed_file(pipeline, file)
-    path = storage.join(landing_path(source.name), rel)
-    # A note without a status is of a withdrawal made before notes had one: it was done.
-    unfinished = [n for n in _notes(source, rel) if _read_note(n).get("status", PUBLISHED) != PUBLISHED]
+    landed = storage.join(landing_path(source.name), rel)
+    unfinished = [n for n in notes_of(source, rel, echo) if n.status != PUBLISHED]
     if unfinished:
-        note_path = unfinished[-1]
-        note = _read_note(note_path)
-        to = note["moved_to"]
-    elif not (found := storage.stat(path)) or found.is_folder:
+        note = unfinished[-1]
+    elif not (found := storage.stat(landed)) or found.is_folder:
         raise ValueError(f"{file}: no such landed file under {landing_path(source.name)}")
     else:
-        note_path, to = _withdrawal_of(spark, pipeline, source, rel, reason)
-        note = _read_note(note_path)
-    if note["status"] == WITHDRAWING:
+        # Its digest before its rows are read for the days: a file replaced after that is refused when moved.
+        withdrawn = storage.digest(landed)
+        note = begin_withdrawal(source, rel, reason, _days_to_publish(spark, pipeline, source, rel), withdrawn)
+    if note.status == WITHDRAWING:
         fault_point("withdraw:after-note")
-        if storage.exists(path):  # on object storage a move is a copy then a delete: moved again, it finishes
-            storage.move(path, to)
-        _write_note(note_path, {**note, "status": WITHDRAWN})
-    return Withdrawal(rel, source.name, to, [date.fromisoformat(d) for d in note["days"]], note_path)
+        note = move_withdrawn(note, landed)
+    return Withdrawal(rel, source.name, note.moved_to, list(note.days), note.path)
 
 
 def published_again(withdrawal: Withdrawal) -> None:
     """Record that a withdrawal's days are published again: the withdrawal is done."""
-    note = _read_note(withdrawal.note)
-    _write_note(withdrawal.note, {**note, "status": PUBLISHED, "published_at": datetime.now(UTC).isoformat()})
+    note = WithdrawalNote.read(withdrawal.note)
+    _write_note(replace(note, status=PUBLISHED, published_at=datetime.now(UTC).isoformat()))
 
 
-def _withdrawal_of(spark: SparkSession, pipeline: Pipeline, source: Source, rel: str, reason: str) -> tuple[str, str]:
-    """Write the note of a new withdrawal of the landed file `rel` (its days decided now), before anything moves;
-    return it and where the file goes."""
+def begin_withdrawal(
+    source: Source, rel: str, reason: str, days_to_publish: list[date], withdrawn: storage.FileDigest
+) -> WithdrawalNote:
+    """Write the note of a new withdrawal of the landed file `rel`, whose bytes are `withdrawn`, before anything
+    moves. A note is only ever created where none is: two withdrawals of one file begun at once do not both go on."""
+    to = _free_destination(source, rel)
+    now = datetime.now(UTC).isoformat()
+    note = WithdrawalNote(
+        to + NOTE_SUFFIX, rel, source.name, reason, now, tuple(days_to_publish), to, WITHDRAWING, withdrawn
+    )
+    try:
+        storage.create_bytes(note.path, note.to_json())
+    except FileExistsError:
+        raise ValueError(
+            f"{note.path}: another withdrawal of {source.name}/{rel} began at the same time; run the same withdraw "
+            "again to go on with it"
+        ) from None
+    return note
+
+
+def _digest_at(path: str) -> storage.FileDigest | None:
+    found = storage.stat(path)
+    if found is not None and found.is_folder:
+        raise ValueError(f"{path} is a folder, not the file withdrawn: nothing moved")
+    return None if found is None else storage.digest(path)
+
+
+def move_withdrawn(note: WithdrawalNote, landed: str) -> WithdrawalNote:
+    """Move the file the note is of from `landed` to where the note says, only if it is the bytes the note recorded
+    (size and SHA-256), never over another file; a move cut short (those bytes at both places) is finished. Anything
+    else is refused in one line naming the file and what differs, with nothing moved."""
+    recorded = note.withdrawn
+    if recorded is None:
+        raise ValueError(
+            f"{note.path} records no size or SHA-256 of {landed} (written before notes did): it cannot be told to be "
+            "the file whose withdrawal began; nothing moved (if it is, remove the note and withdraw the file again)"
+        )
+    there, here = _digest_at(note.moved_to), _digest_at(landed)
+    if there is not None and there != recorded:
+        raise ValueError(
+            f"{note.moved_to} already holds other bytes ({there.describe()}) than the file withdrawn "
+            f"({recorded.describe()}, note {note.path}): not replaced, nothing moved"
+        )
+    if there is None:
+        if here is None:
+            raise ValueError(f"{landed}: the file withdrawn is neither there nor at {note.moved_to}: nothing moved")
+        if here != recorded:
+            raise ValueError(
+                f"{landed} is not the file whose withdrawal began: it holds {here.describe()}, its note {note.path} "
+                f"recorded {recorded.describe()}; nothing moved"
+            )
+        try:
+            storage.move(landed, note.moved_to)
+        except FileExistsError:
+            raise ValueError(f"{note.moved_to} appeared while {landed} was moved there: not replaced") from None
+    elif here == recorded:
+        storage.delete_file(landed)  # moved, but cut short before the landed copy went
+    moved = replace(note, status=WITHDRAWN)
+    _write_note(moved)
+    return moved
+
+
+def _days_to_publish(spark: SparkSession, pipeline: Pipeline, source: Source, rel: str) -> list[date]:
+    """The days, within the partitions, that a withdrawal of the landed file `rel` publishes again, decided before
+    anything moves (see `withdraw`)."""
     first, last = first_day(), last_day()
     if source.kind is SourceKind.EVENTS:
         affected: set[date] = set()
@@ -291,18 +410,4 @@ def _withdrawal_of(spark: SparkSession, pipeline: Pipeline, source: Source, rel:
         versions = landing.read_landing(spark, source).where(F.col(FILE_COLUMN) == rel)
         since = scalar(versions.agg(F.min(landing.event_day(source))))
         affected = set(days(max(since, first), last)) if since else set()
-    to = _free_destination(source, rel)
-    note_path = to + NOTE_SUFFIX
-    _write_note(
-        note_path,
-        {
-            "file": rel,
-            "source": source.name,
-            "reason": reason,
-            "started_at": datetime.now(UTC).isoformat(),
-            "days": [d.isoformat() for d in sorted(d for d in affected if first <= d <= last)],
-            "moved_to": to,
-            "status": WITHDRAWING,
-        },
-    )
-    return note_path, to
+    return sorted(d for d in affected if first <= d <= last)

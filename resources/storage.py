@@ -4,13 +4,15 @@ object storage (`s3a://bucket/prefix`), through one code path: pyarrow's file sy
 
 Object storage has no folders and no rename: a folder is a prefix (it exists while something is under it), a listing
 pages (pyarrow pages it), a move is a copy then a delete, and a write becomes visible whole when it ends. The local
-folder is given the same semantics: a write goes to a temporary name, then is renamed over the target.
+folder is given the same semantics: a write goes to a temporary name of its own, synced, then is renamed over the
+target (or, to create a file only where none is, linked to it).
 
 A lake path is a string: an absolute local path, or `s3a://bucket/key`, the form Spark reads and writes."""
 
 import functools
 import hashlib
 import os
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
@@ -32,13 +34,13 @@ class StorageError(RuntimeError):
 def _reached(operation: Callable[..., T]) -> Callable[..., T]:
     """On object storage, a store that does not answer or refuses the keys is one line naming the variables to check
     (a StorageError, which a command prints as its error), not pyarrow's traceback. A missing file stays
-    FileNotFoundError, which callers handle."""
+    FileNotFoundError, and a file in the way of one created or moved FileExistsError, which callers handle."""
 
     @functools.wraps(operation)
     def reached(path: str, *args: object, **kwargs: object) -> T:
         try:
             return operation(path, *args, **kwargs)
-        except FileNotFoundError:
+        except (FileNotFoundError, FileExistsError):
             raise
         except OSError as error:
             if not on_object_store(path):
@@ -186,6 +188,56 @@ def read_bytes(path: str) -> bytes:
         return bytes(stream.read())
 
 
+@dataclass(frozen=True)
+class FileDigest:
+    """A file's size and SHA-256: two files with the same are the same bytes."""
+
+    size: int
+    sha256: str
+
+    def describe(self) -> str:
+        return f"{self.size} bytes, sha256 {self.sha256}"
+
+
+@_reached
+def digest(path: str) -> FileDigest:
+    """The size and SHA-256 of the file at `path`, read in pieces (a landed file may be large)."""
+    fs, inner = _located(path)
+    sha, size = hashlib.sha256(), 0
+    with fs.open_input_stream(inner) as stream:
+        while piece := stream.read(8 << 20):
+            sha.update(piece)
+            size += len(piece)
+    return FileDigest(size, sha.hexdigest())
+
+
+def _synced_temporary(inner: str, data: bytes) -> str:
+    """`data` in a new file beside `inner`, of a name no other writer uses (`.<name>.<uuid>.tmp`), on disk: a crash
+    after the rename or link that follows cannot leave the target empty or half written."""
+    folder, name = os.path.split(inner)
+    os.makedirs(folder, exist_ok=True)
+    temporary = os.path.join(folder, f".{name}.{uuid.uuid4().hex}.tmp")
+    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask keeps it private
+    try:
+        with os.fdopen(descriptor, "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+    except BaseException:
+        os.unlink(temporary)
+        raise
+    return temporary
+
+
+def _sync_folder(folder: str) -> None:
+    """A rename, link or unlink in `folder` on disk (a file's own fsync does not cover its name)."""
+    descriptor = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
 @_reached
 def write_bytes(path: str, data: bytes) -> None:
     """`path` holds `data`, whole: no reader sees part of it, and a crash leaves the old content or the new."""
@@ -194,22 +246,61 @@ def write_bytes(path: str, data: bytes) -> None:
         with fs.open_output_stream(inner) as stream:
             stream.write(data)
         return
-    fs.create_dir(parent(inner), recursive=True)
-    partial = f"{inner}.partial"
-    with fs.open_output_stream(partial) as stream:
-        stream.write(data)
-    os.replace(partial, inner)
+    os.replace(_synced_temporary(inner, data), inner)
+    _sync_folder(os.path.dirname(inner))
+
+
+@_reached
+def create_bytes(path: str, data: bytes) -> None:
+    """A new file at `path` holding `data`, whole; FileExistsError, and nothing written, when something is there.
+
+    On a local folder the synced file is linked to `path`, which fails if the name is taken. pyarrow's S3 file system
+    sends no conditional PUT (no If-None-Match: the metadata it passes is a fixed list of headers), so on object
+    storage the check and the PUT are two requests: a writer between them is replaced."""
+    fs, inner = _located(path)
+    if on_object_store(path):
+        if exists(path):
+            raise FileExistsError(path)
+        with fs.open_output_stream(inner) as stream:
+            stream.write(data)
+        return
+    temporary = _synced_temporary(inner, data)
+    try:
+        os.link(temporary, inner)
+    finally:
+        os.unlink(temporary)
+    _sync_folder(os.path.dirname(inner))
 
 
 @_reached
 def move(source: str, target: str) -> None:
-    """`source` to `target`: a rename on a local folder; a copy then a delete on object storage, where a crash in
-    between leaves both (moving again finishes it)."""
+    """`source` to `target`, never over a file there (FileExistsError, nothing moved). On a local folder a link then an
+    unlink, where a crash in between leaves the same file at both; on object storage a check, a copy then a delete
+    (no conditional copy through pyarrow), where a crash leaves both too. Either way what is at `target` is the
+    source's bytes, and a caller that finds both can tell by their digests."""
     fs, inner_source = _located(source)
     _, inner_target = _located(target)
-    if not on_object_store(source):
-        fs.create_dir(parent(inner_target), recursive=True)
-    fs.move(inner_source, inner_target)
+    if on_object_store(source):
+        if exists(target):
+            raise FileExistsError(target)
+        fs.copy_file(inner_source, inner_target)
+        fs.delete_file(inner_source)
+        return
+    os.makedirs(os.path.dirname(inner_target), exist_ok=True)
+    os.link(inner_source, inner_target)
+    _sync_folder(os.path.dirname(inner_target))
+    delete_file(source)
+
+
+@_reached
+def delete_file(path: str) -> None:
+    """The file at `path` deleted (FileNotFoundError when there is none)."""
+    fs, inner = _located(path)
+    if on_object_store(path):
+        fs.delete_file(inner)
+        return
+    os.unlink(inner)
+    _sync_folder(os.path.dirname(inner))
 
 
 @_reached

@@ -4,6 +4,7 @@ held in quarantine, and later batches are restated as usual; `withdraw` takes it
 
 The tests share one lake and run in file order."""
 
+import hashlib
 import json
 import os
 import subprocess
@@ -211,11 +212,22 @@ def test_a_withdrawal_killed_between_its_note_and_its_move_is_finished_by_runnin
     assert [(n["file"], n["status"], n["reason"]) for n in started.values()] == [
         (file, "withdrawing", "resent by mistake")
     ]
-    assert (Path(landing_path(ORDER_ITEMS.name)) / file).is_file()
-    # Run again, it goes on from its note: the file moved, its rows gone, the withdrawal recorded as done.
+    landed = Path(landing_path(ORDER_ITEMS.name)) / file
+    bad = landed.read_bytes()
+    ((note_path, started_note),) = started.items()
+    # Other bytes landed under its name meanwhile: run again, it refuses in one line naming the file, moving nothing.
+    write_file(day, "resent.parquet", [item(8_000_022, day)])
+    assert main(withdraw) == 2
+    said = capsys.readouterr().err.strip()
+    assert "\n" not in said and str(landed) in said and started_note["sha256"] in said, said
+    assert landed.read_bytes() != bad and not Path(started_note["moved_to"]).exists()
+    assert json.loads(Path(note_path).read_text())["status"] == "withdrawing"
+    assert (started_note["size"], started_note["sha256"]) == (len(bad), hashlib.sha256(bad).hexdigest())
+    # The file it began to withdraw back, run again, it goes on from its note: the file moved, its rows gone, the
+    # withdrawal recorded as done.
+    landed.write_bytes(bad)
     assert main(withdraw) == 0
     capsys.readouterr()
-    (note_path,) = started
     note = json.loads(Path(note_path).read_text())
     assert note["status"] == "published"
     assert not (Path(landing_path(ORDER_ITEMS.name)) / file).exists()

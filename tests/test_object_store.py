@@ -17,6 +17,7 @@ from urllib.parse import unquote
 import pytest
 
 from bench.harness import FEATURE_ROUNDING_FIX, project_with
+from exact_backfills.operations import NOTE_SUFFIX, WithdrawalNote
 from resources import storage
 from resources.delta_io import history
 from resources.lake import REPO_ROOT, landing_path, plans_root, table_path, withdrawn_path
@@ -148,8 +149,20 @@ def test_a_withdrawal_on_object_storage_moves_the_file_with_its_note_and_publish
         with environment(LAKE_ROOT=env["LAKE_ROOT"]):
             assert not storage.exists(file.path)
             moved = storage.files_below(withdrawn_path(ORDER_ITEMS.name))
-            assert sorted(f.name for f in moved) == [file.name, f"{file.name}.withdrawn.json"]
+            assert sorted(f.name for f in moved) == [file.name, f"{file.name}{NOTE_SUFFIX}"]
             assert [f.size for f in moved if f.name == file.name] == [file.size]
+            # Its note records the bytes moved; neither a move nor a new note goes over what is there, on the store too.
+            note = WithdrawalNote.read(next(f.path for f in moved if f.name.endswith(NOTE_SUFFIX)))
+            assert note.withdrawn == storage.digest(note.moved_to) and note.withdrawn.size == file.size
+            other = storage.join(env["LAKE_ROOT"], "not-withdrawn", file.name)
+            storage.write_bytes(other, b"other bytes")
+            with pytest.raises(FileExistsError):
+                storage.move(other, note.moved_to)
+            with pytest.raises(FileExistsError):
+                storage.create_bytes(note.path, b"{}")
+            assert storage.digest(note.moved_to) == note.withdrawn and WithdrawalNote.read(note.path) == note
+            assert storage.read_bytes(other) == b"other bytes"
+            storage.delete_tree(storage.parent(other))
     assert_same_content(spark, built)
 
 
