@@ -145,7 +145,10 @@ def publish_step(pipeline: Pipeline) -> AssetsDefinition:
     @multi_asset(
         name=PUBLISH_STEP,
         specs=_specs(pipeline),
-        check_specs=[spec for t in pipeline.tables for spec in checks.check_specs(t)],
+        check_specs=[
+            *(spec for t in pipeline.tables for spec in checks.check_specs(t)),
+            *(spec for t in pipeline.tables for side in t.side_tables for spec in checks.quarantine_check_specs(side)),
+        ],
         partitions_def=daily_partitions,
         backfill_policy=backfill_policy(landing.days_per_backfill_run(pipeline.sources)),
         can_subset=True,
@@ -160,7 +163,8 @@ def publish_step(pipeline: Pipeline) -> AssetsDefinition:
         writes = tables_written(pipeline, selected)
         checked = {k.asset_key.to_user_string() for k in context.selected_asset_check_keys}
         done: set[str] = set()
-        only_checked = [t for t in pipeline.publish_order if t in checked and t not in writes]
+        writing = set(pipeline.with_side_tables(writes))
+        only_checked = [t for t in pipeline.every_table if t in checked and t not in writing]
         # Only checks selected (the UI's "Execute" on a check, or the `check` command): verify what is published,
         # the late-data detection and the code's staleness found once for every table.
         state = published_state(spark, pipeline) if only_checked else None
@@ -189,9 +193,9 @@ def publish_step(pipeline: Pipeline) -> AssetsDefinition:
                 break
             except Exception as error:
                 yield from failed_publication(context, pipeline, error, recorded)
-            yield from recording.publication_events(
-                context, table, publication, selected, _check_outputs(context, table, done)
-            )
+            sides = [s.name for s in pipeline.by_name[table].side_tables]
+            outputs = [o for t in [*sides, table] for o in _check_outputs(context, t, done)]
+            yield from recording.publication_events(context, table, publication, selected, outputs)
             recorded |= set(publication.metadata)
             for written, totals in publication.totals.items():
                 context.log.info(f"{written}: {len(days)} day(s) {day_ranges(days)} written: {totals}")

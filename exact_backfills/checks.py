@@ -18,8 +18,10 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import MapType
 
-from exact_backfills.declare import DayCheck, Declared, Reconcile, Staging
+from exact_backfills.declare import FILE_COLUMN, DayCheck, Declared, Reconcile, SideTable, Staging
+from exact_backfills.landing import REFUSED_FILE
 from exact_backfills.partitions import daily_partitions
+from exact_backfills.quarantine import REASON
 from resources.audit import DayContent
 from resources.settings import settings
 
@@ -32,6 +34,7 @@ ROW_COUNT_CHANGE = "row_count_change"
 LATE_DATA = "late_data_outside_window"
 UP_TO_DATE = "up_to_date_with_landing"
 BUILT_BY_CURRENT_CODE = "built_by_current_code"
+QUARANTINED = "quarantined_rows"  # a quarantine side table's one check
 
 BLOCKING = (UNIQUE_KEY, KEYS_NOT_NULL, RECONCILES, NOTHING_LOST)
 SAMPLE_SIZE = 5
@@ -61,6 +64,7 @@ BUILT_IN = (
     UP_TO_DATE,
     BUILT_BY_CURRENT_CODE,
     LATE_DATA,
+    QUARANTINED,
 )
 
 
@@ -126,6 +130,10 @@ _DESCRIPTIONS = {
     "the days built from them, stale). Passes when the day is written by the code loaded now. Metadata: why.",
     LATE_DATA: "Fails on a day that received rows older than the restatement window (RESTATEMENT_WINDOW_DAYS): not "
     "restated automatically; backfill the day by hand, which makes it pass.",
+    QUARANTINED: "The day's rows held in quarantine, counted by reason (metadata: quarantined_rows, by_reason), and "
+    "the landed files the contract refused, unread (refused_files). Fails (a warning) on a day with a refused file: "
+    "its rows are not published until it is withdrawn (`withdraw`) or landed again fixed. Rows quarantined with a "
+    "reason are accounted for: `nothing_lost` of the staging table counts them.",
 }
 
 
@@ -143,6 +151,43 @@ def check_specs(table: Declared) -> list[AssetCheckSpec]:
         )
         for name in names(table)
     ]
+
+
+def quarantine_check_specs(side: SideTable) -> list[AssetCheckSpec]:
+    """A quarantine side table's check: what it holds each day, by reason, and the refused files."""
+    return [
+        AssetCheckSpec(
+            QUARANTINED, asset=side.name, partitions_def=daily_partitions, description=_DESCRIPTIONS[QUARANTINED]
+        )
+    ]
+
+
+def quarantine_outcomes(rows: DataFrame, day_column: str, days: list[date]) -> list[Outcome]:
+    """quarantined_rows on each of `days` of a quarantine table's `rows`: how many, by reason, and the refused files
+    (failing on a day that has one)."""
+    found: dict[date, dict[str, int]] = {}
+    refused: dict[date, list[str]] = {}
+    for r in (
+        rows.groupBy(F.col(day_column).alias("day"), REASON)
+        .agg(F.count(F.lit(1)).alias("rows"), F.collect_set(FILE_COLUMN).alias("files"))
+        .collect()
+    ):
+        why = str(r[REASON])
+        if why.startswith(REFUSED_FILE):
+            refused.setdefault(r.day, []).extend(sorted(str(f) for f in r.files))
+            why = REFUSED_FILE
+        found.setdefault(r.day, {})[why] = found.get(r.day, {}).get(why, 0) + r.rows
+    outcomes = []
+    for day in days:
+        by_reason, files = found.get(day, {}), sorted(refused.get(day, []))
+        metadata = {
+            "quarantined_rows": sum(by_reason.values()),
+            "by_reason": ", ".join(f"{why}={n}" for why, n in sorted(by_reason.items())),
+            "refused_files": "; ".join(files),
+            "refused_file_count": len(files),
+        }
+        outcomes.append(Outcome(QUARANTINED, day, not files, metadata))
+    return outcomes
 
 
 def _user_description(check: DayCheck) -> str:
@@ -535,6 +580,7 @@ def summary(o: Outcome) -> str:
         "rows",
         "previous_rows",
         "relative_change",
+        "refused_files",
     )
     if o.check not in BUILT_IN:  # a user check: every figure, zeros too
         return ", ".join(f"{k}={v}" for k, v in o.metadata.items())

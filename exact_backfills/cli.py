@@ -91,6 +91,14 @@ def _tables(pipeline: "Pipeline", args: argparse.Namespace) -> list[str]:
     return [args.asset] if args.asset else list(pipeline.publish_order)
 
 
+def _tables_and_quarantine(pipeline: "Pipeline", args: argparse.Namespace) -> list[str]:
+    """What `check` and `report` look at: the tables asked for (--asset, else every one) with their quarantine, or a
+    quarantine table on its own."""
+    if args.asset in pipeline.side_table_of:
+        return [args.asset]
+    return pipeline.with_side_tables(_tables(pipeline, args))
+
+
 def _checked_range(args: argparse.Namespace) -> None:
     """--start after --end, or a day outside the partitions: one line naming both, before anything runs."""
     start, end = getattr(args, "start", None), getattr(args, "end", None)
@@ -109,7 +117,7 @@ def _cmd_check(pipeline: "Pipeline", args: argparse.Namespace) -> int:
     from exact_backfills.backfill import run_checks, step_failures
 
     start, end = args.start or first_day(), args.end or last_day()
-    tables = _tables(pipeline, args)
+    tables = _tables_and_quarantine(pipeline, args)
     result, evaluations = run_checks(pipeline, start, end, tables)
     errors = step_failures(result, failed_checks=False)
     for step, message in errors:
@@ -124,11 +132,31 @@ def _cmd_check(pipeline: "Pipeline", args: argparse.Namespace) -> int:
             continue
         failed += len(bad)
         print(f"{table}: {len(mine) - len(bad)}/{len(mine)} check results passed over {start}..{end}")
+        if table in pipeline.side_table_of:
+            print(f"  {_quarantined(mine)}")
         for e in bad:
             print(f"  FAIL {e.check_name} {e.description}")
     print(f"recorded in Dagster as run {result.run_id}")
     failed += _report_refused_files(pipeline)
     return 1 if failed else 0
+
+
+def _quarantined(evaluations: list) -> str:
+    """What a quarantine table's check results say over their days: rows by reason, and refused files."""
+    from collections import Counter
+
+    by_reason: Counter[str] = Counter()
+    refused = 0
+    for e in evaluations:
+        for pair in filter(None, str(e.metadata["by_reason"].value).split(", ")):
+            reason, _, n = pair.rpartition("=")
+            by_reason[reason] += int(n)
+        refused += int(e.metadata["refused_file_count"].value)
+    if not by_reason:
+        return "nothing quarantined"
+    reasons = ", ".join(f"{reason} {n}" for reason, n in by_reason.most_common())
+    files = f"; {refused} refused file(s)" if refused else ""
+    return f"{sum(by_reason.values())} row(s) quarantined by reason: {reasons}{files}"
 
 
 def _report_refused_files(pipeline: "Pipeline") -> int:
@@ -183,7 +211,7 @@ def _cmd_report(pipeline: "Pipeline", args: argparse.Namespace) -> int:
     against = storage.normalized(args.against) if args.against else None
     mismatches = 0
     compared = against is not None or args.version is not None
-    for table in _tables(pipeline, args):
+    for table in _tables_and_quarantine(pipeline, args):
         print(f"{table}:" + (f" compared with {against or f'version {args.version}'}" if compared else ""))
         for found in report(get_spark(), pipeline, table, start, end, against=against, version=args.version):
             line = f"  {found.day} rows={found.rows:<8} sha256={found.fingerprint or '-'}"

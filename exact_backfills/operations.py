@@ -12,7 +12,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from exact_backfills import checks, landing, late_data
-from exact_backfills.declare import FILE_COLUMN, Pipeline, Source, SourceKind
+from exact_backfills.declare import FILE_COLUMN, RUN_COLUMN, Pipeline, Source, SourceKind
 from exact_backfills.partitions import days, first_day, last_day
 from exact_backfills.publish import Operation, fault_point
 from resources import audit, storage
@@ -58,17 +58,19 @@ def report(
     """Rows and fingerprint per day; compared with the same table in another lake (dual-run comparison) or at
     another Delta version, when given."""
     column = pipeline.day_column[table]
-    mine = checks.day_contents(read_days(spark, table, column, days(start, end)), column)
+    # A quarantined row names the run that wrote it: not part of what it holds, which two lakes are compared by.
+    content = (lambda df: df.drop(RUN_COLUMN)) if table in pipeline.side_table_of else (lambda df: df)
+    mine = checks.day_contents(content(read_days(spark, table, column, days(start, end))), column)
     other = None
     if against is not None:
         path = table_path(table, against)
         if not is_delta_table(path):
             raise TableNotMaterialized(f"no Delta table {table!r} at {path}")
-        other = checks.day_contents(_range(spark.read.format("delta").load(path), column, start, end), column)
+        other = checks.day_contents(content(_range(spark.read.format("delta").load(path), column, start, end)), column)
     elif version is not None:
         check_version(spark, table, version)
         old = spark.read.format("delta").option("versionAsOf", version).load(table_path(table))
-        other = checks.day_contents(_range(old, column, start, end), column)
+        other = checks.day_contents(content(_range(old, column, start, end)), column)
     none = DayContent(0, None)
     return [
         DayComparison(day, *mine.get(day, none), None if other is None else other.get(day, none))

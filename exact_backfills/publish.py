@@ -191,6 +191,7 @@ class Publication:
     # Per table built from this one: the days this table's changed days leave stale outside the change, recorded
     # pending for the next restatement.
     left_stale: dict[str, list[date]] = field(default_factory=dict)
+    side_outcomes: dict[str, list[checks.Outcome]] = field(default_factory=dict)  # per side table written: its checks
 
 
 def day_ranges(days: list[date]) -> str:
@@ -892,6 +893,11 @@ def _record(
         return {"why": f"rebuilt from the days restored upstream ({change.hold.why})"}
 
     metadata = {s.name: commit_metadata(commits[s.name], days) for s in spec.side_tables if s.name in commits}
+    side_outcomes = {
+        s.name: checks.quarantine_outcomes(staged[table].side_tables[s.name], s.day_column, days)
+        for s in spec.side_tables
+        if s.name in commits
+    }
     totals = {s.name: commit_totals(commits[s.name], days) for s in spec.side_tables if s.name in commits}
     metadata[table] = {
         day: {
@@ -919,7 +925,7 @@ def _record(
     published_s = round(time.monotonic() - t0, 3)  # from the change's start until this table was committed
     for table_totals in totals.values():
         table_totals["run_publish_s"] = published_s
-    return Publication(days, outcomes, metadata, totals), audit_rows
+    return Publication(days, outcomes, metadata, totals, side_outcomes=side_outcomes), audit_rows
 
 
 def commit_metadata(commit: Commit, days: list[date]) -> dict[date, dict[str, Any]]:

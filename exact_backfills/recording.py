@@ -110,10 +110,10 @@ def publication_events(
         # restatement), or days beyond the run's range (a release rebuilds those built from its days).
         for day, metadata in sorted(beyond.items()):
             yield AssetMaterialization(written, partition=day.isoformat(), metadata=metadata)
-    outcomes = publication.outcomes
-    if len(publication.days) > checks.events_max_days():  # every day's figures stay in backfill_audit
-        outcomes = [o for o in outcomes if not o.passed]
-    yield from check_evaluations(context.instance, table, outcomes)
+    for checked, outcomes in [*publication.side_outcomes.items(), (table, publication.outcomes)]:
+        if len(publication.days) > checks.events_max_days():  # every day's figures stay in backfill_audit
+            outcomes = [o for o in outcomes if not o.passed]
+        yield from check_evaluations(context.instance, checked, outcomes)
     for output_name in check_outputs:
         yield Output(None, output_name=output_name)
 

@@ -87,6 +87,8 @@ def landed(built):
         ),
         "int96.parquet": ([item(8_000_002, batch)], {}, {"use_deprecated_int96_timestamps": True}),
         "micros.parquet": ([item(8_000_003, batch)], {}, {}),
+        # A file the contract accepts, with a row that breaks a rule of the source: quarantined on its own day.
+        "negative.parquet": ([{**item(8_000_007, batch), "quantity": -1}], {}, {}),
     }
     bad = {
         "missing_channel.parquet": ([item(8_000_004, batch)], {"channel": None}, "missing column channel"),
@@ -148,6 +150,26 @@ def test_check_names_every_refused_file_and_folder(landed, capsys):
     assert f"REFUSED order_items/{names['missing_channel.parquet']}: missing column channel" in out
     assert "REFUSED order_items/ingest_date=latest: not a batch folder" in out
     assert f"REFUSED order_items/ingest_date={batch}/corrupt.parquet: not a readable Parquet file" in out
+
+
+def test_quarantine_shows_each_days_rows_by_reason_and_fails_on_the_day_of_a_refused_file(landed, capsys):
+    _, batch, names, extra = landed
+    # The day of the row breaking a rule: shown, with its reason, and passing: it is accounted for.
+    assert main(["check", "--asset", QUARANTINE_ORDER_ITEMS, "--start", str(DAY), "--end", str(DAY)]) == 1
+    out = capsys.readouterr().out  # (exit 1: the landing's refused files, named below the checks)
+    assert f"{QUARANTINE_ORDER_ITEMS}: 1/1 check results passed over {DAY}..{DAY}" in out, out
+    assert "1 row(s) quarantined by reason: negative_or_null_quantity 1" in out, out
+    # The batch's day holds the refused files, unread: the check fails there, naming them.
+    assert main(["check", "--asset", QUARANTINE_ORDER_ITEMS, "--start", str(batch), "--end", str(batch)]) == 1
+    out = capsys.readouterr().out
+    assert "5 row(s) quarantined by reason: refused_file 5; 5 refused file(s)" in out, out
+    failing = next(line for line in out.splitlines() if "FAIL quarantined_rows" in line)
+    assert failing.startswith(f"  FAIL quarantined_rows {batch}: refused_files=") and extra in failing, failing
+    assert names["missing_channel.parquet"] in failing, failing
+    # `report` goes through the quarantine tables too, day by day.
+    assert main(["report", "--start", str(DAY), "--end", str(DAY)]) == 0
+    out = capsys.readouterr().out
+    assert f"{QUARANTINE_ORDER_ITEMS}:\n  {DAY} rows=1 " in out, out
 
 
 def test_a_later_good_batch_is_restated_as_usual(spark, landed):
