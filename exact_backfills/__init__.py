@@ -25,6 +25,19 @@ from exact_backfills.declare import (
     TrailingDays,
 )
 
+# Imported when first used: each reads the settings and Dagster's definitions machinery, which a module declaring a
+# pipeline does not need at its import.
+_LAZY = {"definitions_of": "exact_backfills.location", "land_batch": "exact_backfills.landing"}
+
+
+def __getattr__(name: str) -> object:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'exact_backfills' has no attribute {name!r}")
+
+
 __all__ = [
     "AsOf",
     "Command",
@@ -42,6 +55,8 @@ __all__ = [
     "Staging",
     "Table",
     "TrailingDays",
+    "definitions_of",
+    "land_batch",
     "valid_to",
 ]
 

@@ -321,6 +321,33 @@ def land(batches: Mapping[Source, DataFrame]) -> dict[str, list[str]]:
     return landed
 
 
+def contract_breaks(schema: T.StructType, source: Source) -> list[str]:
+    """How rows of `schema` break `source`'s contract: a column missing, one it does not declare, one of another type
+    (what a landed file is refused for; nulls and values breaking its rules are quarantine's)."""
+    declared = {f.name: f.dataType for f in source.schema.fields}
+    given = {f.name: f.dataType for f in schema.fields}
+    found = [f"missing column {c}" for c in declared if c not in given]
+    found += [f"unexpected column {c}" for c in given if c not in declared]
+    found += [
+        f"column {c} is {given[c].simpleString()}, the contract says {t.simpleString()}"
+        for c, t in declared.items()
+        if c in given and given[c] != t
+    ]
+    return found
+
+
+def land_batch(source: Source, rows: DataFrame, batch: date) -> str:
+    """Land `rows` of `source` as a new, immutable batch of day `batch` (`landing/<source>/ingest_date=<batch>/`):
+    refused, with nothing written, when their columns break the source's contract or the batch exists already.
+    Returns the batch. What the landing then holds is read like any producer's file; the late-data sensor finds
+    the new batch (`restate` publishes it now)."""
+    breaks = contract_breaks(rows.schema, source)
+    if breaks:
+        raise LandingError(f"rows for {source.name} break its contract: {'; '.join(breaks)}; nothing landed")
+    land({source: rows.withColumn(BATCH_COLUMN, F.lit(batch))})
+    return batch.isoformat()
+
+
 def event_day(source: Source) -> Column:
     """The day a landed row belongs to, as its landing asset is partitioned: an event's day; the day a dimension's
     version takes effect (versions dated before the first partition take effect on it)."""

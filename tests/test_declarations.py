@@ -15,8 +15,9 @@ from decimal import Decimal
 import pytest
 from pyspark.sql import types as T
 
-from exact_backfills import DeclarationError, Pipeline, Source, SourceKind, Staging, landing
+from exact_backfills import DeclarationError, Pipeline, Source, SourceKind, Staging, land_batch
 from exact_backfills.cli import main
+from exact_backfills.landing import contract_breaks
 from exact_backfills.pipelines import load
 
 START, END = date(2025, 1, 1), date(2025, 1, 4)
@@ -49,6 +50,23 @@ def test_a_source_the_machinery_cannot_serve_is_refused_when_declared_in_one_lin
         Pipeline("refused", sources=[source], tables=[Staging("stg_things", source=source)])
     assert str(refused.value).startswith(f"pipeline 'refused': source things: {said}")
     assert "\n" not in str(refused.value)
+
+
+def test_rows_landed_as_a_batch_must_have_the_contracts_columns_and_types():
+    source = _source()
+    assert contract_breaks(source.schema, source) == []
+    other = T.StructType(
+        [
+            *(f for f in source.schema.fields if f.name not in ("label", "day")),
+            T.StructField("day", T.TimestampType()),
+            T.StructField("coupon", T.StringType()),
+        ]
+    )
+    assert contract_breaks(other, source) == [
+        "missing column label",
+        "unexpected column coupon",
+        "column day is timestamp, the contract says date",
+    ]
 
 
 # The user's package: one source per way of naming a source's columns, each taken into the lake by its staging table.
@@ -115,8 +133,7 @@ def _row(source: Source, key: str, day: date, loaded: datetime, value: int) -> t
 
 
 def _land(spark, source: Source, rows: list[tuple], batch: date) -> None:
-    schema = T.StructType([*source.schema.fields, T.StructField("ingest_date", T.DateType())])
-    landing.land({source: spark.createDataFrame([(*r, batch) for r in rows], schema)})
+    land_batch(source, spark.createDataFrame(rows, source.schema), batch)
 
 
 def _first_batch(spark, declared: Pipeline) -> None:

@@ -15,9 +15,8 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from pyspark.sql import types as T
 
-from exact_backfills import landing
+from exact_backfills import land_batch
 from exact_backfills.backfill import run_backfill, run_checks, run_restatement, run_rollback
 from exact_backfills.dagster_names import RELEASE_TAG
 from exact_backfills.pipelines import load
@@ -158,9 +157,9 @@ def shop(tmp_path_factory):
 
 
 def _landed(spark, shop, source_name: str, rows_: list[tuple], batch: date) -> None:
+    """Rows landed as a user lands them: a new batch, its columns checked against the contract first."""
     source = shop.sources_by_name[source_name]
-    schema = T.StructType([*source.schema.fields, T.StructField("ingest_date", T.DateType())])
-    landing.land({source: spark.createDataFrame([(*r, batch) for r in rows_], schema)})
+    land_batch(source, spark.createDataFrame(rows_, source.schema), batch)
 
 
 def _at(day: date, hour: int = 1) -> datetime:
