@@ -134,7 +134,7 @@ def _refusal(error: Refused) -> NoReturn:
         if error.holds
         else {"failing_days": ", ".join(error.failing_days)}
     )
-    raise Failure(description=str(error), metadata=metadata) from None
+    raise recording.refusal(str(error), metadata) from None
 
 
 def publish_step(pipeline: Pipeline) -> AssetsDefinition:

@@ -205,7 +205,7 @@ def _landing_contract_check(pipeline: Pipeline, source: Source) -> AssetChecksDe
             description=f"{len(refused)} file(s) refused" if refused else "every landed file meets the contract",
             metadata={
                 "refused_files": len(refused),
-                "refused": "\n".join(f"{source.name}/{r.describe()}" for r in refused[:50]),
+                "refused": "\n".join(r.describe() for r in refused[:50]),
             },
         )
 

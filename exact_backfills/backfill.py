@@ -5,6 +5,7 @@ import os
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import date
 from typing import NamedTuple
 from urllib.parse import urlencode
@@ -39,6 +40,7 @@ from exact_backfills.declare import Pipeline
 from exact_backfills.instance import write_config
 from exact_backfills.location import definitions_of
 from exact_backfills.partitions import chunks, first_day, last_day
+from exact_backfills.recording import REFUSED
 from exact_backfills.rollback import RollbackPlan
 from resources.spark import get_spark
 
@@ -83,6 +85,7 @@ def selected_keys(pipeline: Pipeline, select: list[str] | None) -> list[AssetKey
 class StepFailure(NamedTuple):
     step: str
     cause: str  # the project's own account of it, or the root cause
+    refused: bool = False  # the machinery refused what was asked: nothing written
 
 
 def step_failures(result: ExecuteInProcessResult, failed_checks: bool = True) -> list[StepFailure]:
@@ -96,8 +99,30 @@ def step_failures(result: ExecuteInProcessResult, failed_checks: bool = True) ->
             continue
         while error.cause and error.cls_name != "Failure":  # a Failure is the project's own account of it
             error = error.cause
-        failures.append(StepFailure(event.step_key or "", said(error.cls_name or "", error.message)))
+        user = event.step_failure_data.user_failure_data
+        refused = bool(user and REFUSED in (user.metadata or {}))
+        failures.append(StepFailure(event.step_key or "", said(error.cls_name or "", error.message), refused))
     return failures
+
+
+def refused(result: ExecuteInProcessResult) -> bool:
+    """Whether a run that failed was refused by the machinery (nothing written): a command exits 2 for it."""
+    return any(f.refused for f in step_failures(result))
+
+
+@dataclass(frozen=True)
+class Backfilled:
+    """How a command-line backfill ended: true when every run succeeded; `refused` when one was refused."""
+
+    ok: bool
+    refused: bool = False
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.ok else 2 if self.refused else 1
 
 
 def said(cls_name: str, message: str) -> str:
@@ -129,7 +154,7 @@ def run_backfill(
     echo: Callable[[str], None] = print,
     tags: dict[str, str] | None = None,
     dry_run: bool = False,
-) -> bool:
+) -> Backfilled:
     """Materialize `select` (every table when None) and everything downstream over start..end, in runs of at most
     `chunk_size` days, in this process; say first what it will write and read and how long it should take (with
     `dry_run`, only that), and at the end what it took."""
@@ -151,7 +176,7 @@ def run_backfill(
         echo(line)
     if dry_run:
         echo("dry run: nothing written")
-        return True
+        return Backfilled(True)
     echo(f"  its runs in the Dagster UI: {runs_url(backfill_id)}")
     before_writing(instance, pipeline, echo)
     started = time.monotonic()
@@ -176,8 +201,9 @@ def run_backfill(
         eta = f", about {(time.monotonic() - started) / i * left:.0f}s to go" if left and result.success else ""
         echo(f"  [{i}/{len(ranges)}] {a}..{b} {status} in {time.monotonic() - t0:.1f}s (run {result.run_id}){eta}")
         if not result.success:
-            for _, message in step_failures(result):
-                echo(f"    {message}")
+            failures = step_failures(result)
+            for failure in failures:
+                echo(f"    {failure.cause}")
             failed = instance.get_run_by_id(result.run_id)
             if failed is not None and failed.tags.get(PUBLISHED_TAG) == PUBLISHED_PARTLY:
                 echo(
@@ -188,12 +214,12 @@ def run_backfill(
                 echo(
                     f"backfill {backfill_id} stopped: nothing of {a}..{b} was published, days from {a} on were not run"
                 )
-            return False
+            return Backfilled(False, refused=any(f.refused for f in failures))
     written = sum(instance.get_run_stats(run_id).materializations for run_id in run_ids)
     measured = estimates.Measured(len(run_ids), written, time.monotonic() - started)
     echo(estimates.describe_measured(f"backfill {backfill_id}", estimate, measured))
     echo(f"backfill {backfill_id} done")
-    return True
+    return Backfilled(True)
 
 
 def run_checks(

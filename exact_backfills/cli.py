@@ -9,11 +9,13 @@ import sys
 import time
 from collections.abc import Callable
 from datetime import date
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, NoReturn, TextIO
 
 from exact_backfills.arguments import day, positive_int, share, version
 
 if TYPE_CHECKING:
+    from dagster import ExecuteInProcessResult
+
     from exact_backfills.declare import Pipeline
     from exact_backfills.dependencies import CodeChange
     from exact_backfills.late_data import Detection
@@ -25,6 +27,16 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _run_failed(what: str, result: "ExecuteInProcessResult", file: TextIO = sys.stdout) -> int:
+    """A failed run's one line per failed step; exit 2 when the machinery refused it (nothing written), else 1."""
+    from exact_backfills.backfill import step_failures
+
+    failures = step_failures(result)
+    for failure in failures:
+        print(f"{what} {'refused' if failure.refused else 'failed'} (run {result.run_id}): {failure.cause}", file=file)
+    return 2 if any(f.refused for f in failures) else 1
 
 
 def _range_args(p: argparse.ArgumentParser) -> None:
@@ -53,8 +65,8 @@ def _observe(pipeline: "Pipeline") -> int:
     from exact_backfills.backfill import observe_landing, step_failures
 
     result = observe_landing(pipeline)
-    for step, message in step_failures(result):
-        print(f"observing the landing failed in {step}: {message}")
+    for failure in step_failures(result):
+        print(f"observing the landing failed in {failure.step}: {failure.cause}")
     if result.success:
         print(f"landing observed in Dagster (run {result.run_id})")
     return 0 if result.success else 1
@@ -82,7 +94,7 @@ def _cmd_backfill(pipeline: "Pipeline", args: argparse.Namespace) -> int:
         chunk_size=args.max_partitions_per_run,
         dry_run=args.dry_run,
     )
-    return 0 if ok else 1
+    return ok.exit_code
 
 
 def _tables(pipeline: "Pipeline", args: argparse.Namespace) -> list[str]:
@@ -120,8 +132,8 @@ def _cmd_check(pipeline: "Pipeline", args: argparse.Namespace) -> int:
     tables = _tables_and_quarantine(pipeline, args)
     result, evaluations = run_checks(pipeline, start, end, tables)
     errors = step_failures(result, failed_checks=False)
-    for step, message in errors:
-        print(f"{step} could not be checked: {message}")
+    for failure in errors:
+        print(f"{failure.step} could not be checked: {failure.cause}")
     failed = len(errors)
     for table in tables:
         mine = [e for e in evaluations if e.asset_key.to_user_string() == table]
@@ -163,9 +175,9 @@ def _report_refused_files(pipeline: "Pipeline") -> int:
     from exact_backfills import landing
     from exact_backfills.pipelines import command
 
-    refused = [(source.name, r) for source in pipeline.sources for r in landing.refused_files(source)]
-    for name, r in refused:
-        print(f"REFUSED {name}/{r.describe()}")
+    refused = [r for source in pipeline.sources for r in landing.refused_files(source)]
+    for r in refused:
+        print(f"REFUSED {r.describe()}")
     if refused:
         print(
             f"{len(refused)} landed file(s) refused by the landing contract (an events source's files are kept in "
@@ -187,8 +199,10 @@ def _cmd_withdraw(pipeline: "Pipeline", args: argparse.Namespace) -> int:
     if done.days:
         print(f"publishing again {len(done.days)} day(s) its rows are or could be on")
         tags = {WITHDRAWN_TAG: f"{done.source}/{done.file}"}
-        if not all(run_backfill(pipeline, a, b, tags=tags) for a, b in day_runs(done.days)):
+        backfills = [run_backfill(pipeline, a, b, tags=tags) for a, b in day_runs(done.days)]
+        if not all(backfills):
             print("the withdrawal is not finished: run the same withdraw again to publish its days")
+            return 2 if any(b.refused for b in backfills) else 1
             return 1
     else:
         print("no published day holds its rows: nothing to publish again")
@@ -229,7 +243,7 @@ def _cmd_report(pipeline: "Pipeline", args: argparse.Namespace) -> int:
 
 
 def _cmd_rollback(pipeline: "Pipeline", args: argparse.Namespace) -> int:
-    from exact_backfills.backfill import run_rollback, step_failures
+    from exact_backfills.backfill import run_rollback
     from exact_backfills.pipelines import command
     from exact_backfills.rollback import plan_rollback, preview
     from resources.spark import get_spark
@@ -254,9 +268,7 @@ def _cmd_rollback(pipeline: "Pipeline", args: argparse.Namespace) -> int:
         return 0
     result = run_rollback(pipeline, plan)
     if not result.success:
-        for _, message in step_failures(result):
-            print(f"rollback failed (run {result.run_id}): {message}")
-        return 1
+        return _run_failed("rollback", result)
     print(
         f"rolled back in run {result.run_id}; the days are held: restatements leave them as they are until "
         f"`{command(pipeline)} release --start {args.start} --end {args.end}` publishes them again from the landing"
@@ -276,7 +288,7 @@ def _cmd_release(pipeline: "Pipeline", args: argparse.Namespace) -> int:
     carried = carried_through(get_spark(), pipeline, every_table, every_table)
     if carried:
         print(f"release {args.start}..{args.end}: beyond its days, also rebuilds {carried_days(carried)}")
-    return 0 if run_backfill(pipeline, args.start, args.end, tags={RELEASE_TAG: "true"}) else 1
+    return run_backfill(pipeline, args.start, args.end, tags={RELEASE_TAG: "true"}).exit_code
 
 
 def _cmd_metrics(pipeline: "Pipeline", args: argparse.Namespace) -> int:
@@ -307,13 +319,12 @@ def _cmd_metrics(pipeline: "Pipeline", args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_detection(pipeline: "Pipeline", detection: "Detection") -> None:
+def print_detection(pipeline: "Pipeline", detection: "Detection") -> None:
     from exact_backfills.pipelines import command
 
-    print(
-        f"watermark: {detection.watermark.watermark_ts or '-'} -> {detection.new_watermark_ts or '-'}; restatement "
-        f"window from {detection.window_start or '-'}"
-    )
+    before = detection.watermark.watermark_ts or "none yet (no restatement has run: the next reads every batch once)"
+    after, window = detection.new_watermark_ts or "-", detection.window_start or "-"
+    print(f"watermark: {before} -> {after}; restatement window from {window}")
     for source, batches in detection.batches_read.items():
         print(f"  {source}: {len(batches)} batch(es) read{': ' + ', '.join(batches[-5:]) if batches else ''}")
     for table, days in detection.days_by_table().items():
@@ -388,7 +399,7 @@ def _cmd_stale(pipeline: "Pipeline", args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(_stale_json(detection, stale), indent=2))
         return 0
-    _print_detection(pipeline, detection)
+    print_detection(pipeline, detection)
     _print_code_changes(stale)
     if not any(detection.days_by_table().values()) and not detection.outside and not detection.holds and not stale:
         print("nothing is stale")
@@ -397,7 +408,7 @@ def _cmd_stale(pipeline: "Pipeline", args: argparse.Namespace) -> int:
 
 def _cmd_plan(pipeline: "Pipeline", args: argparse.Namespace) -> int:
     from exact_backfills import estimates
-    from exact_backfills.backfill import dagster_instance, run_plan, step_failures
+    from exact_backfills.backfill import dagster_instance, run_plan
     from exact_backfills.dagster_names import PLAN_OP
     from exact_backfills.pipelines import command
     from exact_backfills.plans import Plan, drop, version_note
@@ -422,9 +433,7 @@ def _cmd_plan(pipeline: "Pipeline", args: argparse.Namespace) -> int:
     started = time.monotonic()
     result = run_plan(pipeline, start, end, select, instance)
     if not result.success:
-        for _, message in step_failures(result):
-            print(f"plan failed (run {result.run_id}): {message}", file=sys.stderr)
-        return 1
+        return _run_failed("plan", result, file=sys.stderr)
     document = result.output_for_node(PLAN_OP)
     plan = Plan.from_json(document)
     rebuilt = sum(len(t.changed_days) + len(t.unchanged_days) for t in plan.tables.values())
@@ -438,6 +447,23 @@ def _cmd_plan(pipeline: "Pipeline", args: argparse.Namespace) -> int:
             print(f"  BLOCKING {failure.check} of {failure.table} on {failure.day}: {failure.summary}")
         print(plan_outcome(plan, command(pipeline), result.run_id))
     return 0 if plan.promotable else 1
+
+
+def _cmd_plan_show(pipeline: "Pipeline", args: argparse.Namespace) -> int:
+    from exact_backfills.pipelines import command
+    from exact_backfills.plans import load_plan, version_note
+    from resources.spark import get_spark
+
+    plan, status = load_plan(get_spark(), pipeline, args.plan_id)
+    if args.json:
+        print(json.dumps({**plan.to_json(), "status": status}, indent=2))
+        return 0
+    print(version_note(plan) + f"\n(status: {status})")
+    for failure in plan.blocking_failures:
+        print(f"  BLOCKING {failure.check} of {failure.table} on {failure.day}: {failure.summary}")
+    if status == "open" and plan.promotable:
+        print(f"promote it with `{command(pipeline)} promote {plan.plan_id}`")
+    return 0
 
 
 def plan_outcome(plan: "Plan", command: str, run_id: str) -> str:
@@ -455,15 +481,13 @@ def plan_outcome(plan: "Plan", command: str, run_id: str) -> str:
 
 
 def _cmd_promote(pipeline: "Pipeline", args: argparse.Namespace) -> int:
-    from exact_backfills.backfill import run_promotion, step_failures
+    from exact_backfills.backfill import run_promotion
     from exact_backfills.dagster_names import PROMOTE_OP
     from exact_backfills.pipelines import command
 
     result = run_promotion(pipeline, args.plan_id)
     if not result.success:
-        for _, message in step_failures(result):
-            print(f"promote refused (run {result.run_id}): {message}", file=sys.stderr)
-        return 1
+        return _run_failed("promote", result, file=sys.stderr)
     print(result.output_for_node(PROMOTE_OP)["note"])
     print(
         f"promoted in run {result.run_id}; `{command(pipeline)} rollback --before-run {result.run_id} --start D1 "
@@ -473,14 +497,12 @@ def _cmd_promote(pipeline: "Pipeline", args: argparse.Namespace) -> int:
 
 
 def _cmd_restate(pipeline: "Pipeline", args: argparse.Namespace) -> int:
-    from exact_backfills.backfill import run_restatement, step_failures
+    from exact_backfills.backfill import run_restatement
     from exact_backfills.dagster_names import RESTATE_OP
 
     result = run_restatement(pipeline)
     if not result.success:
-        for _, message in step_failures(result):
-            print(f"restatement failed (run {result.run_id}): {message}")
-        return 1
+        return _run_failed("restatement", result)
     summary = result.output_for_node(RESTATE_OP)
     for table, days in summary["days_by_table"].items():
         print(f"restated {table}: {len(days)} day(s): {', '.join(days)}")
@@ -650,6 +672,11 @@ def build_parser(pipeline: "Pipeline | None" = None, prog: str = "exact-backfill
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     p.add_argument("--drop", metavar="PLAN_ID", help="remove a plan: its shadow tables deleted")
     p.set_defaults(func=_cmd_plan)
+    shown = p.add_subparsers(dest="plan_action", parser_class=_Parser)
+    show = shown.add_parser("show", help="a plan already built, as `plan` printed it (its status too)")
+    show.add_argument("plan_id")
+    show.add_argument("--json", action="store_true", help="print the plan as JSON, with its status")
+    show.set_defaults(func=_cmd_plan_show)
 
     p = sub.add_parser("promote", help="promote a plan: exactly its changed days, one commit per table")
     p.add_argument("plan_id")

@@ -14,7 +14,6 @@ from dagster import (
     AssetKey,
     Config,
     DefaultSensorStatus,
-    Failure,
     JobDefinition,
     MetadataValue,
     OpExecutionContext,
@@ -45,7 +44,7 @@ from exact_backfills.dagster_names import (
 )
 from exact_backfills.declare import Pipeline
 from exact_backfills.partitions import first_day, last_day
-from exact_backfills.publish import CODE_VERSION, RunInfo
+from exact_backfills.publish import CODE_VERSION, Refused, RunInfo
 from exact_backfills.verification import code_outcomes, stale_code_days
 from resources import audit
 from resources.settings import settings
@@ -135,7 +134,7 @@ def plan_job(pipeline: Pipeline) -> JobDefinition:
         end = date.fromisoformat(config.end) if config.end else last_day()
         unknown = [t for t in config.select if t not in pipeline.by_name]
         if unknown:
-            raise Failure(description=f"not tables of {pipeline.name}: {', '.join(unknown)}")
+            raise recording.refusal(f"not tables of {pipeline.name}: {', '.join(unknown)}")
         plan = plans.make_plan(session_of(pyspark), pipeline, start, end, config.select or None)
         metadata = {table: MetadataValue.md(plan.markdown(table)) for table in plan.tables}
         note = MetadataValue.md(plans.version_note(plan).replace("\n", "  \n"))
@@ -170,8 +169,8 @@ def promote_job(pipeline: Pipeline) -> JobDefinition:
         spark = session_of(pyspark)
         try:
             promotion = plans.promote(spark, pipeline, config.plan_id, RunInfo.of(context.run))
-        except plans.PlanRefused as refused:
-            raise Failure(description=str(refused)) from None
+        except (plans.PlanRefused, Refused) as refused:
+            raise recording.refusal(str(refused)) from None
         for table, publication in promotion.publications.items():
             yield from recording.publication_events(context, table, publication)
         current = code_versions.current(pipeline)

@@ -80,12 +80,14 @@ class Refusal:
     """A landed file the contract refuses: never read, reported with the reason (`check`, the landing_contract
     check), and, for events, kept in quarantine as one row naming the file."""
 
+    source: str
     file: str  # relative to the source's folder, as source_file records it
     batch: str | None  # None: not in a batch folder
     reason: str
 
     def describe(self) -> str:
-        return f"{self.file}: {self.reason}"
+        """The file as `withdraw --file` takes it, and why it is refused."""
+        return f"{self.source}/{self.file}: {self.reason}"
 
 
 @dataclass
@@ -175,7 +177,9 @@ def landed_files(source: Source, batches: list[str] | None = None) -> LandedFile
         if not (entry.is_folder and _batch_day(entry.name)):
             if batches is None:
                 files.refused.append(
-                    Refusal(entry.name, None, f"not a batch folder: its name is not {BATCH_PREFIX}YYYY-MM-DD")
+                    Refusal(
+                        source.name, entry.name, None, f"not a batch folder: its name is not {BATCH_PREFIX}YYYY-MM-DD"
+                    )
                 )
             continue
         if wanted is not None and entry.name not in wanted:
@@ -184,7 +188,7 @@ def landed_files(source: Source, batches: list[str] | None = None) -> LandedFile
             reason, nanos = _file_verdict(file, source)
             if reason:
                 below = storage.relative_to(file.path, entry.path)
-                files.refused.append(Refusal(f"{entry.name}/{below}", batch_name(entry), reason))
+                files.refused.append(Refusal(source.name, f"{entry.name}/{below}", batch_name(entry), reason))
             elif nanos:
                 files.nanos.setdefault(nanos, []).append(file.path)
             else:

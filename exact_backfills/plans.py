@@ -34,7 +34,7 @@ from exact_backfills.publish import Change, FromPlan, Operation, Publication, Ru
 from exact_backfills.verification import stale_code_days
 from resources import audit, control, storage
 from resources.audit import DayContent
-from resources.delta_io import current_version, read_path, write_new_table
+from resources.delta_io import current_version, history, read_path, write_new_table
 from resources.lake import plans_root, shadow_path, table_path
 
 _NUMERIC = (T.DecimalType, T.LongType, T.IntegerType, T.DoubleType, T.ShortType)
@@ -259,11 +259,22 @@ def _diff(table: Declared, before: DataFrame, after: DataFrame, days: list[date]
     assert totals is not None
     plan.rows_added, plan.rows_removed, plan.rows_changed = totals.added or 0, totals.removed or 0, totals.changed or 0
     plan.changed_columns = {c: totals[f"c_{c}"] for c in shared if totals[f"c_{c}"]}
-    measures = [f.name for f in after.schema.fields if f.name in shared and isinstance(f.dataType, _NUMERIC)]
-    if measures:
-        b, a = (df.agg(*[F.sum(m).alias(m) for m in measures]).first() for df in (old, new))
-        assert b is not None and a is not None
-        plan.measures = {m: (str(b[m]), str(a[m])) for m in measures if b[m] != a[m]}
+    plan.measures = _measures(table, old, new, shared)
+
+
+def _measures(table: Declared, old: DataFrame, new: DataFrame, shared: list[str]) -> dict[str, tuple[str, str]]:
+    """Each measure's total over the changed days, before and after: every measure the table declares it reconciles
+    (whether it moved or not), then each other numeric column whose sum moved."""
+    declared = {name: F.expr(sql) for name, (sql, _) in table.reconcile.measures.items()} if table.reconcile else {}
+    columns = [f.name for f in new.schema.fields if f.name in shared and isinstance(f.dataType, _NUMERIC)]
+    sums = {c: F.sum(c) for c in columns if c not in declared}
+    every = {**declared, **sums}
+    if not every:
+        return {}
+    b, a = (df.agg(*[expr.alias(f"_m{i}") for i, expr in enumerate(every.values())]).first() for df in (old, new))
+    assert b is not None and a is not None
+    totals = {name: (b[f"_m{i}"], a[f"_m{i}"]) for i, name in enumerate(every)}
+    return {m: (str(x), str(y)) for m, (x, y) in totals.items() if m in declared or x != y}
 
 
 def make_plan(spark: SparkSession, pipeline: Pipeline, start: date, end: date, select: list[str] | None = None) -> Plan:
@@ -348,10 +359,27 @@ def refusal(spark: SparkSession, pipeline: Pipeline, plan: Plan, status: str) ->
         version = current_version(spark, table)
         if version != pinned:
             return (
-                f"{table} moved since plan {plan.plan_id} pinned it (version {pinned} → {version}; a restatement or "
-                "backfill ran in between): plan again"
+                f"{table} moved since plan {plan.plan_id} pinned it (version {pinned} → {version}, written by "
+                f"{written_since(spark, table, pinned)}): plan again"
             )
     return None
+
+
+def written_since(spark: SparkSession, table: str, pinned: int | None) -> str:
+    """Who wrote `table`'s commits after version `pinned`, as their userMetadata names them: each operation (a
+    promotion with its plan) and its run, oldest first."""
+    writers: list[str] = []
+    for commit in reversed(history(spark, table_path(table))):
+        if pinned is not None and commit.version <= pinned:
+            continue
+        info = json.loads(commit.userMetadata) if commit.userMetadata else {}
+        what = str(info.get("operation") or "a write outside the pipeline")
+        if info.get("plan_id"):
+            what += f" of plan {info['plan_id']}"
+        writer = f"{what} in run {info['run_id']}" if info.get("run_id") else what
+        if writer not in writers:
+            writers.append(writer)
+    return ", ".join(writers) or "nothing the log names"
 
 
 @dataclass

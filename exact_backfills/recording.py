@@ -18,6 +18,7 @@ from dagster import (
     AssetMaterialization,
     AssetRecordsFilter,
     DagsterInstance,
+    Failure,
     MaterializeResult,
     Output,
 )
@@ -28,6 +29,14 @@ from exact_backfills.dagster_private import AssetCheckEvaluationTargetMaterializ
 from exact_backfills.dagster_private import add_asset_metadata_by_partition
 from exact_backfills.declare import Pipeline
 from exact_backfills.publish import PartlyPublished, Publication, commit_metadata
+
+# In a step's failure metadata: the machinery refused what was asked, writing nothing (the command line exits 2).
+REFUSED = "refused"
+
+
+def refusal(description: str, metadata: dict[str, Any] | None = None) -> Failure:
+    """A step's failure that is a refusal: one line saying what was refused and why, nothing written."""
+    return Failure(description=description, metadata={**(metadata or {}), REFUSED: True})
 
 
 def latest_materializations(

@@ -305,14 +305,14 @@ def rollback_job(pipeline: Pipeline) -> JobDefinition:
                 config.before_backfill or None,
             )
         except ValueError as error:
-            raise Failure(description=str(error)) from None
+            raise recording.refusal(str(error)) from None
         context.log.info(f"rollback: {plan.describe()}")
         try:
             publications = roll_back(spark, pipeline, plan, RunInfo.of(context.run))
         except PartlyPublished as error:
             raise Failure(description=str(error)) from error.cause
         except Refused as error:
-            raise Failure(description=str(error)) from None
+            raise recording.refusal(str(error)) from None
         for table, publication in publications.items():
             yield from recording.publication_events(context, table, publication)
         yield Output(summary(plan))

@@ -114,7 +114,7 @@ def _content_outcomes(
     return [*verified.outcomes, *checks.evaluate_published(verified, recorded, days)]
 
 
-def _landing_outcomes(pipeline: Pipeline, table: str, days: list[date], state: LandingState) -> list[checks.Outcome]:
+def landing_outcomes(pipeline: Pipeline, table: str, days: list[date], state: LandingState) -> list[checks.Outcome]:
     """Up to date with the landing on each day (why, when not), and late data outside the window for a staging
     table."""
     stale = state.stale.get(table, {})
@@ -177,7 +177,7 @@ def verify_published(
     outcomes = _guarded(content, days, lambda: _content_outcomes(spark, pipeline, table, days, run))
     landing_checks = [n for n in checks.names(spec) if n in (checks.UP_TO_DATE, checks.LATE_DATA)]
     if state.landing is not None:
-        outcomes += _landing_outcomes(pipeline, table, days, state.landing)
+        outcomes += landing_outcomes(pipeline, table, days, state.landing)
         _held(outcomes, state.landing.holds)
     else:
         outcomes += checks.not_evaluated(landing_checks, days, state.landing_error or RuntimeError("not found"))

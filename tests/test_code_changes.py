@@ -180,7 +180,7 @@ def test_a_blocking_failure_in_the_plan_publishes_nothing_and_promote_refuses(sp
     assert planned.code == 1
     assert {f["check"] for f in found["blocking_failures"]} == {"unique_key"}
     assert {f["table"] for f in found["blocking_failures"]} == {"daily_revenue"}
-    assert promoted.code == 1 and "failed 10 blocking check(s)" in promoted.err, promoted.err
+    assert promoted.code == 2 and "failed 10 blocking check(s)" in promoted.err, promoted.err  # refused
     assert len(promoted.err.strip().splitlines()) == 1, promoted.err
     assert {t: versions(spark, t)[0] for t in TABLES} == before
 
@@ -200,6 +200,7 @@ class Promoted(NamedTuple):
     files_before: dict[str, dict[str, set[str]]]
     versions_before: dict[str, int]
     planned: Said
+    shown: Said
     after_plan: Said
     promoted: Said
     note: Said
@@ -216,6 +217,7 @@ def promoted(spark, built, fixed, from_scratch) -> Promoted:
     said = run_commands(
         fixed,
         PLAN,
+        ["plan", "show", "{plan_id}", "--json"],
         PUBLISHED_VERSIONS,
         ["promote", "{plan_id}"],
         ["report", "--plan", "{plan_id}"],
@@ -244,6 +246,16 @@ def test_plan_lists_as_changed_exactly_the_days_a_from_scratch_build_with_the_fi
     assert set(features["changed_days"]) | set(features["unchanged_days"]) == {d.isoformat() for d in days(START, END)}
     assert features["rows_changed"] > 0 and features["rows_added"] == features["rows_removed"] == 0
     assert set(features["changed_columns"]) == {"total_quantity"}
+    # Its measures: every one it reconciles with the fact, moved or not, and the sum of each column that moved.
+    declared = ORDERS.by_name["customer_daily_features"].reconcile.measures
+    assert set(features["measures"]) == {*declared, "total_quantity"}
+    assert all(m["before"] == m["after"] for name, m in features["measures"].items() if name in declared)
+    total = features["measures"]["total_quantity"]
+    assert total["before"] != total["after"]
+    # The plan, shown again: the same document, and its status.
+    shown = json.loads(promoted.shown.out)
+    assert promoted.shown.code == 0 and shown.pop("status") == "open"
+    assert shown == {k: v for k, v in found.items() if k not in ("estimate", "measured")}
     assert set(found["tables"]) == {"customer_daily_features"}  # its code alone changed: nothing else is rebuilt
     assert json.loads(promoted.after_plan.out) == promoted.versions_before  # nothing published changed
     # Before it ran, it said what it would build at most (every day of the table whose code changed), and after, what
@@ -308,19 +320,21 @@ def test_a_restatement_between_the_plan_and_its_promotion_makes_promote_refuse_n
     # is restated after it, by the fixed code's restatement, as the sensor would launch it once the fix is deployed.
     land_batch(spark, corrections(spark, START, 2), next_batch_day())
     restate = {
-        "python": "from exact_backfills.backfill import run_restatement; "
-        "from exact_backfills.pipelines import selected; assert run_restatement(selected()).success"
+        "python": "import json; from exact_backfills.backfill import run_restatement; "
+        "from exact_backfills.pipelines import selected; r = run_restatement(selected()); assert r.success; "
+        "print(json.dumps({'run_id': r.run_id}))"
     }
 
-    planned, after_plan, restated, after_restatement, promoted = run_commands(
+    planned, after_plan, restated_run, after_restatement, promoted = run_commands(
         fixed, PLAN, PUBLISHED_VERSIONS, restate, PUBLISHED_VERSIONS, ["promote", "{plan_id}"]
     )
 
-    assert planned.code == 0 and restated.code == 0
+    assert planned.code == 0 and restated_run.code == 0
     assert json.loads(after_restatement.out) != json.loads(after_plan.out), "the restatement moved no table"
-    assert promoted.code == 1
+    assert promoted.code == 2  # refused
     said = promoted.err
-    assert " moved since plan " in said and "a restatement or backfill ran in between" in said, said
+    restatement = f"written by restatement in run {json.loads(restated_run.out)['run_id']}"
+    assert " moved since plan " in said and restatement in said, said
     assert said.split(" moved since plan ")[0].split()[-1] in TABLES, said  # it names the table
     assert len(promoted.err.strip().splitlines()) == 1, promoted.err
     assert {t: versions(spark, t)[0] for t in TABLES} == json.loads(after_restatement.out)

@@ -12,15 +12,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from exact_backfills.builds import LandedBatches
-from exact_backfills.checks import KEYS_NOT_NULL, RECONCILES, UNIQUE_KEY, Outcome
+from exact_backfills.checks import KEYS_NOT_NULL, LATE_DATA, RECONCILES, UNIQUE_KEY, UP_TO_DATE, Outcome
+from exact_backfills.cli import print_detection
 from exact_backfills.declare import SameDay, TrailingDays
 from exact_backfills.dependencies import carried, carried_beyond, left_stale
+from exact_backfills.landing import Refusal
 from exact_backfills.landing_index import holding
 from exact_backfills.late_data import (
     DayChange,
     Detection,
     batches_to_read,
     classify_days,
+    held_landings,
     in_window,
     plan_restatement,
     read_name,
@@ -41,6 +44,7 @@ from exact_backfills.publish import (
     reconciled_within,
 )
 from exact_backfills.rollback import RollbackPlan, rollback_plan
+from exact_backfills.verification import LandingState, landing_outcomes
 from examples.ml_features.pipeline import STG_APP_EVENTS, TRAINING_SET, USER_DAILY_FEATURES
 from examples.ml_features.pipeline import pipeline as ML
 from resources.control import HeldDay, LateException, Watermark
@@ -319,6 +323,41 @@ def test_a_rollback_restores_its_range_rebuilds_the_days_beyond_it_and_holds_onl
     assert change.source(TRAINING_SET) == Rebuilt()
     assert change.hold is not None and change.hold.days == (day(10),)
     assert "beyond the range, rebuild user_daily_features on 2025-01-12..2025-01-13" in plan.describe()
+
+
+def test_a_held_day_says_what_landed_for_it_once_not_once_per_table_carrying_it():
+    staged = DayChange(changed=2, batches={"b9"})
+    inside = {
+        STG_ORDER_ITEMS: {day(3): staged, day(4): DayChange(changed=1)},
+        DIM_PRODUCT: {day(3): DayChange(versions=1)},
+    }
+    assert held_landings(inside, {day(3)}) == {day(3): DayChange(changed=2, versions=1, batches={"b9"})}
+    assert held_landings(inside, set()) == {}
+
+
+def test_a_stale_day_says_why_in_the_check_result_and_a_day_too_old_to_restate_too():
+    stale = {FACT_ORDER_ITEM: {day(5): DayChange(changed=2, batches={"b7"})}}
+    outcomes = landing_outcomes(ORDERS, FACT_ORDER_ITEM, [day(5), day(6)], LandingState(stale=stale))
+    assert [(o.check, o.day, o.passed) for o in outcomes] == [(UP_TO_DATE, day(5), False), (UP_TO_DATE, day(6), True)]
+    assert outcomes[0].metadata == {"stale": True, "why": "2 key(s) added or corrected (batches b7)"}
+    outside = {STG_ORDER_ITEMS: {day(5): DayChange(changed=1, batches={"b8"})}}
+    late = landing_outcomes(ORDERS, STG_ORDER_ITEMS, [day(5)], LandingState(outside=outside))
+    assert [(o.check, o.passed, o.metadata.get("why")) for o in late] == [
+        (UP_TO_DATE, True, None),
+        (LATE_DATA, False, "1 key(s) added or corrected (batches b8)"),
+    ]
+
+
+def test_what_stale_prints_names_a_watermark_not_set_yet_and_each_refused_file_with_its_source(capsys):
+    detection = replace(
+        _detection(landed={}),
+        watermark=Watermark(None, batches_read=[], pending={}),
+        refused=[Refusal("order_items", "ingest_date=2025-01-09/a.parquet", "2025-01-09", "missing column channel")],
+    )
+    print_detection(ORDERS, detection)
+    said = capsys.readouterr().out
+    assert said.startswith("watermark: none yet (no restatement has run: the next reads every batch once) -> "), said
+    assert "  REFUSED order_items/ingest_date=2025-01-09/a.parquet: missing column channel: not read" in said, said
 
 
 # The change a restatement plans.

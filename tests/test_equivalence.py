@@ -86,9 +86,9 @@ def apply(spark, instance, step: tuple, order_ids: int) -> None:
         result = run_rollback(ORDERS, plan, instance=instance)
         if not result.success:
             # Refused when the restored days would not match the tables they are built from: nothing written.
-            assert any("refused, nothing restored" in message for _, message in step_failures(result)), step_failures(
-                result
-            )
+            assert any(
+                "refused, nothing restored" in message for message in (f.cause for f in step_failures(result))
+            ), step_failures(result)
             assert {t: versions(spark, t)[0] for t in PUBLISH_ORDER} == before, plan
             return
         assert run_backfill(ORDERS, a, b, instance=instance, echo=lambda _: None, tags={RELEASE_TAG: "true"})
@@ -168,7 +168,7 @@ def apply_ml(spark, instance, step: tuple, n: int) -> None:
         plan = plan_rollback(spark, ML, a, b, table=table, version=versions(spark, table)[0] - 1)
         result = run_rollback(ML, plan, instance=instance)
         if not result.success:
-            assert any("refused, nothing restored" in message for _, message in step_failures(result))
+            assert any("refused, nothing restored" in message for message in (f.cause for f in step_failures(result)))
             return
         assert run_backfill(ML, a, b, instance=instance, echo=lambda _: None, tags={RELEASE_TAG: "true"})
     elif kind == "crash_before_watermark":

@@ -263,7 +263,7 @@ def test_rolling_the_fact_back_before_a_restatement_rolls_back_its_chunk_and_hol
         "--version",
         str(version_before(spark, DAILY_REVENUE, restatement.run_id)),
     ]
-    assert main(["rollback", "--asset", *mart]) == 1
+    assert main(["rollback", "--asset", *mart]) == 2  # refused
     out = capsys.readouterr().out
     assert "refused, nothing restored" in out and f"reconciles_with_upstream of {DAILY_REVENUE} on " in out, out
     assert_rewrote_exactly(spark, before, set(), tables=[])

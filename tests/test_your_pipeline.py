@@ -6,6 +6,8 @@ code change, and rolled back; after each, every table equals a from-scratch buil
 
 The tests share one lake and run in file order."""
 
+import contextlib
+import io
 import json
 import shutil
 import sys
@@ -18,6 +20,7 @@ import pytest
 
 from exact_backfills import land_batch
 from exact_backfills.backfill import run_backfill, run_checks, run_restatement, run_rollback
+from exact_backfills.cli import main
 from exact_backfills.dagster_names import RELEASE_TAG
 from exact_backfills.pipelines import load
 from exact_backfills.rollback import plan_rollback
@@ -26,7 +29,7 @@ from resources.delta_io import read_table
 from resources.lake import lake_root
 from tests.support.lake import environment, from_scratch, rows
 from tests.support.late_batches import assert_rewrote_exactly, snapshot
-from tests.support.projects import run_commands, run_in
+from tests.support.projects import Said, run_commands, run_in
 
 pytestmark = pytest.mark.slow  # builds a lake and runs backfills: minutes, not seconds
 
@@ -183,6 +186,14 @@ def built(spark, lake, shop):
     return instance
 
 
+def run_in_process(argv: list[str]) -> Said:
+    """The command line, in this process: its exit code and what it printed."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        code = main(argv)
+    return Said(code, out.getvalue(), "")
+
+
 def every_table(spark, shop) -> dict[str, list[dict]]:
     return {t: rows(spark, t) for t in shop.every_table}
 
@@ -232,6 +243,12 @@ def test_the_late_day_rolled_back_rebuilds_the_weeks_that_hold_it_and_its_releas
     assert run_rollback(shop, plan, instance=built, echo=lambda _: None).success
     without = from_scratch(spark, tmp_path, START, END, pipeline=shop, leave_out=(f"shop_visits/ingest_date={batch}",))
     assert every_table(spark, shop) == without
+    # Held: a backfill over the day is refused, in one line, exit 2, nothing written.
+    with environment(DAGSTER_HOME=built.root_directory):
+        refused = run_in_process(
+            ["--pipeline", REFERENCE, "backfill", "--start", str(late_day), "--end", str(late_day)]
+        )
+    assert refused.code == 2 and "held since a rollback" in refused.out, refused
 
     assert run_backfill(shop, late_day, late_day, instance=built, echo=lambda _: None, tags={RELEASE_TAG: "true"})
     assert control.open_holds(spark, shop.name) == []
