@@ -21,7 +21,7 @@ from pyspark import SparkConf, SparkContext
 from pyspark.java_gateway import launch_gateway
 from pyspark.sql import SparkSession
 
-from resources import engine
+from resources import conditional_put, engine
 from resources.lake import private_files
 from resources.settings import Codegen, Settings, SettingsError, settings
 
@@ -421,8 +421,10 @@ def _start_local_driver(conf: dict[str, str]) -> None:
 def spark_session(conf: dict[str, str]) -> SparkSession:
     """The process's session for `conf`: created on first use, then shared (getOrCreate). On the warm engine, started
     first if it is not up. What the process writes from then on (the lake's own files: landing, control notes) is
-    its user's alone."""
+    its user's alone. For a lake on object storage, refused (a StorageError) if its server does not honour
+    conditional PUTs (resources/conditional_put.py)."""
     private_files()
+    conditional_put.ensure_honoured(settings().lake_root)  # before any driver commits there
     if ENGINE_HOME_KEY in conf:
         home = Path(conf[ENGINE_HOME_KEY])
         warm = engine.ensure(home, engine_settings(settings()))
@@ -491,6 +493,7 @@ def session_of(resource: LazyPySparkResource) -> SparkSession:
         conf["spark.remote"] = remote_url(configured)
     if ENGINE_HOME_KEY in conf or "spark.remote" in conf:
         return spark_session(conf)
+    conditional_put.ensure_honoured(configured.lake_root)
     _start_local_driver(conf)
     return resource.spark_session
 
