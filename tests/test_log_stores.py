@@ -4,26 +4,15 @@ with FileAlreadyExistsException, which Delta retries on the next version; none i
 racing through Delta's stock log store and through the project's (tests/support/LogStoreRace.java)."""
 
 import re
-import shutil
 import subprocess
 from dataclasses import dataclass
-from pathlib import Path
 
-import pyspark
 import pytest
 
 from resources.settings import settings
-from resources.spark import (
-    DELTA_JARS,
-    LOCAL_FS_JAR,
-    LOCAL_LOG_STORE_CLASS,
-    LOG_STORE_JAR,
-    local_fs_config,
-    log_store_config,
-    private_files_config,
-)
+from resources.spark import LOCAL_LOG_STORE_CLASS, local_fs_config, log_store_config, private_files_config
+from tests.support import java_harness
 
-RACE = Path(__file__).with_name("support") / "LogStoreRace.java"
 STOCK_LOG_STORE = "io.delta.storage.HDFSLogStore"  # Delta's for file:, when nothing else is configured
 ROUNDS = 3
 _ATTEMPT = re.compile(r"^(committed|refused) (\S+) (\d+) (\d+)$")
@@ -55,37 +44,28 @@ class Raced:
         return sum(a.outcome == "refused" for a in self.attempts)
 
 
-def _class_path() -> str:
-    jars = Path(settings().delta_jars_dir)
-    ours = [jars / DELTA_JARS[1], jars / LOG_STORE_JAR, jars / LOCAL_FS_JAR]
-    return ":".join([str(Path(pyspark.__file__).parent / "jars" / "*"), *map(str, ours)])
-
-
 def _hadoop_settings() -> list[str]:
     """The project's Hadoop settings for a local lake, but Hadoop's FileContext: the race's, whose rename of a log
     entry waits for the other writer (LogStoreRace.BarrierContext)."""
     configured = settings()
     project = {**local_fs_config(configured), **private_files_config(configured)}
-    hadoop = {k.removeprefix("spark.hadoop."): v for k, v in project.items() if k.startswith("spark.hadoop.")}
-    hadoop["fs.AbstractFileSystem.file.impl"] = "LogStoreRace$BarrierContext"
-    return [f"{k}={v}" for k, v in hadoop.items()]
+    barrier = {"spark.hadoop.fs.AbstractFileSystem.file.impl": "LogStoreRace$BarrierContext"}
+    return java_harness.hadoop_settings({**project, **barrier})
 
 
 @pytest.fixture(scope="module")
 def raced(tmp_path_factory) -> dict[str, Raced]:
     """Two JVMs, ROUNDS rounds on one log through Delta's stock store, then on another through the project's."""
     folder = tmp_path_factory.mktemp("log_stores")
-    classes, barrier = folder / "classes", folder / "barrier"
-    subprocess.run(
-        ["javac", "-nowarn", "--release", "17", "-cp", _class_path(), "-d", str(classes), str(RACE)], check=True
-    )
+    classes, barrier = java_harness.compiled("LogStoreRace", folder / "classes"), folder / "barrier"
     barrier.write_bytes(bytes(24))
     logs = {STOCK_LOG_STORE: folder / "stock" / "_delta_log", LOCAL_LOG_STORE_CLASS: folder / "ours" / "_delta_log"}
-    java = [shutil.which("java") or "java", "-Xmx128m", "-XX:TieredStopAtLevel=1", "-cp", f"{classes}:{_class_path()}"]
     stores = [f"{store}={log}" for store, log in logs.items()]
     writers = [
         subprocess.Popen(
-            [*java, "LogStoreRace", str(w), str(ROUNDS), str(barrier), *stores, "--", *_hadoop_settings()],
+            java_harness.command(
+                classes, "LogStoreRace", str(w), str(ROUNDS), str(barrier), *stores, "--", *_hadoop_settings()
+            ),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

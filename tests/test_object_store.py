@@ -333,3 +333,33 @@ def test_an_object_store_honouring_conditional_puts_is_checked_once_per_process_
             ensure_honoured(lake)  # the verdict kept: no second check
             assert storage.listing(storage.join(lake, *SENTINEL_FOLDER)) == []
     assert counted.conditional_puts == 2  # one check: its sentinel's two PUTs
+
+
+def test_a_conditional_put_answered_409_is_sent_again_and_its_entry_counted_made_once(object_store, tmp_path):
+    """AWS S3 may answer 409 ConditionalRequestConflict to a conditional PUT that met another; here after the entry
+    was written (the proxy forwards the PUT, then answers 409), the case where the 409 hides a commit made. The log
+    store sends the PUT again, is refused with 412, reads the entry back, finds it its own: the commit is made, once,
+    rather than failed."""
+    from resources.settings import settings
+    from resources.spark import LOG_STORE_CLASS, object_store_config
+    from tests.support import java_harness
+
+    entry = f"s3a://{object_store['LAKE_ROOT'].split('/')[2]}/tests-{uuid.uuid4().hex[:12]}/_delta_log/{0:020d}.json"
+    classes = java_harness.compiled("PutLogEntry", tmp_path / "classes")
+    conflicting = Misbehaviour(conflicts=1)
+    with misbehaving(object_store["AWS_ENDPOINT_URL"], conflicting) as server:
+        with environment(**{**object_store, "AWS_ENDPOINT_URL": server}):
+            hadoop = java_harness.hadoop_settings(object_store_config(settings()))
+        line = json.dumps({"commitInfo": {"userMetadata": uuid.uuid4().hex}})
+        done = subprocess.run(
+            java_harness.command(
+                classes, "PutLogEntry", LOG_STORE_CLASS, entry, line, "--", *hadoop, object_store=True
+            ),
+            env={**os.environ, **object_store},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines() == ["committed", "holds this entry"], done.stdout + done.stderr[-3000:]
+    assert (conflicting.conflicts_answered, conflicting.conditional_puts) == (1, 2)

@@ -38,9 +38,21 @@ def misbehaving(upstream: str, misbehaviour: Misbehaviour):
         def log_message(self, *args: object) -> None:  # quiet: the tests' output is theirs
             pass
 
-        def forward(self) -> None:
+        def body(self) -> bytes | None:
+            """The request's body, whole: forwarded with its length (HTTP's chunked framing taken off)."""
+            if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+                chunks = []
+                while size := int(self.rfile.readline().split(b";")[0].strip(), 16):
+                    chunks.append(self.rfile.read(size))
+                    self.rfile.readline()
+                while self.rfile.readline().strip():  # trailers, up to the blank line
+                    pass
+                return b"".join(chunks)
             length = int(self.headers.get("Content-Length") or 0)
-            body = self.rfile.read(length) if length else None
+            return self.rfile.read(length) if length else None
+
+        def forward(self) -> None:
+            body = self.body()
             conditional = self.command == "PUT" and "If-None-Match" in self.headers
             headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_BY_HOP}
             if conditional and misbehaviour.ignore_conditional_puts:
@@ -61,12 +73,14 @@ def misbehaving(upstream: str, misbehaviour: Misbehaviour):
             if conflict:
                 status, answer_headers, data = 409, [("Content-Type", "application/xml")], _CONFLICT
             self.send_response(status)
+            head = self.command == "HEAD"  # its length is the object's, with no body
             for name, value in answer_headers:
-                if name.lower() not in _HOP_BY_HOP and name.lower() != "content-length":
+                if name.lower() not in _HOP_BY_HOP and (head or name.lower() != "content-length"):
                     self.send_header(name, value)
-            self.send_header("Content-Length", str(len(data)))
+            if not head:
+                self.send_header("Content-Length", str(len(data)))
             self.end_headers()
-            if self.command != "HEAD":
+            if not head:
                 self.wfile.write(data)
 
         do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = forward
