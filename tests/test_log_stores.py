@@ -107,6 +107,7 @@ def test_delta_s_stock_local_log_store_loses_a_commit_of_two_jvms_committing_one
     assert stock.lost(), stock
 
 
+@pytest.mark.slow  # a Spark session
 def test_the_projects_sessions_commit_to_a_local_lake_through_its_log_store(spark, tmp_path):
     """The project's settings name its log store for file: (log_store_config), and the session's commits go through
     it: Delta's stock store writes an entry through Hadoop's checksummed FileContext, which leaves a `.crc` beside it;
