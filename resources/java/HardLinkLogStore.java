@@ -45,9 +45,11 @@ public class HardLinkLogStore extends HDFSLogStore {
     java.nio.file.Path entry = Paths.get(path.toUri().getPath());
     java.nio.file.Path folder = entry.getParent();
     Files.createDirectories(folder);
+    Set<PosixFilePermission> mode = mode(hadoopConf);
     java.nio.file.Path partial =
-        Files.createTempFile(folder, "." + entry.getFileName() + ".", ".tmp", PosixFilePermissions.asFileAttribute(mode(hadoopConf)));
+        Files.createTempFile(folder, "." + entry.getFileName() + ".", ".tmp", PosixFilePermissions.asFileAttribute(mode));
     try {
+      Files.setPosixFilePermissions(partial, mode); // as Hadoop sets them: whatever the process's umask
       try (FileChannel out = FileChannel.open(partial, StandardOpenOption.WRITE)) {
         while (actions.hasNext()) {
           ByteBuffer line = ByteBuffer.wrap((actions.next() + "\n").getBytes(StandardCharsets.UTF_8));
