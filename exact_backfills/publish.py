@@ -939,6 +939,8 @@ def commit_metadata(commit: Commit, days: list[date]) -> dict[date, dict[str, An
             "files_removed": commit.by_day.get(day.isoformat(), {}).get("files_removed", 0),
             "delta_version": version,
             "written_with_days": written_with,
+            # A commit found in the log though its call failed: what the call said.
+            **({"commit_call_failed": commit.call_failed} if commit.call_failed else {}),
         }
         for day in days
     }

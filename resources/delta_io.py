@@ -6,7 +6,9 @@ Delta's Python table API needs a server plugin. Whether a table exists is read f
 lake's storage (resources/storage.py), without asking Spark."""
 
 import json
+import os
 import re
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import date, timedelta
@@ -28,6 +30,10 @@ class TableOfAnotherPipeline(RuntimeError):
     """A write to a table another pipeline writes: two pipelines sharing a lake never touch each other's tables."""
 
 
+class CommitOutcomeUnknown(RuntimeError):
+    """A commit call failed and the table's log could not be read to learn whether the commit was made."""
+
+
 @dataclass(frozen=True)
 class Commit:
     table: str
@@ -36,6 +42,8 @@ class Commit:
     files_added: int
     files_removed: int
     by_day: dict[str, dict[str, int]] = field(default_factory=dict)  # day -> rows_written, files_added, files_removed
+    # The failure its call reported though the commit was made (found in the log by its id): an answer lost.
+    call_failed: str | None = None
 
 
 @dataclass(frozen=True)
@@ -164,6 +172,63 @@ def write_new_table(df: DataFrame, path: str, column: str) -> None:
     df.repartition(column).write.format("delta").mode("overwrite").partitionBy(column).save(path)
 
 
+# For the fault-injection tests: EXACT_BACKFILLS_FAIL_AFTER_COMMIT=<table> makes the commit call of that table fail
+# once Delta has made the commit, as an answer lost on its way back does (the engine's connection broken, retries
+# exhausted, an I/O error reading the entry back): the commit is in the log, its caller is told it failed.
+FAIL_AFTER_COMMIT = "EXACT_BACKFILLS_FAIL_AFTER_COMMIT"
+
+
+class InjectedFailure(IOError):
+    """The failure FAIL_AFTER_COMMIT injects."""
+
+
+def _fault_after_commit(table: str) -> None:
+    if os.environ.get(FAIL_AFTER_COMMIT) == table:
+        raise InjectedFailure(f"{FAIL_AFTER_COMMIT}={table}: the commit call failed after the commit was made")
+
+
+# In every commit's userMetadata: an id of its own, by which the log tells whether the commit was made whatever its
+# call said (two commits of the same change, a retried run's, carry the same other fields).
+COMMIT_ID = "commit_id"
+
+
+def made_commit(path: str, before: int, metadata: str) -> dict | None:
+    """The entry (`_commit_entry`) of the commit whose userMetadata is `metadata`, among the versions of the table at
+    `path` after `before`; None when none of them is it. Newest first: other commits may have followed it (tables are
+    committed at once from several threads, and other writers may commit too)."""
+    return next(
+        (
+            e
+            for v in range(latest_version(path), before, -1)
+            if (e := _commit_entry(path, v)).get("userMetadata") == metadata
+        ),
+        None,
+    )
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return f"{type(error).__name__}: {text.splitlines()[0]}" if text else type(error).__name__
+
+
+def _made_despite(failed: Exception, table: str, path: str, before: int, metadata: str) -> dict:
+    """A commit whose call failed: its entry when the log holds it (it was made, and only its answer was lost: a
+    connection broken after the commit, an object store's answer lost then the entry unreadable); otherwise the
+    failure, raised again. CommitOutcomeUnknown when the log cannot be read to tell."""
+    try:
+        entry = made_commit(path, before, metadata)
+    except Exception as unreadable:  # noqa: BLE001  whatever keeps the log from being read, the outcome is unknown
+        commit_id = json.loads(metadata)[COMMIT_ID]
+        raise CommitOutcomeUnknown(
+            f"{table}: the commit call failed ({_first_line(failed)}) and its log could not be read to learn whether "
+            f"the commit was made ({_first_line(unreadable)}): DESCRIBE HISTORY shows it if a commit's userMetadata "
+            f"names {COMMIT_ID} {commit_id}"
+        ) from failed
+    if entry is None:
+        raise failed
+    return entry
+
+
 def overwrite_days(df: DataFrame, table: str, column: str, days: Sequence[date], commit_info: dict) -> Commit:
     """Atomically replace exactly `days` of `table` with `df`, in one Delta commit: a backfill's range, or the
     scattered days a restatement touches.
@@ -174,6 +239,7 @@ def overwrite_days(df: DataFrame, table: str, column: str, days: Sequence[date],
     own, so files of other days are never rewritten.
     """
     path = table_path(table)
+    commit_info = {**commit_info, COMMIT_ID: commit_info.get(COMMIT_ID) or uuid.uuid4().hex}
     metadata = json.dumps(commit_info, sort_keys=True, default=str)
     before = latest_version(path)
     if before >= 0:
@@ -183,26 +249,25 @@ def overwrite_days(df: DataFrame, table: str, column: str, days: Sequence[date],
                 f"{table} is written by pipeline {owner!r}, not {commit_info['pipeline']!r}: two pipelines sharing a "
                 "lake must name their tables apart"
             )
-    (
+    writer = (
         df.repartition(column)  # one file per day instead of one per day per task (rows held by day: no exchange)
         .write.format("delta")
         .mode("overwrite")
         .option("replaceWhere", day_predicate(column, days))
         .option("userMetadata", metadata)
         .partitionBy(column)
-        .save(path)
     )
-    # Our commit is the new version that carries our metadata, whatever else this session commits meanwhile (tables
-    # are committed at once from several threads). None: Delta records no commit with no actions (an empty range
-    # written empty).
-    entry = next(
-        (
-            e
-            for v in range(latest_version(path), before, -1)
-            if (e := _commit_entry(path, v)).get("userMetadata") == metadata
-        ),
-        None,
-    )
+    entry: dict | None
+    call_failed = None
+    try:
+        writer.save(path)
+        _fault_after_commit(table)
+    except Exception as failed:
+        entry, call_failed = _made_despite(failed, table, path, before, metadata), _first_line(failed)
+    else:
+        # Our commit is the new version that carries our metadata. None: Delta records no commit with no actions (an
+        # empty range written empty).
+        entry = made_commit(path, before, metadata)
     if entry is None:
         return Commit(table=table, version=None, rows_written=0, files_added=0, files_removed=0)
     metrics = entry.get("operationMetrics") or {}
@@ -213,6 +278,7 @@ def overwrite_days(df: DataFrame, table: str, column: str, days: Sequence[date],
         files_added=int(metrics.get("numFiles", 0)),
         files_removed=int(metrics.get("numRemovedFiles", 0)),
         by_day=entry["by_day"],
+        call_failed=call_failed,
     )
 
 

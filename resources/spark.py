@@ -21,7 +21,7 @@ from pyspark import SparkConf, SparkContext
 from pyspark.java_gateway import launch_gateway
 from pyspark.sql import SparkSession
 
-from resources import engine
+from resources import conditional_put, engine
 from resources.lake import private_files
 from resources.settings import Codegen, Settings, SettingsError, settings
 
@@ -48,10 +48,13 @@ DELTA_JARS = ("delta-spark_4.2_2.13-4.4.0.jar", "delta-storage-4.4.0.jar")
 
 
 # For a lake on object storage: Hadoop's S3A and the AWS SDK modules it uses, in DELTA_JARS_DIR/s3a, exactly those the
-# pinned list names; and the project's log store for Delta's commits there (resources/java/ConditionalPutLogStore.java).
+# pinned list names.
 OBJECT_STORE_JARS_LIST = Path(__file__).with_name("java") / "s3a-jars.sha256"
+# The project's log stores for Delta's commits, built by scripts/setup.sh: on object storage
+# (resources/java/ConditionalPutLogStore.java) and on a local file system (resources/java/HardLinkLogStore.java).
 LOG_STORE_JAR = "exactbackfills-logstore.jar"
 LOG_STORE_CLASS = "exactbackfills.ConditionalPutLogStore"
+LOCAL_LOG_STORE_CLASS = "exactbackfills.HardLinkLogStore"
 
 
 class MissingJars(RuntimeError):
@@ -60,15 +63,15 @@ class MissingJars(RuntimeError):
 
 def _object_store_jars() -> list[str]:
     names = [line.split()[1] for line in OBJECT_STORE_JARS_LIST.read_text().splitlines() if line.strip()]
-    return [f"s3a/{name}" for name in names] + [LOG_STORE_JAR]
+    return [f"s3a/{name}" for name in names]
 
 
 def application_jars(configured: Settings | None = None) -> str:
     """The jars a Spark application of the project loads, comma-separated as Spark's `jars` setting takes them: the
-    Delta jars, and for a lake on object storage S3A's."""
+    Delta jars and the project's log stores, and for a lake on object storage S3A's."""
     configured = configured or settings()
     folder = Path(configured.delta_jars_dir)
-    names = [*DELTA_JARS, *(_object_store_jars() if configured.object_store else [])]
+    names = [*DELTA_JARS, LOG_STORE_JAR, *(_object_store_jars() if configured.object_store else [])]
     missing = [name for name in names if not (folder / name).is_file()]
     if missing:
         raise MissingJars(f"{', '.join(missing)} not in {folder} (DELTA_JARS_DIR): run `source scripts/setup.sh`")
@@ -83,9 +86,7 @@ OBJECT_STORE_KEYS_KEY = "spark.exactbackfills.objectStoreKeys"
 def object_store_config(configured: Settings) -> dict[str, str]:
     """For a lake on object storage (LAKE_ROOT=s3a://bucket/prefix, or a local lake compared with one): S3A at
     AWS_ENDPOINT_URL (path-style, as S3-compatible servers expect) in AWS_REGION, its credentials from the standard
-    AWS variables of the driver's environment (never a setting, which a command line or a log could show), and
-    Delta's commits through ConditionalPutLogStore: of two drivers committing the same version, one fails and Delta
-    retries it, instead of the later silently replacing the earlier."""
+    AWS variables of the driver's environment (never a setting, which a command line or a log could show)."""
     if not configured.object_store:
         return {}
     keys = f"{os.environ.get('AWS_ACCESS_KEY_ID', '')}:{os.environ.get('AWS_SECRET_ACCESS_KEY', '')}"
@@ -93,7 +94,6 @@ def object_store_config(configured: Settings) -> dict[str, str]:
         "spark.hadoop.fs.s3a.aws.credentials.provider": (
             "software.amazon.awssdk.auth.credentials.EnvironmentVariableCredentialsProvider"
         ),
-        "spark.delta.logStore.s3a.impl": LOG_STORE_CLASS,
         OBJECT_STORE_KEYS_KEY: hashlib.sha256(keys.encode()).hexdigest()[:16],
     }
     if configured.object_store_endpoint:
@@ -101,6 +101,17 @@ def object_store_config(configured: Settings) -> dict[str, str]:
         conf["spark.hadoop.fs.s3a.path.style.access"] = "true"
     if configured.object_store_region:
         conf["spark.hadoop.fs.s3a.endpoint.region"] = configured.object_store_region
+    return conf
+
+
+def log_store_config(configured: Settings) -> dict[str, str]:
+    """Delta's commits through the project's log stores, so that of two drivers committing the same version of a table
+    (the warm engine and an in-process command or a notebook) one fails and Delta retries it after checking for a
+    conflict, instead of the later silently replacing the earlier: HardLinkLogStore on a local file system, and on
+    object storage ConditionalPutLogStore. Delta reads them from the application's settings, not a session's."""
+    conf = {"spark.delta.logStore.file.impl": LOCAL_LOG_STORE_CLASS}
+    if configured.object_store:
+        conf["spark.delta.logStore.s3a.impl"] = LOG_STORE_CLASS
     return conf
 
 
@@ -154,6 +165,7 @@ def engine_settings(configured: Settings) -> engine.EngineSettings:
         **APPLICATION_CONFIG,
         **private_files_config(configured),
         **object_store_config(configured),
+        **log_store_config(configured),
         **authenticated_rpc(configured),
         **{k: v for k, v in local_fs.items() if k.startswith("spark.hadoop.")},
         "spark.sql.warehouse.dir": str(home / "spark-warehouse"),
@@ -212,12 +224,14 @@ def authenticated_rpc(configured: Settings) -> dict[str, str]:
 
 def cluster_application_conf() -> dict[str, str]:
     """The Connect server's application settings that are the project's (scripts/spark-cluster.sh): its files private,
-    and the project's local file system for its driver and executors, which write the lake on this machine's disk."""
+    the project's local file system for its driver and executors, which write the lake on this machine's disk, and its
+    log stores."""
     configured = settings()
     return {
         **private_files_config(configured),
         **local_fs_config(configured, executors=True),
         **object_store_config(configured),
+        **log_store_config(configured),
     }
 
 
@@ -300,6 +314,7 @@ def spark_config(
             conf.update(_local_mode_config(configured, short_runs or configured.spark_short_runs))
         conf.update(private_files_config(configured))
         conf.update(object_store_config(configured))
+        conf.update(log_store_config(configured))
         conf.update(authenticated_rpc(configured))
         conf["spark.jars"] = application_jars(configured)
     if configured.codegen is Codegen.INTERPRETED:
@@ -406,8 +421,10 @@ def _start_local_driver(conf: dict[str, str]) -> None:
 def spark_session(conf: dict[str, str]) -> SparkSession:
     """The process's session for `conf`: created on first use, then shared (getOrCreate). On the warm engine, started
     first if it is not up. What the process writes from then on (the lake's own files: landing, control notes) is
-    its user's alone."""
+    its user's alone. For a lake on object storage, refused (a StorageError) if its server does not honour
+    conditional PUTs (resources/conditional_put.py)."""
     private_files()
+    conditional_put.ensure_honoured(settings().lake_root)  # before any driver commits there
     if ENGINE_HOME_KEY in conf:
         home = Path(conf[ENGINE_HOME_KEY])
         warm = engine.ensure(home, engine_settings(settings()))
@@ -476,6 +493,7 @@ def session_of(resource: LazyPySparkResource) -> SparkSession:
         conf["spark.remote"] = remote_url(configured)
     if ENGINE_HOME_KEY in conf or "spark.remote" in conf:
         return spark_session(conf)
+    conditional_put.ensure_honoured(configured.lake_root)
     _start_local_driver(conf)
     return resource.spark_session
 

@@ -104,15 +104,17 @@ if ! echo "$S3PROXY_SHA256  $JARS_DIR/$S3PROXY_JAR" | sha256sum --quiet -c - >/d
 fi
 
 # The project's classes: the local file system (resources/spark.py), the password filter of the cluster's web UIs
-# (scripts/spark-cluster.sh) and Delta's log store for object storage (resources/spark.py), each against the APIs
-# pyspark and those jars ship.
-build_jar() {  # jar source classpath-globs...
-  local jar="$JARS_DIR/$1" source="$2" classes classpath
+# (scripts/spark-cluster.sh) and Delta's log stores for object storage and for a local lake (resources/spark.py), each
+# against the APIs pyspark and those jars ship.
+build_jar() {  # jar "sources" classpath-globs...
+  local jar="$JARS_DIR/$1" sources="$2" classes classpath source stale=
   shift 2
-  if [ ! -f "$jar" ] || [ "$source" -nt "$jar" ]; then
+  for source in $sources; do [ "$source" -nt "$jar" ] && stale=1; done
+  if [ ! -f "$jar" ] || [ -n "$stale" ]; then
     classes="$(mktemp -d)"
     classpath="$(ls "$@" | paste -sd:)"
-    javac -nowarn --release 17 -cp "$classpath" -d "$classes" "$source"
+    # shellcheck disable=SC2086  # the sources, one word each
+    javac -nowarn --release 17 -cp "$classpath" -d "$classes" $sources
     jar cf "$jar" -C "$classes" .
     rm -rf "$classes"
   fi
@@ -120,7 +122,8 @@ build_jar() {  # jar source classpath-globs...
 PYSPARK_JARS="$(ls -d .venv/lib/python3*/site-packages/pyspark/jars)"
 build_jar exactbackfills-localfs.jar resources/java/NioLocalFileSystem.java "$PYSPARK_JARS"/hadoop-client-api-*.jar
 build_jar exactbackfills-uifilter.jar resources/java/PasswordFilter.java "$PYSPARK_JARS"/jakarta.servlet-api-*.jar
-build_jar exactbackfills-logstore.jar resources/java/ConditionalPutLogStore.java "$PYSPARK_JARS"/hadoop-client-api-*.jar \
+build_jar exactbackfills-logstore.jar "resources/java/ConditionalPutLogStore.java resources/java/HardLinkLogStore.java" \
+  "$PYSPARK_JARS"/hadoop-client-api-*.jar \
   "$JARS_DIR/delta-storage-${DELTA_VERSION}.jar" "$S3A_DIR"/hadoop-aws-*.jar
 
 export DAGSTER_HOME="${DAGSTER_HOME:-$ROOT/.dagster_home}"

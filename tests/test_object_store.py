@@ -18,12 +18,13 @@ import pytest
 
 from bench.harness import FEATURE_ROUNDING_FIX, project_with
 from exact_backfills.operations import NOTE_SUFFIX, WithdrawalNote
-from resources import storage
+from resources import engine, storage
 from resources.delta_io import history
 from resources.lake import REPO_ROOT, landing_path, plans_root, table_path, withdrawn_path
 from tests.support import services
 from tests.support.lake import day_sha256, environment, own_engine_session
 from tests.support.late_batches import land_batch, next_batch_day, three_corrected_and_two_late_days
+from tests.support.object_store_proxy import Misbehaviour, misbehaving
 from tests.support.orders import FACT_ORDER_ITEM, ORDER_ITEMS, STG_ORDER_ITEMS
 from tests.support.projects import run_commands
 
@@ -297,3 +298,81 @@ def test_another_user_lists_and_reads_nothing_of_the_object_store(built):
         theirs = as_other("curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", f"{endpoint}/{path}")
         assert theirs.stdout == "403", (path, theirs.stdout, theirs.stderr)
     assert open_to_others(everything_under(Path(os.environ["OBJECT_STORE_HOME"]))) == []
+
+
+# A server that does not honour conditional PUTs is refused before anything commits to it.
+
+
+def test_start_up_refuses_an_object_store_that_ignores_conditional_puts_in_one_line_naming_it(object_store, tmp_path):
+    """s3proxy behind a proxy that drops If-None-Match answers as a server that ignores it: a second PUT of an object
+    that exists replaces it, so two drivers' commits of one version would both succeed. A command is refused before
+    any Spark engine starts, in one line naming the server (AWS_ENDPOINT_URL)."""
+    lake = f"s3a://{object_store['LAKE_ROOT'].split('/')[2]}/tests-{uuid.uuid4().hex[:12]}"
+    engine_home = tmp_path / "engine"
+    with misbehaving(object_store["AWS_ENDPOINT_URL"], Misbehaviour(ignore_conditional_puts=True)) as server:
+        env = {
+            **os.environ,
+            **object_store,
+            "AWS_ENDPOINT_URL": server,
+            "LAKE_ROOT": lake,
+            "DAGSTER_HOME": str(tmp_path / "dagster_home"),
+            "SPARK_ENGINE_HOME": str(engine_home),
+        }
+        try:
+            done = subprocess.run(
+                [sys.executable, "-m", "assets_pkg", "generate", "--start", str(START), "--end", str(START)],
+                cwd=REPO_ROOT,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+        finally:
+            started = engine.stop(engine_home) if engine_home.exists() else None
+    assert started is None, "an engine was started"
+    assert done.returncode == 2, done.stdout + done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith(f"error: object storage at {server} does not honour conditional PUTs"), line
+
+
+def test_an_object_store_honouring_conditional_puts_is_checked_once_per_process_and_keeps_no_sentinel(object_store):
+    from resources.conditional_put import SENTINEL_FOLDER, ensure_honoured
+
+    lake = f"s3a://{object_store['LAKE_ROOT'].split('/')[2]}/tests-{uuid.uuid4().hex[:12]}"
+    counted = Misbehaviour()
+    with misbehaving(object_store["AWS_ENDPOINT_URL"], counted) as server:
+        with environment(**{**object_store, "AWS_ENDPOINT_URL": server, "LAKE_ROOT": lake}):
+            ensure_honoured(lake)
+            ensure_honoured(lake)  # the verdict kept: no second check
+            assert storage.listing(storage.join(lake, *SENTINEL_FOLDER)) == []
+    assert counted.conditional_puts == 2  # one check: its sentinel's two PUTs
+
+
+def test_a_conditional_put_answered_409_is_sent_again_and_its_entry_counted_made_once(object_store, tmp_path):
+    """AWS S3 may answer 409 ConditionalRequestConflict to a conditional PUT that met another; here after the entry
+    was written (the proxy forwards the PUT, then answers 409), the case where the 409 hides a commit made. The log
+    store sends the PUT again, is refused with 412, reads the entry back, finds it its own: the commit is made, once,
+    rather than failed."""
+    from resources.settings import settings
+    from resources.spark import LOG_STORE_CLASS, object_store_config
+    from tests.support import java_harness
+
+    entry = f"s3a://{object_store['LAKE_ROOT'].split('/')[2]}/tests-{uuid.uuid4().hex[:12]}/_delta_log/{0:020d}.json"
+    classes = java_harness.compiled("PutLogEntry", tmp_path / "classes")
+    conflicting = Misbehaviour(conflicts=1)
+    with misbehaving(object_store["AWS_ENDPOINT_URL"], conflicting) as server:
+        with environment(**{**object_store, "AWS_ENDPOINT_URL": server}):
+            hadoop = java_harness.hadoop_settings(object_store_config(settings()))
+        line = json.dumps({"commitInfo": {"userMetadata": uuid.uuid4().hex}})
+        done = subprocess.run(
+            java_harness.command(
+                classes, "PutLogEntry", LOG_STORE_CLASS, entry, line, "--", *hadoop, object_store=True
+            ),
+            env={**os.environ, **object_store},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines() == ["committed", "holds this entry"], done.stdout + done.stderr[-3000:]
+    assert (conflicting.conflicts_answered, conflicting.conditional_puts) == (1, 2)

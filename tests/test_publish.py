@@ -3,6 +3,7 @@ a failure between commits says which tables hold the days, shows the others as b
 each table's days are recorded in Dagster as soon as it is committed, while the next table commits."""
 
 import dataclasses
+import json
 import threading
 from datetime import date
 
@@ -209,3 +210,39 @@ def test_a_run_carries_the_table_days_it_published_as_many_as_its_materializatio
     tagged = {r.dagster_run.run_id: r.dagster_run.tags.get(TABLE_DAYS_TAG) for r in records}
     counted = {run_id: str(built.get_run_stats(run_id).materializations) for run_id in tagged}
     assert tagged == counted and any(n != "0" for n in counted.values())
+
+
+def test_a_rollback_whose_commit_call_fails_after_its_commit_is_made_records_the_commit_and_holds_its_days(
+    spark, built, monkeypatch
+):
+    """The commit call of the mart fails once Delta has made the commit (FAIL_AFTER_COMMIT, as an answer lost on its
+    way back): the log is read, the commit found by its id, and the rollback counts it as made, its version known:
+    its days' materializations, audit rows and holds are recorded, the run succeeds. (Last in the module: its days
+    stay held.)"""
+    from exact_backfills.backfill import run_rollback, step_failures
+    from exact_backfills.rollback import plan_rollback
+    from resources import audit, control
+    from resources.delta_io import COMMIT_ID, FAIL_AFTER_COMMIT, history
+    from resources.lake import table_path
+
+    instance = built
+    a, b = date(2025, 1, 6), date(2025, 1, 7)
+    before = versions(spark, DAILY_REVENUE)[0]
+    plan = plan_rollback(spark, ORDERS, a, b, table=DAILY_REVENUE, version=before)  # its days as they are: checks pass
+    monkeypatch.setenv(FAIL_AFTER_COMMIT, DAILY_REVENUE)
+    result = run_rollback(ORDERS, plan, instance=instance, echo=lambda _: None)
+    monkeypatch.undo()
+
+    assert result.success, step_failures(result)
+    made = history(spark, table_path(DAILY_REVENUE), 1)[0]
+    assert made.version == before + 1 and json.loads(made.userMetadata)[COMMIT_ID]
+    materialized = instance.get_latest_materialization_event(AssetKey(DAILY_REVENUE))
+    assert materialized.run_id == result.run_id
+    assert materialized.asset_materialization.metadata["delta_version"].value == made.version
+    assert "InjectedFailure" in materialized.asset_materialization.metadata["commit_call_failed"].value
+    trail = audit.read(spark, ORDERS.name).where(f"run_id = '{result.run_id}' AND asset = '{DAILY_REVENUE}'")
+    assert sorted((r.partition, r.delta_version) for r in trail.collect()) == [(a, made.version), (b, made.version)]
+    assert [(h.day, h.held_by_run) for h in control.open_holds(spark, ORDERS.name, [a, b])] == [
+        (a, result.run_id),
+        (b, result.run_id),
+    ]
