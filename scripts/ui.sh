@@ -18,6 +18,8 @@ SERVICE=ui
 
 HOST="${DAGSTER_UI_HOST:-127.0.0.1}"
 PORT="${DAGSTER_UI_PORT:-3443}"
+# The origin browsers reach the UI at: the only one whose pages may call its API (and, on loopback, its localhost twin).
+ORIGIN="${DAGSTER_UI_ORIGIN:-https://$HOST:$PORT}"
 STATE="$ROOT/.cluster/ui"
 CREDENTIALS="$ROOT/.cluster/ui-credentials"
 SOCKET="$STATE/dagster.sock"
@@ -37,6 +39,16 @@ write_proxy() {
   # The password's hash only (APR1, which nginx reads), made from standard input.
   printf '%s:%s\n' "$(cut -d: -f1 "$CREDENTIALS")" "$(cut -d: -f2- "$CREDENTIALS" | openssl passwd -apr1 -stdin)" \
     >"$STATE/htpasswd"
+  local origins="\"$ORIGIN\" 0;"
+  [ "$HOST" = 127.0.0.1 ] && origins="$origins \"https://localhost:$PORT\" 0;"
+  local upstream="proxy_pass http://unix:$SOCKET:;
+      proxy_http_version 1.1;
+      proxy_set_header Upgrade \$http_upgrade;
+      proxy_set_header Connection \$connection_upgrade;
+      proxy_set_header Host \$host;
+      proxy_set_header Authorization \"\";
+      proxy_buffering off;
+      proxy_read_timeout 1h;"
   cat >"$STATE/nginx.conf" <<NGINX
 daemon off;
 $([ "$(id -u)" = 0 ] && echo "user root;")
@@ -53,6 +65,19 @@ http {
   scgi_temp_path $STATE/nginx-tmp/scgi;
   server_tokens off;
   map \$http_upgrade \$connection_upgrade { default upgrade; '' close; }
+  # Cross-site requests. The browser attaches the credentials it holds for the UI to a request another page makes
+  # (one of the same site: another port of this host), and the webserver runs a mutation given in a GET's query
+  # string or a form's, whatever the Origin. So a request a browser says comes from another origin (Origin, or
+  # Sec-Fetch-Site, which browsers send on every request over TLS) changes nothing: it may only read a page. The API
+  # takes a POST of JSON, which no page of another origin can send without the UI's consent (its CORS preflight is
+  # refused too), or the UI's WebSocket. A client that is not a browser sends neither header and needs the password.
+  map \$http_origin \$foreign_origin { default 1; "" 0; $origins }
+  map \$http_sec_fetch_site \$foreign_site { default 1; "" 0; same-origin 0; }
+  map "\$foreign_origin\$foreign_site" \$from_another_origin { default 1; 00 0; }
+  map \$request_method \$reads_only { default 0; GET 1; HEAD 1; }
+  map "\$reads_only\$from_another_origin" \$cross_site_change { default 0; 01 1; }
+  map \$content_type \$json_body { default 0; "~*^application/json\s*(;|\$)" 1; }
+  map "\$request_method:\$http_upgrade:\$json_body" \$api_call { default ""; "~^POST::1\$" post; "~*^GET:websocket:0\$" websocket; }
   server {
     listen $HOST:$PORT ssl;
     ssl_certificate $STATE/tls.crt;
@@ -61,15 +86,17 @@ http {
     auth_basic "exact-backfills";
     auth_basic_user_file $STATE/htpasswd;
     client_max_body_size 64m;
+    default_type text/plain;
+    # No page of another origin frames the UI (to have the operator click in it).
+    add_header X-Frame-Options DENY always;
+    location = /graphql {
+      if (\$from_another_origin) { return 403 "refused: the UI's API answers its own pages ($ORIGIN) only\n"; }
+      if (\$api_call = "") { return 403 "refused: the UI's API takes a POST of application/json, or the UI's WebSocket\n"; }
+      $upstream
+    }
     location / {
-      proxy_pass http://unix:$SOCKET:;
-      proxy_http_version 1.1;
-      proxy_set_header Upgrade \$http_upgrade;
-      proxy_set_header Connection \$connection_upgrade;
-      proxy_set_header Host \$host;
-      proxy_set_header Authorization "";
-      proxy_buffering off;
-      proxy_read_timeout 1h;
+      if (\$cross_site_change) { return 403 "refused: a page of another origin changes nothing here\n"; }
+      $upstream
     }
   }
 }
