@@ -72,6 +72,7 @@ from tests.support.other_user import (
     command_lines_seen_by_other,
     everything_under,
     open_to_others,
+    other_user,
     python_as_other,
     readable_by_other,
 )
@@ -94,6 +95,10 @@ WORKERS = 2
 PG_PORTS = (os.environ.get("DAGSTER_PG_PORT", "55432"), os.environ.get("DAGSTER_PG_SERVER_PORT", "55433"))
 UI_PORT = os.environ.get("DAGSTER_UI_PORT", "3443")
 CLUSTER_STATE = REPO_ROOT / ".cluster"
+# What the UI's services write (as root, a link to their user's folder): the socket, the proxy's files, their
+# temporary folder.
+SERVED = CLUSTER_STATE / "ui" / "service"
+SERVICE_USER = "exact-backfills"
 
 
 @pytest.fixture(scope="module")
@@ -425,11 +430,9 @@ def test_the_ui_answers_nothing_without_the_operators_password_and_everything_wi
     assert _request(f"{base}/", None)[0] == 401
     status, text = _request(f"{base}/graphql", (user, password), VERSION_QUERY)
     assert status == 200 and json.loads(text)["data"]["version"], text
-    # Past the proxy there is no way in: the webserver listens on a socket in a folder only the operator enters.
+    # Past the proxy there is no way in: the webserver listens on a socket in a folder only its user enters.
     reached = python_as_other(
-        "import socket, sys\n"
-        "s = socket.socket(socket.AF_UNIX)\n"
-        f"s.connect({str(CLUSTER_STATE / 'ui' / 'dagster.sock')!r})\n"
+        f"import socket, sys\ns = socket.socket(socket.AF_UNIX)\ns.connect({str(SERVED / 'dagster.sock')!r})\n"
     )
     assert reached.returncode != 0 and "PermissionError" in reached.stderr, reached.stderr
 
@@ -667,6 +670,97 @@ def test_another_user_gets_no_answer_from_postgresql_or_pgbouncer(profile):
         assert mine.stdout.strip() == "42", mine.stderr
 
 
+def test_pgbouncer_serves_only_dagsters_role_which_owns_its_database_and_nothing_else(profile):
+    env, _ = profile
+    psql = next(Path("/usr/lib/postgresql").glob("*/bin/psql"))
+    superuser = next(  # the server's superuser's password, wherever the profile keeps it
+        line.split(":")[4]
+        for f in (_superuser_passfile(env), Path(env["PGPASSFILE"]))
+        if f.exists()
+        for line in f.read_text().splitlines()
+        if line.split(":")[1:4:2] == [PG_PORTS[1], "postgres"]
+    )
+    query = ["-h", "127.0.0.1", "-U", "postgres", "-d", "postgres", "-w", "-tA", "-c", "SELECT 42"]
+
+    def as_superuser(port: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [str(psql), "-p", port, *query], env={**os.environ, "PGPASSWORD": superuser}, capture_output=True, text=True
+        )
+
+    pgbouncer, server = PG_PORTS
+    assert as_superuser(server).stdout.strip() == "42"  # the right password: the server itself answers it
+    refused = as_superuser(pgbouncer)
+    assert refused.returncode != 0 and "authentication failed" in refused.stderr, refused.stdout + refused.stderr
+    # What Dagster reads holds the dagster role's password alone.
+    assert {line.split(":")[3] for line in Path(env["PGPASSFILE"]).read_text().splitlines()} == {"dagster"}
+    role = script(
+        "postgres.sh",
+        "psql",
+        "SELECT rolsuper, rolcreaterole, rolcreatedb, rolreplication, rolbypassrls "
+        "FROM pg_roles WHERE rolname = 'dagster'",
+    ).stdout.split()
+    assert role == ["f|f|f|f|f"], role
+
+
+def _ui_processes() -> dict[int, tuple[int, str]]:
+    """The processes of the UI's services (those ui.sh started and theirs): pid -> (user id, command line)."""
+    parents, found = {}, {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parents[int(stat.parent.name)] = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError):
+            continue  # exited meanwhile
+    ours = {int((CLUSTER_STATE / "ui" / f"{name}.pid").read_text()) for name in ("proxy", "webserver", "daemon")}
+    grew = True
+    while grew:
+        more = {pid for pid, parent in parents.items() if parent in ours} - ours
+        ours |= more
+        grew = bool(more)
+    for pid in ours:
+        try:
+            command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            found[pid] = (Path(f"/proc/{pid}").stat().st_uid, command)
+        except OSError:
+            pass
+    return found
+
+
+def test_the_ui_runs_as_its_service_user_with_sockets_and_access_log_no_other_user_reaches(ui):
+    import pwd
+
+    other_user()  # a second user of the machine, and root running the tests
+    base, (user, password) = ui
+    assert _request(f"{base}/graphql", (user, password), VERSION_QUERY)[0] == 200
+    service = pwd.getpwnam(SERVICE_USER).pw_uid
+    processes = _ui_processes()
+    commands = " ".join(command for _, command in processes.values())
+    assert all(f in commands for f in ("nginx: master", "nginx: worker", "ui_server", "dagster._daemon", "api grpc"))
+    assert {command.split()[0] for uid, command in processes.values() if uid != service} == set()
+
+    # The code servers' sockets, in the services' own temporary folder: no other user reaches them.
+    sockets = [c.split("--socket ", 1)[1].split()[0] for _, c in processes.values() if "--socket " in c]
+    assert sockets and {Path(s).parent for s in sockets} == {(SERVED / "tmp").resolve()}, sockets
+    folder = (SERVED / "tmp").resolve().stat()
+    assert (folder.st_uid, folder.st_mode & 0o777) == (service, 0o700)
+    for path in sockets:
+        reached = python_as_other(f"import socket\nsocket.socket(socket.AF_UNIX).connect({path!r})\n")
+        assert reached.returncode != 0 and "PermissionError" in reached.stderr, reached.stderr
+
+    # Who asked the proxy for what: the user's name, never the password; readable by the services' user alone.
+    log = (SERVED / "access.log").resolve()
+    said = log.read_text()
+    assert f"{user} " in said and '"POST /graphql"' in said, said[-500:]
+    credentials = base64.b64encode(f"{user}:{password}".encode()).decode()
+    assert password not in said and credentials not in said
+    assert (log.stat().st_uid, log.stat().st_mode & 0o777) == (service, 0o600)
+    assert readable_by_other([log]) == []
+
+
+def _superuser_passfile(env: dict) -> Path:
+    """The password file of PostgreSQL's superuser: beside Dagster's, used by scripts/postgres.sh alone."""
+    return Path(env["PGPASSFILE"]).with_name("superuser.pgpass")
+
+
 def _secrets(env: dict) -> dict[str, str]:
     """Every secret of the running profile, by where it is kept."""
     found = {
@@ -676,7 +770,7 @@ def _secrets(env: dict) -> dict[str, str]:
     for line in (CLUSTER_STATE / "conf" / "spark-defaults.conf").read_text().splitlines():
         if line.startswith("spark.authenticate.secret "):
             found["cluster secret"] = line.split(" ", 1)[1]
-    for line in Path(env["PGPASSFILE"]).read_text().splitlines():
+    for line in [*Path(env["PGPASSFILE"]).read_text().splitlines(), *_superuser_passfile(env).read_text().splitlines()]:
         found[f"PostgreSQL password of {line.split(':')[3]}"] = line.rsplit(":", 1)[1]
     found["object store key"] = env["AWS_SECRET_ACCESS_KEY"]
     assert len(found) == 6, sorted(found)
@@ -693,7 +787,8 @@ def test_no_secret_of_the_profile_is_on_a_command_line_or_in_an_environment_anot
 def test_no_file_of_the_profiles_state_or_lake_is_open_to_another_user(profile, ui, built):
     env, _ = profile
     # The lake is the object store's: its objects are files in its folder.
-    paths = everything_under(CLUSTER_STATE, REPO_ROOT / ".postgres", Path(env["OBJECT_STORE_HOME"]))
-    assert any(p.name == "pgpass" for p in paths) and any(p.suffix == ".parquet" for p in paths)
+    paths = everything_under(CLUSTER_STATE, SERVED, REPO_ROOT / ".postgres", Path(env["OBJECT_STORE_HOME"]))
+    assert all(any(p.name == name for p in paths) for name in ("pgpass", "superuser.pgpass", "access.log"))
+    assert any(p.suffix == ".parquet" for p in paths)
     assert open_to_others(paths) == []
     assert readable_by_other(paths) == []
