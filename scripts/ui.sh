@@ -8,7 +8,9 @@
 #
 # The UI: https://$DAGSTER_UI_HOST:$DAGSTER_UI_PORT [127.0.0.1:3443], user and password in .cluster/ui-credentials
 # (made at the first start and shown once). Its certificate is self-signed, made at the first start
-# (.cluster/ui/tls.crt): on a shared machine, replace it with one your browsers trust (docs/production.md).
+# (.cluster/ui/tls.crt): on a shared machine, replace it with one your browsers trust (docs/production.md). Its pages
+# alone may call its API: DAGSTER_UI_ORIGIN [https://$DAGSTER_UI_HOST:$DAGSTER_UI_PORT] when browsers reach it at
+# another address.
 #
 # Who runs what. Run by a user, every service runs as that user. Run as root, none does: nginx, the webserver, the
 # daemon, the code servers and the runs they launch run as the system user exact-backfills (made at the first start),
