@@ -183,10 +183,11 @@ def plan_rollback(
         return _with_carried(spark, pipeline, RollbackPlan(**{**plan.__dict__, **asked}))
     if table is None or version is None:
         raise ValueError("give a table and a version, or a run (--before-run) or backfill (--before-backfill)")
+    if version < 0:  # -1 stands for "before the table existed" inside a plan, never for what is asked
+        raise ValueError(f"version {version} is not a Delta version: give 0 or above")
     if table not in pipeline.every_table:
         raise ValueError(_not_a_table(pipeline, table))
-    if version >= 0:
-        check_version(spark, table, version)
+    check_version(spark, table, version)
     plan = _plan(pipeline, start, end, {table: version}, f"{table} rolled back to version {version}", **asked)
     return _with_carried(spark, pipeline, plan)
 
@@ -278,7 +279,9 @@ class RollbackConfig(Config):
     before_run: str = Field(default="", description="restore what was there before this run wrote it")
     before_backfill: str = Field(default="", description="restore what was there before this backfill wrote it")
     table: str = Field(default="", description="only this table and the tables it is built from or builds")
-    version: int | None = Field(default=None, description="with `table`: the Delta version to restore it to")
+    version: int | None = Field(
+        default=None, description="with `table`: the Delta version to restore it to (0 or above)"
+    )
 
 
 def rollback_job(pipeline: Pipeline) -> JobDefinition:

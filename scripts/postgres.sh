@@ -11,10 +11,13 @@
 #   bash scripts/postgres.sh psql "SQL"      # as the server's superuser, e.g. to create a database
 #
 # Ports: DAGSTER_PG_PORT [55432] (PgBouncer, the URL's), DAGSTER_PG_SERVER_PORT [55433] (PostgreSQL itself).
-# Database and user: dagster. Every connection, through PgBouncer or not, authenticates with scram-sha-256: the
-# passwords are made at the first start and kept in .postgres/pgpass (libpq's password file, readable by its owner
-# alone), which Dagster reads through PGPASSFILE; no URL, command line or log holds one. `url` prints the connection
-# URL Dagster reads from DAGSTER_POSTGRES_URL (dagster.yaml of the profile), without a password.
+# Database and user: dagster, a role that owns its database and nothing else (no superuser, no role or database
+# creation), the only one PgBouncer serves. Every connection, through PgBouncer or not, authenticates with
+# scram-sha-256: the passwords are made at the first start and kept in libpq's password files, readable by their owner
+# alone: .postgres/pgpass the dagster role's, which Dagster reads through PGPASSFILE (`passfile` prints its path), and
+# .postgres/superuser.pgpass the server's superuser's, which only this script uses (`psql`); no URL, command line or
+# log holds one. `url` prints the connection URL Dagster reads from DAGSTER_POSTGRES_URL (dagster.yaml of the
+# profile), without a password.
 set -euo pipefail
 umask 077
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -37,6 +40,7 @@ fi
 DATA="$STATE/data"
 LOG="$STATE/postgres.log"
 PASSFILE="$STATE/pgpass"
+SUPERUSER_PASSFILE="$STATE/superuser.pgpass"
 URL="postgresql+psycopg2://dagster@$HOST:$PORT/dagster"
 
 bin_dir() { ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1; }
@@ -48,9 +52,9 @@ BIN="$(bin_dir)"
 OWNER="$([ "$(id -u)" = 0 ] && echo postgres || id -un)"
 as_owner() {
   if [ "$(id -u)" = 0 ]; then
-    runuser -u postgres -- sh -c 'umask 077 && exec env PGPASSFILE="$0" "$@"' "$PASSFILE" "$@"
+    runuser -u postgres -- sh -c 'umask 077 && exec env PGPASSFILE="$0" "$@"' "$SUPERUSER_PASSFILE" "$@"
   else
-    PGPASSFILE="$PASSFILE" "$@"
+    PGPASSFILE="$SUPERUSER_PASSFILE" "$@"
   fi
 }
 # put FILE: what this script pipes in becomes FILE, readable by its owner alone, replacing it whole.
@@ -69,8 +73,28 @@ bouncer_pid() {
   echo "$pid"
 }
 running() { server_running && bouncer_pid >/dev/null; }
-# The password of a user in the password file (server port's line).
-password_of() { as_owner awk -F: -v user="$1" -v port="$SERVER_PORT" '$2 == port && $4 == user { print $5; exit }' "$PASSFILE"; }
+# The password of a user in the password files (server port's line).
+password_of() {
+  as_owner awk -F: -v user="$1" -v port="$SERVER_PORT" '$2 == port && $4 == user { print $5; exit }' \
+    "$PASSFILE" "$SUPERUSER_PASSFILE"
+}
+
+# The passwords: the dagster role's in Dagster's file, the superuser's in a file of its own, made when missing. A
+# password file of an older start held both: the superuser's lines move out of it.
+ensure_passwords() {
+  if as_owner grep -q '^[^:]*:[^:]*:[^:]*:postgres:' "$PASSFILE" 2>/dev/null; then
+    as_owner grep '^[^:]*:[^:]*:[^:]*:postgres:' "$PASSFILE" | grep ":$SERVER_PORT:" | put "$SUPERUSER_PASSFILE"
+    as_owner grep -v '^[^:]*:[^:]*:[^:]*:postgres:' "$PASSFILE" | put "$PASSFILE"
+  fi
+  if ! as_owner test -s "$SUPERUSER_PASSFILE"; then
+    NEW_SUPERUSER_PASSWORD=1
+    printf '%s\n' "$HOST:$SERVER_PORT:*:postgres:$(new_secret)" | put "$SUPERUSER_PASSFILE"
+  fi
+  if ! as_owner test -s "$PASSFILE"; then
+    local dagster; dagster="$(new_secret)"
+    printf '%s\n' "$HOST:$SERVER_PORT:*:dagster:$dagster" "$HOST:$PORT:*:dagster:$dagster" | put "$PASSFILE"
+  fi
+}
 
 start() {
   if running; then echo "postgres: already running on $HOST:$PORT ($URL)"; return 0; fi
@@ -94,21 +118,15 @@ start() {
     mkdir -p "$STATE"
   fi
   as_owner chmod -R go-rwx "$STATE"
-  local new_passwords=0
-  if ! as_owner test -s "$PASSFILE"; then
-    new_passwords=1
-    local superuser dagster
-    superuser="$(new_secret)" dagster="$(new_secret)"
-    printf '%s\n' "$HOST:$SERVER_PORT:*:postgres:$superuser" "$HOST:$SERVER_PORT:*:dagster:$dagster" \
-      "$HOST:$PORT:*:dagster:$dagster" "$HOST:$PORT:*:postgres:$superuser" | put "$PASSFILE"
-  fi
+  NEW_SUPERUSER_PASSWORD=0
+  ensure_passwords
   if ! as_owner test -f "$DATA/PG_VERSION"; then
     password_of postgres | put "$STATE/initdb-password"
     as_owner sh -c '"$1" -D "$2" -U postgres --auth=scram-sha-256 --pwfile="$3" --encoding=UTF8 --no-locale >"$4" 2>&1' \
       initdb "$BIN/initdb" "$DATA" "$STATE/initdb-password" "$STATE/initdb.log" \
       || { as_owner rm -f "$STATE/initdb-password"; echo "postgres: initdb failed; its log: $STATE/initdb.log" >&2; as_owner tail -20 "$STATE/initdb.log" >&2; exit 1; }
     as_owner rm -f "$STATE/initdb-password"
-  elif [ "$new_passwords" = 1 ]; then
+  elif [ "$NEW_SUPERUSER_PASSWORD" = 1 ]; then
     # A data folder made before the server had passwords: they are set once over its socket (in a folder only its
     # owner enters), then every connection needs one.
     printf '%s\n' "local all all trust" | put "$DATA/pg_hba.conf"
@@ -119,9 +137,12 @@ start() {
   printf '%s\n' "local all all scram-sha-256" "host all all $HOST/32 scram-sha-256" | put "$DATA/pg_hba.conf"
   server_start
   # The role's password is set from the password file at each start (the file is what clients use).
+  # Its attributes too: whatever an older start or a hand made it, the role may only log in and own what it creates.
   if [ "$(psql_ "SELECT 1 FROM pg_roles WHERE rolname = 'dagster'")" != 1 ]; then psql_ "CREATE ROLE dagster LOGIN"; fi
-  psql_ "SET log_statement = 'none'; ALTER ROLE dagster PASSWORD '$(password_of dagster)'"
+  psql_ "SET log_statement = 'none'; ALTER ROLE dagster LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS PASSWORD '$(password_of dagster)'"
   [ "$(psql_ "SELECT 1 FROM pg_database WHERE datname = 'dagster'")" = 1 ] || psql_ "CREATE DATABASE dagster OWNER dagster"
+  # The server's own databases are not the role's to connect to.
+  psql_ "REVOKE CONNECT ON DATABASE postgres, template1 FROM PUBLIC"
   # Session pooling: a client's connection gets a server connection of its own until it disconnects, so every
   # PostgreSQL feature behaves as with a direct connection; only the fork per connection is saved. PgBouncer checks
   # each client's password (scram-sha-256) against its users' file and logs in to the server with it.
@@ -140,7 +161,8 @@ default_pool_size = 20
 logfile = $STATE/pgbouncer.log
 pidfile = $STATE/pgbouncer.pid
 INI
-  printf '"%s" "%s"\n' dagster "$(password_of dagster)" postgres "$(password_of postgres)" | put "$STATE/pgbouncer-users.txt"
+  # Its one user: the dagster role; the superuser is refused there.
+  printf '"%s" "%s"\n' dagster "$(password_of dagster)" | put "$STATE/pgbouncer-users.txt"
   as_owner /usr/sbin/pgbouncer -d -q "$STATE/pgbouncer.ini" \
     || { echo "postgres: PgBouncer did not start; its log: $STATE/pgbouncer.log" >&2; as_owner tail -20 "$STATE/pgbouncer.log" >&2; exit 1; }
   for _ in $(seq 30); do port_taken "$PORT" && break; sleep 0.2; done

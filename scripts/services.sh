@@ -59,6 +59,13 @@ report_processes() {  # name...: a line each; fails if one is not running
   return $down
 }
 
+# As root, the services that need no privilege run as this system user (scripts/ui.sh), made when missing.
+SERVICE_USER=exact-backfills
+ensure_service_user() {
+  id -u "$SERVICE_USER" >/dev/null 2>&1 && return 0
+  useradd --system --user-group --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin "$SERVICE_USER"
+}
+
 # Secrets are written readable by their user alone (the scripts' umask 077) and never passed on a command line
 # (bash's printf and echo are builtins).
 

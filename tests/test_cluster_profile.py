@@ -5,15 +5,19 @@ reads the lake with its own local Spark to compare. The last tests are the profi
 user, created by the tests, can reach of it (tests/test_security.py has the embedded profile's)."""
 
 import base64
+import http.server
 import json
 import os
 import ssl
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 import uuid
+from contextlib import contextmanager
 from datetime import date, timedelta
 from pathlib import Path
 
@@ -23,7 +27,13 @@ from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 from bench.harness import FEATURE_ROUNDING_FIX, project_with
 from exact_backfills.automation import landing_state
 from exact_backfills.checks import day_fingerprints
-from exact_backfills.dagster_names import CLI_BACKFILL_TAG, LAKE_WRITES_POOL, LANDING_STATE_TAG, RESTATE_JOB
+from exact_backfills.dagster_names import (
+    CLI_BACKFILL_TAG,
+    LAKE_WRITES_POOL,
+    LANDING_STATE_TAG,
+    RESTATE_JOB,
+    ROLLBACK_JOB,
+)
 from exact_backfills.dagster_private import AtomicClaimPostgresEventLogStorage
 from exact_backfills.instance import write_config
 from resources.delta_io import read_days, read_table
@@ -50,6 +60,7 @@ from tests.support.late_batches import (
 from tests.support.orders import (
     DAY_COLUMN,
     FACT_ORDER_ITEM,
+    LANDING_ORDER_ITEMS,
     ORDERS,
     PUBLISH_ORDER,
     QUARANTINE_ORDER_ITEMS,
@@ -61,6 +72,7 @@ from tests.support.other_user import (
     command_lines_seen_by_other,
     everything_under,
     open_to_others,
+    other_user,
     python_as_other,
     readable_by_other,
 )
@@ -83,6 +95,10 @@ WORKERS = 2
 PG_PORTS = (os.environ.get("DAGSTER_PG_PORT", "55432"), os.environ.get("DAGSTER_PG_SERVER_PORT", "55433"))
 UI_PORT = os.environ.get("DAGSTER_UI_PORT", "3443")
 CLUSTER_STATE = REPO_ROOT / ".cluster"
+# What the UI's services write (as root, a link to their user's folder): the socket, the proxy's files, their
+# temporary folder.
+SERVED = CLUSTER_STATE / "ui" / "service"
+SERVICE_USER = "exact-backfills"
 
 
 @pytest.fixture(scope="module")
@@ -414,11 +430,9 @@ def test_the_ui_answers_nothing_without_the_operators_password_and_everything_wi
     assert _request(f"{base}/", None)[0] == 401
     status, text = _request(f"{base}/graphql", (user, password), VERSION_QUERY)
     assert status == 200 and json.loads(text)["data"]["version"], text
-    # Past the proxy there is no way in: the webserver listens on a socket in a folder only the operator enters.
+    # Past the proxy there is no way in: the webserver listens on a socket in a folder only its user enters.
     reached = python_as_other(
-        "import socket, sys\n"
-        "s = socket.socket(socket.AF_UNIX)\n"
-        f"s.connect({str(CLUSTER_STATE / 'ui' / 'dagster.sock')!r})\n"
+        f"import socket, sys\ns = socket.socket(socket.AF_UNIX)\ns.connect({str(SERVED / 'dagster.sock')!r})\n"
     )
     assert reached.returncode != 0 and "PermissionError" in reached.stderr, reached.stderr
 
@@ -441,6 +455,138 @@ def test_the_browser_logs_in_to_the_production_ui_with_the_printed_credentials(u
         # Without credentials the browser is refused: Chromium, asked for a password it has none for, gives up.
         with pytest.raises(PlaywrightError, match="ERR_INVALID_AUTH_CREDENTIALS"):
             browser.page.goto(base + "/assets")
+
+
+# A page of another origin, in the browser that holds the operator's credentials: each way a page can send a request
+# without the UI's consent (an image's GET, forms posting text and url-encoded fields, a script's no-cors POST, a
+# WebSocket), each asking for a mutation by the query string the webserver reads. Served over TLS on another port of
+# this host, as any local user can serve one: the same site as the UI, so the browser attaches the credentials it
+# holds for the UI (it keeps them from a page of another site).
+ATTACKS = ("get", "form-text", "form-urlencoded", "fetch-no-cors")
+ATTACK_PAGE = """<!doctype html><html><body><iframe name="sink"></iframe>
+<form id="form-text" method="POST" target="sink" enctype="text/plain"><input name="x" value="y"></form>
+<form id="form-urlencoded" method="POST" target="sink"><input name="x" value="y"></form>
+<script>
+const urls = URLS;
+const said = {};
+function settle(promise) {
+  return Promise.race([promise, new Promise(done => setTimeout(done, 5000))]);
+}
+function submitted(id) {
+  const sink = document.querySelector("iframe");
+  const loaded = new Promise(done => sink.addEventListener("load", done, {once: true}));
+  const form = document.getElementById(id);
+  form.action = urls[id];
+  form.submit();
+  return settle(loaded);
+}
+async function attack() {
+  await settle(new Promise(done => { const i = new Image(); i.onload = i.onerror = done; i.src = urls["get"]; }));
+  await submitted("form-text");
+  await submitted("form-urlencoded");
+  await settle(fetch(urls["fetch-no-cors"], {method: "POST", mode: "no-cors", credentials: "include",
+                                              body: JSON.stringify({query: "{ version }"})}).catch(() => null));
+  await settle(fetch(urls["delete"], {method: "POST", mode: "no-cors", credentials: "include"}).catch(() => null));
+  said.websocket = await settle(new Promise(done => {
+    const socket = new WebSocket(urls["websocket"], "graphql-ws");
+    socket.onopen = () => socket.send(JSON.stringify({type: "connection_init", payload: {}}));
+    socket.onmessage = event => done("answered: " + event.data);
+    socket.onerror = () => done("refused");
+    socket.onclose = () => done("refused");
+  })) || "no answer";
+  window.said = said;
+}
+attack();
+</script></body></html>"""
+
+
+def _launch_mutation(tag: str) -> str:
+    """A launch of the rollback job (with a configuration it refuses, so that nothing would be written) tagged `tag`."""
+    config = '{ops: {roll_back_days: {config: {start: "2025-01-01", end: "2025-01-01"}}}}'
+    return (
+        'mutation { launchRun(executionParams: {selector: {repositoryLocationName: "exact_backfills", '
+        f'repositoryName: "__repository__", jobName: "{ROLLBACK_JOB}"}}, runConfigData: {config}, '
+        f'executionMetadata: {{tags: [{{key: "attack", value: "{tag}"}}]}}}}) {{ __typename }} }}'
+    )
+
+
+@contextmanager
+def _page_of_another_origin(base: str, victim_run: str, folder: Path):
+    """The attacker's page, served over TLS (a certificate of its own, made in `folder`) on a port of its own: its
+    address."""
+    urls = {a: f"{base}/graphql?query={urllib.parse.quote(_launch_mutation(a))}" for a in ATTACKS}
+    delete = 'mutation { deleteRun(runId: "RUN") { __typename } }'.replace("RUN", victim_run)
+    urls["delete"] = f"{base}/graphql?query={urllib.parse.quote(delete)}"
+    urls["websocket"] = base.replace("https://", "wss://") + "/graphql"
+    page = ATTACK_PAGE.replace("URLS", json.dumps(urls)).encode()
+
+    class Attacker(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.end_headers()
+            self.wfile.write(page)
+
+        def log_message(self, *args):
+            pass
+
+    key, certificate = folder / "attacker.key", folder / "attacker.crt"
+    made = ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1"]
+    subprocess.run([*made, "-keyout", str(key), "-out", str(certificate)], capture_output=True, check=True)
+    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    tls.load_cert_chain(certificate, key)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Attacker)
+    server.socket = tls.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"https://127.0.0.1:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+
+
+def test_a_page_of_another_origin_drives_no_mutation_of_the_production_ui_and_the_ui_still_works(ui, built, tmp_path):
+    from tests.support.browser import dagster_ui
+
+    base, credentials = ui
+    _, instance, _ = built
+    victim = instance.get_runs(limit=1)[0].run_id
+    # Whoever sends it, with the password: a query in a GET's query string is refused, in one line.
+    status, said = _request(f"{base}/graphql?query={urllib.parse.quote('{ version }')}", credentials)
+    assert status == 403 and said.startswith("refused: ") and said.count("\n") == 1, (status, said)
+    with dagster_ui(base, credentials, certificate_trusted=False) as browser:
+        frames: list = []  # what the UI's WebSockets receive
+        browser.page.on("websocket", lambda socket: socket.on("framereceived", lambda frame: frames.append(frame)))
+        browser.open("/runs")  # the operator logged in: the browser holds the credentials
+        browser.page.get_by_text("Runs").first.wait_for()
+        with _page_of_another_origin(base, victim, tmp_path) as attacker:
+            browser.page.goto(attacker)
+            browser.page.wait_for_function("() => window.said !== undefined", timeout=120_000)
+            said = browser.page.evaluate("() => window.said")
+        launched = instance.get_runs(RunsFilter(tags={"attack": list(ATTACKS)}))
+        found = {
+            "websocket": said["websocket"],
+            "runs launched": sorted(r.tags["attack"] for r in launched),
+            "run deleted": instance.get_run_by_id(victim) is None,
+        }
+        assert found == {"websocket": "refused", "runs launched": [], "run deleted": False}
+
+        # The UI on its own origin: its pages, its WebSocket, and its mutations (an observation run, launched by the
+        # UI's webserver and daemon, which ends in success).
+        observation = browser.observe(LANDING_ORDER_ITEMS)
+        deadline = time.monotonic() + 300
+        finished = []
+        while not finished and time.monotonic() < deadline:
+            finished = [
+                r
+                for r in instance.get_runs(RunsFilter(statuses=[DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE]))
+                if r.run_id.startswith(observation)
+            ]
+            time.sleep(1)
+        assert finished and finished[0].status == DagsterRunStatus.SUCCESS, finished
+        frames.clear()
+        browser.open(f"/runs/{finished[0].run_id}")  # its events stream over the WebSocket
+        browser.page.get_by_text("RUN_SUCCESS").first.wait_for()
+        assert any("connection_ack" in str(frame) for frame in frames), frames[:5]
 
 
 def test_another_user_runs_no_query_on_the_clusters_connect_server(profile):
@@ -524,6 +670,97 @@ def test_another_user_gets_no_answer_from_postgresql_or_pgbouncer(profile):
         assert mine.stdout.strip() == "42", mine.stderr
 
 
+def test_pgbouncer_serves_only_dagsters_role_which_owns_its_database_and_nothing_else(profile):
+    env, _ = profile
+    psql = next(Path("/usr/lib/postgresql").glob("*/bin/psql"))
+    superuser = next(  # the server's superuser's password, wherever the profile keeps it
+        line.split(":")[4]
+        for f in (_superuser_passfile(env), Path(env["PGPASSFILE"]))
+        if f.exists()
+        for line in f.read_text().splitlines()
+        if line.split(":")[1:4:2] == [PG_PORTS[1], "postgres"]
+    )
+    query = ["-h", "127.0.0.1", "-U", "postgres", "-d", "postgres", "-w", "-tA", "-c", "SELECT 42"]
+
+    def as_superuser(port: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [str(psql), "-p", port, *query], env={**os.environ, "PGPASSWORD": superuser}, capture_output=True, text=True
+        )
+
+    pgbouncer, server = PG_PORTS
+    assert as_superuser(server).stdout.strip() == "42"  # the right password: the server itself answers it
+    refused = as_superuser(pgbouncer)
+    assert refused.returncode != 0 and "authentication failed" in refused.stderr, refused.stdout + refused.stderr
+    # What Dagster reads holds the dagster role's password alone.
+    assert {line.split(":")[3] for line in Path(env["PGPASSFILE"]).read_text().splitlines()} == {"dagster"}
+    role = script(
+        "postgres.sh",
+        "psql",
+        "SELECT rolsuper, rolcreaterole, rolcreatedb, rolreplication, rolbypassrls "
+        "FROM pg_roles WHERE rolname = 'dagster'",
+    ).stdout.split()
+    assert role == ["f|f|f|f|f"], role
+
+
+def _ui_processes() -> dict[int, tuple[int, str]]:
+    """The processes of the UI's services (those ui.sh started and theirs): pid -> (user id, command line)."""
+    parents, found = {}, {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parents[int(stat.parent.name)] = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError):
+            continue  # exited meanwhile
+    ours = {int((CLUSTER_STATE / "ui" / f"{name}.pid").read_text()) for name in ("proxy", "webserver", "daemon")}
+    grew = True
+    while grew:
+        more = {pid for pid, parent in parents.items() if parent in ours} - ours
+        ours |= more
+        grew = bool(more)
+    for pid in ours:
+        try:
+            command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            found[pid] = (Path(f"/proc/{pid}").stat().st_uid, command)
+        except OSError:
+            pass
+    return found
+
+
+def test_the_ui_runs_as_its_service_user_with_sockets_and_access_log_no_other_user_reaches(ui):
+    import pwd
+
+    other_user()  # a second user of the machine, and root running the tests
+    base, (user, password) = ui
+    assert _request(f"{base}/graphql", (user, password), VERSION_QUERY)[0] == 200
+    service = pwd.getpwnam(SERVICE_USER).pw_uid
+    processes = _ui_processes()
+    commands = " ".join(command for _, command in processes.values())
+    assert all(f in commands for f in ("nginx: master", "nginx: worker", "ui_server", "dagster._daemon", "api grpc"))
+    assert {command.split()[0] for uid, command in processes.values() if uid != service} == set()
+
+    # The code servers' sockets, in the services' own temporary folder: no other user reaches them.
+    sockets = [c.split("--socket ", 1)[1].split()[0] for _, c in processes.values() if "--socket " in c]
+    assert sockets and {Path(s).parent for s in sockets} == {(SERVED / "tmp").resolve()}, sockets
+    folder = (SERVED / "tmp").resolve().stat()
+    assert (folder.st_uid, folder.st_mode & 0o777) == (service, 0o700)
+    for path in sockets:
+        reached = python_as_other(f"import socket\nsocket.socket(socket.AF_UNIX).connect({path!r})\n")
+        assert reached.returncode != 0 and "PermissionError" in reached.stderr, reached.stderr
+
+    # Who asked the proxy for what: the user's name, never the password; readable by the services' user alone.
+    log = (SERVED / "access.log").resolve()
+    said = log.read_text()
+    assert f"{user} " in said and '"POST /graphql"' in said, said[-500:]
+    credentials = base64.b64encode(f"{user}:{password}".encode()).decode()
+    assert password not in said and credentials not in said
+    assert (log.stat().st_uid, log.stat().st_mode & 0o777) == (service, 0o600)
+    assert readable_by_other([log]) == []
+
+
+def _superuser_passfile(env: dict) -> Path:
+    """The password file of PostgreSQL's superuser: beside Dagster's, used by scripts/postgres.sh alone."""
+    return Path(env["PGPASSFILE"]).with_name("superuser.pgpass")
+
+
 def _secrets(env: dict) -> dict[str, str]:
     """Every secret of the running profile, by where it is kept."""
     found = {
@@ -533,7 +770,7 @@ def _secrets(env: dict) -> dict[str, str]:
     for line in (CLUSTER_STATE / "conf" / "spark-defaults.conf").read_text().splitlines():
         if line.startswith("spark.authenticate.secret "):
             found["cluster secret"] = line.split(" ", 1)[1]
-    for line in Path(env["PGPASSFILE"]).read_text().splitlines():
+    for line in [*Path(env["PGPASSFILE"]).read_text().splitlines(), *_superuser_passfile(env).read_text().splitlines()]:
         found[f"PostgreSQL password of {line.split(':')[3]}"] = line.rsplit(":", 1)[1]
     found["object store key"] = env["AWS_SECRET_ACCESS_KEY"]
     assert len(found) == 6, sorted(found)
@@ -550,7 +787,8 @@ def test_no_secret_of_the_profile_is_on_a_command_line_or_in_an_environment_anot
 def test_no_file_of_the_profiles_state_or_lake_is_open_to_another_user(profile, ui, built):
     env, _ = profile
     # The lake is the object store's: its objects are files in its folder.
-    paths = everything_under(CLUSTER_STATE, REPO_ROOT / ".postgres", Path(env["OBJECT_STORE_HOME"]))
-    assert any(p.name == "pgpass" for p in paths) and any(p.suffix == ".parquet" for p in paths)
+    paths = everything_under(CLUSTER_STATE, SERVED, REPO_ROOT / ".postgres", Path(env["OBJECT_STORE_HOME"]))
+    assert all(any(p.name == name for p in paths) for name in ("pgpass", "superuser.pgpass", "access.log"))
+    assert any(p.suffix == ".parquet" for p in paths)
     assert open_to_others(paths) == []
     assert readable_by_other(paths) == []

@@ -81,6 +81,8 @@ def apply(spark, instance, step: tuple, order_ids: int) -> None:
         assert run_backfill(ORDERS, a, b, instance=instance, echo=lambda _: None)
     elif kind == "rollback":  # a table to the version before its last write (its derived tables rebuilt), released
         table, (a, b) = args[0], sorted(START + timedelta(days=o) for o in args[1:])
+        if versions(spark, table)[0] == 0:  # one write: no earlier version to restore (a version is 0 or above)
+            return
         plan = plan_rollback(spark, ORDERS, a, b, table=table, version=versions(spark, table)[0] - 1)
         before = {t: versions(spark, t)[0] for t in PUBLISH_ORDER}
         result = run_rollback(ORDERS, plan, instance=instance)
@@ -165,6 +167,8 @@ def apply_ml(spark, instance, step: tuple, n: int) -> None:
         assert run_backfill(ML, a, b, instance=instance, echo=lambda _: None)
     elif kind == "rollback":
         table, (a, b) = args[0], sorted(START + timedelta(days=o) for o in args[1:])
+        if versions(spark, table)[0] == 0:  # one write: no earlier version to restore (a version is 0 or above)
+            return
         plan = plan_rollback(spark, ML, a, b, table=table, version=versions(spark, table)[0] - 1)
         result = run_rollback(ML, plan, instance=instance)
         if not result.success:

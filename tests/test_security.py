@@ -222,3 +222,32 @@ def test_a_unary_request_to_the_warm_engine_starts_no_thread(spark):
     finally:
         threading.Thread.start = real_start  # type: ignore[method-assign]
     assert started == []
+
+
+@pytest.mark.slow
+def test_a_rollback_launched_with_a_negative_version_is_refused_in_one_line_and_restores_nothing(
+    spark, built_by_a_user_with_an_open_umask
+):
+    """What a launch from the UI (or its GraphQL) may ask: a version below 0 would read every day as "before the table
+    existed" and restore it empty."""
+    from dagster import DagsterInstance
+
+    from exact_backfills.dagster_names import ROLLBACK_JOB, ROLLBACK_OP
+    from tests.support.lake import versions
+    from tests.support.orders import FACT_ORDER_ITEM, PUBLISH_ORDER
+
+    before = {t: versions(spark, t) for t in PUBLISH_ORDER}
+    config = {"start": str(START), "end": str(END), "table": FACT_ORDER_ITEM, "version": -1}
+    with DagsterInstance.ephemeral() as instance:
+        result = (
+            definitions_of(ORDERS)
+            .resolve_job_def(ROLLBACK_JOB)
+            .execute_in_process(
+                run_config={"ops": {ROLLBACK_OP: {"config": config}}}, instance=instance, raise_on_error=False
+            )
+        )
+    assert not result.success
+    (failure,) = [e for e in result.all_events if e.is_step_failure]
+    said = failure.step_failure_data.user_failure_data.description
+    assert said == "version -1 is not a Delta version: give 0 or above", said
+    assert {t: versions(spark, t) for t in PUBLISH_ORDER} == before  # not a commit made
