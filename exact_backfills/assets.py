@@ -167,7 +167,7 @@ def publish_step(pipeline: Pipeline) -> AssetsDefinition:
         only_checked = [t for t in pipeline.every_table if t in checked and t not in writing]
         # Only checks selected (the UI's "Execute" on a check, or the `check` command): verify what is published,
         # the late-data detection and the code's staleness found once for every table.
-        state = published_state(spark, pipeline) if only_checked else None
+        state = published_state(spark, pipeline, only_checked) if only_checked else None
         for table in only_checked:
             assert state is not None
             wanted = {k.name for k in context.selected_asset_check_keys if k.asset_key.to_user_string() == table}

@@ -6,32 +6,79 @@ A check that cannot be evaluated (its query fails, the detection it reads fails)
 saying why: "passed" only ever means evaluated and passed. What every table's checks share (the late-data
 detection, the days stale by code) is found once per run, not once per table."""
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from datetime import date
+from typing import Any
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
-from exact_backfills import checks, code_versions, landing, late_data, quarantine
-from exact_backfills.declare import Pipeline, Staging
+from exact_backfills import checks, code_versions, landing, landing_index, late_data, quarantine
+from exact_backfills.builds import narrowed
+from exact_backfills.declare import Pipeline, Reconcile, Staging
 from exact_backfills.dependencies import CodeChange, DayChange, stale_by_code
 from exact_backfills.publish import RunInfo
 from resources import audit, control
-from resources.delta_io import read_days
+from resources.delta_io import read_days, scan_of_table
+from resources.settings import Codegen, settings
+from resources.spark import evaluation_for, interpreted
 
 
-def check_published(spark: SparkSession, pipeline: Pipeline, table: str, days: list[date]) -> checks.Verified:
+@dataclass
+class Reconciled:
+    """The reconciliations of a checks-only run whose upstream it checks too (table -> its reconciliation), and the
+    measures each upstream's own pass computed for them (table -> day -> measure -> value), filled as the upstream is
+    checked: a table's upstream is then not aggregated again for it."""
+
+    within: dict[str, Reconcile] = field(default_factory=dict)
+    measures: dict[str, dict[date, dict[str, Any]]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, pipeline: Pipeline, checked: Iterable[str]) -> "Reconciled":
+        tables = set(checked)
+        return cls(
+            {
+                t: rec
+                for t in tables
+                if t in pipeline.by_name and (rec := pipeline.by_name[t].reconcile) and rec.upstream in tables
+            }
+        )
+
+
+def check_published(
+    spark: SparkSession, pipeline: Pipeline, table: str, days: list[date], reconciled: Reconciled | None = None
+) -> checks.Verified:
     """The blocking checks on what is published now (the same checks a change runs before writing), with the days'
-    profiles."""
+    profiles; with `reconciled`, the measures of the tables reconciling with this one computed in its pass, and its
+    own upstream's taken from the upstream's pass."""
+    reconciled = reconciled or Reconciled()
     spec = pipeline.by_name[table]
     df = read_days(spark, table, spec.day_column, days)
     rec = spec.reconcile
-    upstream = read_days(spark, rec.upstream, pipeline.day_column[rec.upstream], days) if rec else None
+    measures = reconciled.measures.get(table)
+    upstream = read_days(spark, rec.upstream, pipeline.day_column[rec.upstream], days) if rec and not measures else None
     lost = None
     if isinstance(spec, Staging) and spec.events:
         quarantined = read_days(spark, spec.quarantine, pipeline.day_column[spec.quarantine], days)
-        lost = quarantine.lost_keys(spec.source, landing.read_landing(spark, spec.source), df, quarantined, days)
-    return checks.evaluate_blocking(df, upstream, lost, spec, days, pipeline.day_column[rec.upstream] if rec else None)
+        batches = landing_index.batches_holding(spark, pipeline, spec.source, days) if narrowed(days) else None
+        lost = quarantine.lost_keys(
+            spec.source, landing.read_landing(spark, spec.source, batches), df, quarantined, days
+        )
+    downstream = {t: r for t, r in reconciled.within.items() if r.upstream == table}
+    upstream_day = pipeline.day_column[rec.upstream] if rec else None
+    with _evaluated_for(spark, df, table):
+        verified = checks.evaluate_blocking(df, upstream, lost, spec, days, upstream_day, downstream, measures)
+    reconciled.measures.update(verified.for_downstream)
+    return verified
+
+
+def _evaluated_for(spark: SparkSession, df: DataFrame, table: str) -> AbstractContextManager[None]:
+    """How a table's checks are evaluated under SPARK_CODEGEN=auto, as a write reading as much is: interpreted when
+    the days read are small, where compiling each query costs more than it saves."""
+    if settings().codegen is not Codegen.AUTO or evaluation_for(scan_of_table(df, table).bytes) is Codegen.COMPILED:
+        return nullcontext()
+    return interpreted(spark)
 
 
 def stale_code_days(spark: SparkSession, pipeline: Pipeline) -> dict[str, dict[date, CodeChange]]:
@@ -76,9 +123,10 @@ class PublishedState:
     landing_error: BaseException | None
     code_stale: dict[str, dict[date, CodeChange]] | None
     code_error: BaseException | None
+    reconciled: Reconciled = field(default_factory=Reconciled)
 
 
-def published_state(spark: SparkSession, pipeline: Pipeline) -> PublishedState:
+def published_state(spark: SparkSession, pipeline: Pipeline, checked: Iterable[str] = ()) -> PublishedState:
     landing_state: LandingState | None = None
     landing_error = code_error = None
     try:
@@ -93,7 +141,7 @@ def published_state(spark: SparkSession, pipeline: Pipeline) -> PublishedState:
         code_stale = stale_code_days(spark, pipeline)
     except Exception as error:
         code_error = error
-    return PublishedState(landing_state, landing_error, code_stale, code_error)
+    return PublishedState(landing_state, landing_error, code_stale, code_error, Reconciled.of(pipeline, checked))
 
 
 def _guarded(names: list[str], days: list[date], evaluate: Callable[[], list[checks.Outcome]]) -> list[checks.Outcome]:
@@ -105,10 +153,10 @@ def _guarded(names: list[str], days: list[date], evaluate: Callable[[], list[che
 
 
 def _content_outcomes(
-    spark: SparkSession, pipeline: Pipeline, table: str, days: list[date], run: RunInfo
+    spark: SparkSession, pipeline: Pipeline, table: str, days: list[date], run: RunInfo, reconciled: Reconciled
 ) -> list[checks.Outcome]:
     """The blocking checks and the user's, then the fingerprint and row count against what the pipeline last wrote."""
-    verified = check_published(spark, pipeline, table, days)
+    verified = check_published(spark, pipeline, table, days, reconciled)
     written = audit.latest_before_run(spark, pipeline.name, run.run_id, days)
     recorded = {day: written[(table, day)] for day in days if (table, day) in written}
     return [*verified.outcomes, *checks.evaluate_published(verified, recorded, days)]
@@ -174,7 +222,7 @@ def verify_published(
     content = [
         n for n in checks.names(spec) if n not in (checks.UP_TO_DATE, checks.LATE_DATA, checks.BUILT_BY_CURRENT_CODE)
     ]
-    outcomes = _guarded(content, days, lambda: _content_outcomes(spark, pipeline, table, days, run))
+    outcomes = _guarded(content, days, lambda: _content_outcomes(spark, pipeline, table, days, run, state.reconciled))
     landing_checks = [n for n in checks.names(spec) if n in (checks.UP_TO_DATE, checks.LATE_DATA)]
     if state.landing is not None:
         outcomes += landing_outcomes(pipeline, table, days, state.landing)
