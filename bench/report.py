@@ -2,6 +2,7 @@
 
 bench/sf1.json, bench/sf1-cluster.json   python bench/run.py --scale 1 [--profile cluster] --out ... --docs
 bench/sf10.json                           python bench/run.py --scale 10 --only-backfill --no-peers --out ... --docs
+bench/demo.json                           python bench/run.py --demo --scale 0 --out bench/demo.json --docs
 bench/event_log.json                      python bench/event_log.py --days 31 --checks 5 --out bench/event_log.json
 bench/commit_floor.json                   python bench/commit_floor.py --out bench/commit_floor.json (each profile)
 
@@ -70,6 +71,8 @@ ROWS = [
     ("restate3_s", "a batch correcting 3 old days, restated (process start to last check)", ""),
     ("restate3_vs_backfill", "the same, against the backfill", "≤ 0.10"),
     ("restate_idle_s", "a restatement with nothing new", ""),
+    ("check_s", "`check` of every table on every day the backfill published (process start to end)", ""),
+    ("check_vs_backfill", "the same, against the backfill", "a fraction"),
     ("idle_rewritten_partitions", "days it rewrote", "0"),
     ("idle_commits", "Delta commits it made", "0"),
     ("sensor_idle_rewritten_partitions", "days the sensor's first restatement after the backfill rewrote", "0"),
@@ -171,6 +174,28 @@ GROWTH = [
 ]
 
 
+# The demo's lake (`generate`), what `bash scripts/demo.sh` builds: its figures beside SF1's.
+DEMO = "demo.json"
+DEMO_ROWS = ["bare_equal_work_s", "backfill_ui_s", "daemon_loop_s", "runs", "check_s", "check_vs_backfill"]
+
+
+def _demo() -> list[str]:
+    path = REPO / "bench" / DEMO
+    if not path.exists():
+        return []
+    run = json.loads(path.read_text())
+    labels = {key: label for key, label, _ in ROWS}
+    return [
+        f"The demo's lake (`{DEMO}`: `generate`, {run['days']} days of order items, as `bash scripts/demo.sh` lands "
+        f"them), embedded profile, defaults, on {run['cpus']} cores.",
+        "",
+        "| | demo |",
+        "|---|---|",
+        *(f"| {labels[key]} (`{key}`) | {_cell(run.get(key), key)} |" for key in DEMO_ROWS),
+        "",
+    ]
+
+
 def _scales() -> list[str]:
     """The embedded profile's full-history backfill at each scale side by side, and the growth from the first."""
     found = [json.loads(p.read_text()) for p in (REPO / "bench" / f for f in SCALES) if p.exists()]
@@ -226,6 +251,7 @@ def tables(runs: list[Path] | None = None) -> str:
         out += _peers(found)
     if runs is None:
         out += _scales()
+        out += _demo()
     event_log = REPO / "bench" / "event_log.json"
     if event_log.exists():
         e = json.loads(event_log.read_text())

@@ -17,6 +17,8 @@ Each step in its own process, as users run them:
   backfill   `dagster dev`, then a backfill of every asset over every day launched with the GraphQL mutation the UI's
              dialog sends, with the configured chunk size (BACKFILL_MAX_PARTITIONS_PER_RUN, default 3660), timed from
              launch to completion. Split into the runs' own time and the daemon loop's (the rest).
+  check      `check` over every day once the sensor's first restatement after the backfill has run: every check of every
+             table on every published day, recorded in Dagster; it must find nothing failing
   landed     the sensor's first restatement after the backfill (nothing new: it must rewrite nothing), then a batch
              correcting one old day landed while `dagster dev` runs: seconds from its files being in the landing
              until the sensor's restatement has published it, with the sensor's default interval.
@@ -52,6 +54,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 FIRST_DAY, TPCH_LAST_DAY = date(1992, 1, 1), date(1998, 8, 2)
+# The demo's landing (`generate`, its defaults: 200 order items a day), over the demo's partitions.
+DEMO_FIRST_DAY, DEMO_LAST_DAY = date(2025, 1, 1), date(2025, 3, 31)
 
 
 class PeakMemory:
@@ -433,6 +437,12 @@ def main() -> int:
         action="store_true",
         help="stop after the full-history backfill: import, bare job, backfill and peak memory (a large scale's run)",
     )
+    parser.add_argument(
+        "--demo",
+        action="store_true",
+        help="the demo's lake (`generate`: 90 days of 200 order items) instead of TPC-H: its import, the bare job, "
+        "the backfill, the sensor's first restatement and `check` (--scale names it in the results)",
+    )
     parser.add_argument("--steps-of", metavar="LAKE", help="only print the run and step times of an earlier run's lake")
     parser.add_argument("--step", choices=["bare", "land-corrections"], help=argparse.SUPPRESS)
     parser.add_argument("--step-days", nargs="*", help=argparse.SUPPRESS)
@@ -449,10 +459,11 @@ def main() -> int:
         _land_corrections(args.step_days)
         return 0
 
-    last = min(TPCH_LAST_DAY, FIRST_DAY + timedelta(days=args.days - 1)) if args.days else TPCH_LAST_DAY
+    first, final = (DEMO_FIRST_DAY, DEMO_LAST_DAY) if args.demo else (FIRST_DAY, TPCH_LAST_DAY)
+    last = min(final, first + timedelta(days=args.days - 1)) if args.days else final
     lake = Path(args.lake or tempfile.mkdtemp(prefix="bench-"))
     lake.mkdir(parents=True, exist_ok=True)
-    bench = Bench(lake, FIRST_DAY, last, args.profile)
+    bench = Bench(lake, first, last, args.profile)
     try:
         return measure(args, bench, last)
     finally:
@@ -468,7 +479,8 @@ def measure(args: argparse.Namespace, bench: Bench, last: date) -> int:
     result: dict = {
         "profile": args.profile,
         "scale": args.scale,
-        "days": (last - FIRST_DAY).days + 1,
+        "days": (last - bench.first).days + 1,
+        "landing": "demo" if args.demo else "tpch",
         "cpus": os.cpu_count(),
         # Where the embedded profile's Spark runs: the warm engine (the default), or a driver in each process.
         "spark_engine": "connect" if args.profile == "cluster" else ENVIRONMENT["spark_engine"][1],
@@ -483,7 +495,8 @@ def measure(args: argparse.Namespace, bench: Bench, last: date) -> int:
 
     # With --days, only the orders of those days land: the landing ends where the partitions do, as a short history's.
     through = ["--through", last.isoformat()] if last < TPCH_LAST_DAY else []
-    step("import_s", bench.run("-m", "assets_pkg", "import-tpch", "--scale", str(args.scale), *through)[0])
+    landed = ["generate"] if args.demo else ["import-tpch", "--scale", str(args.scale), *through]
+    step("import_s", bench.run("-m", "assets_pkg", *landed)[0])
     # The days one backfill run covers, as the backfill chooses them from what the landing holds.
     sources = "from assets_pkg.pipeline import pipeline; from exact_backfills import landing; "
     result["chunk_days"] = int(bench.value(sources + "print(landing.days_per_backfill_run(pipeline.sources))"))
@@ -497,7 +510,7 @@ def measure(args: argparse.Namespace, bench: Bench, last: date) -> int:
         seconds, out = bench.run(me, "--scale", str(args.scale), "--out", "-", "--step", "bare")
         step("bare_equal_work_s", seconds)
         result["rows_by_table"] = json.loads(out.strip().splitlines()[-1])
-        if args.profile == "embedded" and args.peers:
+        if args.profile == "embedded" and args.peers and not args.demo:
             result.update(_peer_sqlmesh(bench))
 
     from dagster import AssetSelection
@@ -513,7 +526,7 @@ def measure(args: argparse.Namespace, bench: Bench, last: date) -> int:
     try:
         dev.wait_until_up()
         assets = [k.to_user_string() for k in AssetSelection.all().resolve(defs.resolve_asset_graph())]
-        partitions = [(FIRST_DAY + timedelta(days=i)).isoformat() for i in range(result["days"])]
+        partitions = [(bench.first + timedelta(days=i)).isoformat() for i in range(result["days"])]
         t0 = time.monotonic()
         backfill = dev.wait_for_backfill(dev.launch_backfill(assets, partitions), timeout=6 * 3600)
         seconds = time.monotonic() - t0
@@ -544,6 +557,12 @@ def measure(args: argparse.Namespace, bench: Bench, last: date) -> int:
         bench.spark_apps += 1
         result["sensor_idle_rewritten_partitions"] = _restated_partitions(bench, first["runId"])
 
+        # Every check of every table on every day the backfill published, as an operator runs it to know the lake is
+        # right: one checks-only run, every result recorded in Dagster. It must find nothing failing.
+        step("check_s", bench.run("-m", "assets_pkg", "check")[0])
+        if args.demo:
+            return finish(args, bench, result, memory)
+
         # A correction of one old day, landed while the daemon runs: from the moment its batch is in the landing (the
         # process writing it has ended) until the sensor's restatement has published it.
         old_day = (last - timedelta(days=min(30, result["days"] // 4))).isoformat()
@@ -557,7 +576,7 @@ def measure(args: argparse.Namespace, bench: Bench, last: date) -> int:
 
     # One run of (up to) 31 built days, beside the backfill's runs of the default chunk: a run's cost against its days.
     result["short_run_days"] = short = min(31, result["days"])
-    rerun = FIRST_DAY + timedelta(days=min(365, result["days"] - short))
+    rerun = bench.first + timedelta(days=min(365, result["days"] - short))
     step(
         "short_run_s",
         bench.run(
@@ -574,7 +593,7 @@ def measure(args: argparse.Namespace, bench: Bench, last: date) -> int:
     )
     # A one-day backfill, what an operator launches most, of a built day outside the run above: process start to end,
     # and where its run's time went.
-    if rerun > FIRST_DAY:
+    if rerun > bench.first:
         one_day = (rerun - timedelta(days=1)).isoformat()
     else:  # the short run covered the first days: the day after it, or its last when it covered them all
         one_day = (rerun + timedelta(days=min(short, result["days"] - 1))).isoformat()
@@ -620,6 +639,8 @@ def finish(args: argparse.Namespace, bench: Bench, result: dict, memory: PeakMem
     )
     if "restate3_s" in result:
         result["restate3_vs_backfill"] = round(result["restate3_s"] / result["backfill_ui_s"], 3)
+    if "check_s" in result:
+        result["check_vs_backfill"] = round(result["check_s"] / result["backfill_ui_s"], 3)
     for key in (
         "runs",
         "restate3_days_by_table",
@@ -631,6 +652,7 @@ def finish(args: argparse.Namespace, bench: Bench, result: dict, memory: PeakMem
         "peak_memory_mb",
         "backfill_vs_bare",
         "restate3_vs_backfill",
+        "check_vs_backfill",
         "plan_days_changed",
         "promote_commits",
         "plan_vs_mart_backfill",

@@ -29,13 +29,15 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def _run_failed(what: str, result: "ExecuteInProcessResult", file: TextIO = sys.stdout) -> int:
-    """A failed run's one line per failed step; exit 2 when the machinery refused it (nothing written), else 1."""
+def _run_failed(what: str, result: "ExecuteInProcessResult", file: TextIO | None = None) -> int:
+    """A failed run's one line per failed step (on stdout unless `file`); exit 2 when the machinery refused it
+    (nothing written), else 1."""
     from exact_backfills.backfill import step_failures
 
     failures = step_failures(result)
     for failure in failures:
-        print(f"{what} {'refused' if failure.refused else 'failed'} (run {result.run_id}): {failure.cause}", file=file)
+        said = f"{what} {'refused' if failure.refused else 'failed'} (run {result.run_id}): {failure.cause}"
+        print(said, file=file or sys.stdout)
     return 2 if any(f.refused for f in failures) else 1
 
 

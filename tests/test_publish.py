@@ -14,7 +14,7 @@ from assets_pkg.generate import generate
 from exact_backfills import publish as publishing
 from exact_backfills import recording
 from exact_backfills.automation import landing_state
-from exact_backfills.backfill import run_backfill, run_checks
+from exact_backfills.backfill import Backfilled, run_backfill, run_checks
 from exact_backfills.checks import UP_TO_DATE
 from exact_backfills.dagster_names import ALL_ASSETS_JOB, PUBLISHED_TAG, REPAIR_OF_TAG
 from exact_backfills.definitions import defs
@@ -96,7 +96,7 @@ def test_a_failure_between_commits_names_what_was_committed_and_the_days_are_run
     a, b = date(2025, 1, 3), date(2025, 1, 5)
     _conflict_on_the_fact(monkeypatch)
     said = []
-    assert run_backfill(ORDERS, a, b, instance=instance, echo=said.append) is False
+    assert run_backfill(ORDERS, a, b, instance=instance, echo=said.append) == Backfilled(False)  # failed, not refused
     monkeypatch.undo()
     out = "\n".join(said)
     assert "failed after committing quarantine_order_items (" in out and "stg_order_items (version" in out

@@ -10,7 +10,7 @@ from pyspark.sql import functions as F
 from assets_pkg.generate import generate
 from exact_backfills import checks, landing
 from exact_backfills.automation import landing_state
-from exact_backfills.backfill import run_backfill
+from exact_backfills.backfill import Backfilled, run_backfill
 from exact_backfills.checks import day_contents
 from exact_backfills.cli import main
 from exact_backfills.definitions import defs
@@ -130,7 +130,8 @@ def test_a_blocking_failure_publishes_nothing_and_stops_the_downstream_partition
     dup = inject_duplicate(spark, "stg_order_items", DAY)
     before = {t: versions(spark, t)[0] for t in downstream({"fact_order_item"})}
 
-    assert run_backfill(ORDERS, START, END, select=["fact_order_item"], chunk_size=31, instance=built) is False
+    refused = run_backfill(ORDERS, START, END, select=["fact_order_item"], chunk_size=31, instance=built)
+    assert refused == Backfilled(False, refused=True) and refused.exit_code == 2
     out = capsys.readouterr().out
     assert f"unique_key of fact_order_item on {DAY}" in out and "nothing written in any of" in out
     assert f"order_id={dup.order_id}, order_item_id={dup.order_item_id}" in out
