@@ -18,6 +18,7 @@ from dagster import (
     multi_asset,
 )
 from dagster_pyspark import LazyPySparkResource
+from pyspark.sql import SparkSession
 
 from exact_backfills import checks, code_versions, landing, liveness, recording
 from exact_backfills.dagster_names import (
@@ -165,26 +166,12 @@ def publish_step(pipeline: Pipeline) -> AssetsDefinition:
         done: set[str] = set()
         writing = set(pipeline.with_side_tables(writes))
         only_checked = [t for t in pipeline.every_table if t in checked and t not in writing]
-        # Only checks selected (the UI's "Execute" on a check, or the `check` command): verify what is published,
-        # the late-data detection and the code's staleness found once for every table.
-        state = published_state(spark, pipeline, only_checked) if only_checked else None
-        for table in only_checked:
-            assert state is not None
-            wanted = {k.name for k in context.selected_asset_check_keys if k.asset_key.to_user_string() == table}
-            outcomes = [o for o in verify_published(spark, pipeline, table, days, run, state) if o.check in wanted]
-            yield from recording.publication_events(
-                context, table, _checked(days, outcomes), check_outputs=_check_outputs(context, table, done)
-            )
+        if only_checked:
+            yield from _checks_only(context, spark, pipeline, only_checked, done)
         if not writes:
             return
-        change = Change(operation_of(context.run), {t: days for t in writes})
-        if change.operation is Operation.RELEASE:  # the days built from the released ones are rebuilt with them
-            carried = carried_through(spark, pipeline, change.days, change.days)
-            if carried:
-                context.log.info(f"release: beyond its days, also rebuilds {carried_days(carried)}")
-            change = with_carried(change, carried)
         # Each table's days are recorded in Dagster while the next table is committed (publishing).
-        publications = publishing(spark, pipeline, change, run)
+        publications = publishing(spark, pipeline, _change_of(context, spark, pipeline, writes), run)
         recorded: set[str] = set()
         while True:
             try:
@@ -203,6 +190,33 @@ def publish_step(pipeline: Pipeline) -> AssetsDefinition:
                 _record_left_stale(context, table, publication.left_stale)
 
     return publish_tables
+
+
+def _checks_only(
+    context: AssetExecutionContext, spark: SparkSession, pipeline: Pipeline, tables: list[str], done: set[str]
+) -> Iterator[Any]:
+    """Only checks selected of `tables` (the UI's "Execute" on a check, or the `check` command): each verifies what is
+    published, the late-data detection and the code's staleness found once for them all."""
+    days, run = run_days(context), RunInfo.of(context.run)
+    state = published_state(spark, pipeline, tables)
+    for table in tables:
+        wanted = {k.name for k in context.selected_asset_check_keys if k.asset_key.to_user_string() == table}
+        outcomes = [o for o in verify_published(spark, pipeline, table, days, run, state) if o.check in wanted]
+        yield from recording.publication_events(
+            context, table, _checked(days, outcomes), check_outputs=_check_outputs(context, table, done)
+        )
+
+
+def _change_of(context: AssetExecutionContext, spark: SparkSession, pipeline: Pipeline, writes: list[str]) -> Change:
+    """What a run of the assets changes: its tables' days; a release also the days built from them beyond."""
+    days = run_days(context)
+    change = Change(operation_of(context.run), {t: days for t in writes})
+    if change.operation is not Operation.RELEASE:
+        return change
+    carried = carried_through(spark, pipeline, change.days, change.days)
+    if carried:
+        context.log.info(f"release: beyond its days, also rebuilds {carried_days(carried)}")
+    return with_carried(change, carried)
 
 
 def _record_left_stale(context: AssetExecutionContext, table: str, left_stale: dict[str, list[date]]) -> None:

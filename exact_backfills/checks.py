@@ -8,7 +8,7 @@ change are recorded after the commit.
 
 import datetime as dt
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import date
 from decimal import Decimal
 from typing import Any
@@ -402,40 +402,17 @@ def evaluate_blocking(
     downstream: Mapping[str, Reconcile] | None = None,
     upstream_measures: Mapping[date, Mapping[str, Any]] | None = None,
 ) -> Verified:
-    """`_evaluate_blocking`, with the user's checks set apart when their figures cannot be computed (a figure whose
-    SQL does not resolve, or that raises): the built-in checks are evaluated without them, and each of the user's
-    checks fails on every day, saying why."""
-    arguments = (upstream, lost)
-    try:
-        return _evaluate_blocking(df, *arguments, table, days, upstream_day, downstream, upstream_measures)
-    except Exception as error:
-        if not table.checks:
-            raise
-        verified = _evaluate_blocking(
-            df, *arguments, replace(table, checks=()), days, upstream_day, downstream, upstream_measures
-        )
-        blocking = [c.name for c in table.checks if c.blocking]
-        verified.outcomes += not_evaluated([c.name for c in table.checks], days, error, blocking)
-        return verified
-
-
-def _evaluate_blocking(
-    df: DataFrame,
-    upstream: DataFrame | None,
-    lost: DataFrame | None,
-    table: Declared,
-    days: list[date],
-    upstream_day: str | None = None,
-    downstream: Mapping[str, Reconcile] | None = None,
-    upstream_measures: Mapping[date, Mapping[str, Any]] | None = None,
-) -> Verified:
     """The checks a change runs before it writes, for each of `days` on `df`, a table's rows: its key unique and not
     null, its measures equal to `upstream`'s (when it reconciles; its rows by `upstream_day`, by default the table's
     day column), no key in `lost` (when it checks nothing is lost), and the user's checks.
 
     A table reconciling with this one may have its upstream measures computed here, in the same pass over the rows
     (`downstream`: table -> its reconciliation; in `Verified.for_downstream`), and handed to its own evaluation as
-    `upstream_measures` (day -> measure -> value), instead of `upstream`'s rows aggregated again."""
+    `upstream_measures` (day -> measure -> value), instead of `upstream`'s rows aggregated again.
+
+    The user's checks are set apart when their figures cannot be computed (a figure whose SQL does not resolve, or
+    that raises): the built-in checks are evaluated without them, and each of the user's fails on every day, saying
+    why."""
     key, day_column = list(table.key), table.day_column
     rec = table.reconcile
     # Measures by a column name of their own, apart from the profile's (a measure may be called "rows").
@@ -445,8 +422,15 @@ def _evaluate_blocking(
         for other, their_rec in (downstream or {}).items()
         for name, exprs in their_rec.measures.items()
     ]
-    user = _user_figures(table)
-    rows = _day_profile(df, key, day_column, [*this_measures, *theirs_here, *user]).collect()
+    user_error: Exception | None = None
+    try:
+        user = _user_figures(table)
+        rows = _day_profile(df, key, day_column, [*this_measures, *theirs_here, *user]).collect()
+    except Exception as error:
+        if not table.checks:
+            raise
+        user, user_error = [], error
+        rows = _day_profile(df, key, day_column, [*this_measures, *theirs_here]).collect()
     profiles = {
         r.day: DayProfile(
             r.rows,
@@ -538,7 +522,10 @@ def _evaluate_blocking(
                     },
                 )
             )
-    if table.checks:
+    if user_error is not None:
+        blocking = [c.name for c in table.checks if c.blocking]
+        verified.outcomes += not_evaluated([c.name for c in table.checks], days, user_error, blocking)
+    elif table.checks:
         figures: dict[date, Mapping[str, Any]] = {r.day: r.asDict() for r in rows}
         if any(day not in figures for day in days):  # a day with no rows: the figures of no rows
             empty = df.limit(0).agg(*[column.alias(name) for name, column in user]).first()

@@ -19,6 +19,7 @@ from exact_backfills import DeclarationError, Pipeline, Source, SourceKind, Stag
 from exact_backfills.cli import main
 from exact_backfills.landing import contract_breaks
 from exact_backfills.pipelines import load
+from resources.lake import REPO_ROOT
 
 START, END = date(2025, 1, 1), date(2025, 1, 4)
 
@@ -67,6 +68,17 @@ def test_rows_landed_as_a_batch_must_have_the_contracts_columns_and_types():
         "unexpected column coupon",
         "column day is timestamp, the contract says date",
     ]
+
+
+def test_everything_the_pipelines_guide_names_is_imported_from_exact_backfills():
+    """docs/pipelines.md lists what a pipeline's author imports; each is exported, and each export is listed."""
+    import exact_backfills
+
+    guide = (REPO_ROOT / "docs" / "pipelines.md").read_text()
+    listed = guide.split("(everything above is imported from\n`exact_backfills`: ", 1)[1].split("):", 1)[0]
+    names = {n.strip(" `").removeprefix("and `") for n in listed.replace("\n", " ").split(",")}
+    assert names == set(exact_backfills.__all__)
+    assert all(getattr(exact_backfills, n) is not None for n in names)  # each imported, the lazy ones too
 
 
 # The user's package: one source per way of naming a source's columns, each taken into the lake by its staging table.
