@@ -1,6 +1,7 @@
-"""What the bench drives, as a user would: a real `dagster dev` (webserver + daemon) through the same GraphQL calls the
-UI makes, the Dagster instance it records in, a late batch landed on top of a built lake, and a copy of the project
-whose code differs (a fixed transform).
+"""What the bench drives, as a user would: the embedded UI as `scripts/demo.sh` serves it (the webserver, answering its
+own pages only, and the daemon: exact_backfills/ui_server.py) through the same GraphQL calls the UI makes, the Dagster
+instance it records in, a late batch landed on top of a built lake, and a copy of the project whose code differs (a
+fixed transform).
 
 Imported by bench/run.py once the lake, the instance and the partitions are set in the environment (assets_pkg reads
 its settings when imported)."""
@@ -32,7 +33,7 @@ from resources.delta_io import read_days
 from resources.engine import STOPPABLE
 from resources.lake import REPO_ROOT
 
-# A real `dagster dev`, driven through GraphQL.
+# The embedded UI, driven through GraphQL.
 
 LAUNCH_BACKFILL = """
 mutation($params: LaunchBackfillParams!) {
@@ -68,6 +69,10 @@ query($filter: RunsFilter) {
 }"""
 
 
+# What the UI and its daemon print, in the instance's folder.
+UI_LOG = "ui.log"
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -95,20 +100,17 @@ class DagsterDev:
     def __init__(self, dagster_home: Path, env: dict[str, str], workspace: Path = REPO_ROOT / "workspace.yaml"):
         write_config(dagster_home)
         self.port = _free_port()
-        self.log = open(dagster_home / "dagster_dev.log", "w")
-        dagster = str(Path(sys.executable).parent / "dagster")
+        self.log = open(dagster_home / UI_LOG, "w")
         self.proc = subprocess.Popen(
             # As scripts/demo.sh serves it: from the instance's folder; able to stop on SIGTERM (STOPPABLE).
             [
                 *STOPPABLE,
-                dagster,
-                "dev",
-                "-w",
+                sys.executable,
+                "-m",
+                "exact_backfills.ui_server",
+                "--listen",
+                f"127.0.0.1:{self.port}",
                 str(workspace),
-                "-h",
-                "127.0.0.1",
-                "-p",
-                str(self.port),
             ],
             cwd=dagster_home,
             env={**os.environ, **env, "DAGSTER_HOME": str(dagster_home)},
@@ -131,7 +133,7 @@ class DagsterDev:
     def wait_until_up(self, timeout: float = 120) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            assert self.proc.poll() is None, "dagster dev exited; see dagster_dev.log"
+            assert self.proc.poll() is None, f"the UI exited; see {UI_LOG}"
             try:
                 locations = self.graphql("{ workspaceOrError { ... on Workspace { locationEntries { loadStatus } } } }")
                 entries = locations["workspaceOrError"]["locationEntries"]
@@ -140,7 +142,7 @@ class DagsterDev:
             except OSError:
                 pass
             time.sleep(1)
-        raise TimeoutError("dagster dev did not load the code location in time")
+        raise TimeoutError("the UI did not load the code location in time")
 
     def launch_backfill(self, assets: list[str], partitions: list[str]) -> str:
         """What the UI's 'Launch backfill' dialog sends for a partition selection of assets."""

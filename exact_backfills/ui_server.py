@@ -1,28 +1,57 @@
-"""The Dagster UI on a Unix socket, for the production profile's authenticating proxy (scripts/ui.sh).
+"""The Dagster UI served by the project: on a Unix socket for the production profile's authenticating proxy
+(scripts/ui.sh), or on 127.0.0.1 with its daemon for the embedded demo (scripts/demo.sh), answering its own pages only.
 
 Why this module: `dagster-webserver` listens on a TCP port only, and a port on 127.0.0.1 answers every user of the
 machine, past any proxy in front of it. A socket in a folder only its user enters answers nobody else: the proxy,
-which asks for the operator's password, is the one way in. This serves the same application the `dagster-webserver`
-command builds (dagster_webserver.cli), from the same instance and workspace, on a socket; the daemon runs as
-`dagster-daemon run`. It relies on two of Dagster's internal names, WorkspaceProcessContext and WorkspaceFileTarget:
-tests/test_cluster_profile.py serves the UI with it and queries it through the proxy, and fails if they change.
+which asks for the operator's password, is the one way in. And `dagster dev`'s webserver runs what any page sends it
+(exact_backfills/ui_guard.py): the embedded UI is the same application behind a middleware that refuses another
+origin's requests. Both serve the application the `dagster-webserver` command builds (dagster_webserver.cli), from
+the same instance and workspace; the daemon runs as `dagster-daemon run`. It relies on two of Dagster's internal
+names, WorkspaceProcessContext and WorkspaceFileTarget: tests/test_cluster_profile.py serves the UI with it and
+queries it through the proxy, tests/test_ui.py drives the embedded one in Chromium, and both fail if they change.
 
-    python -m exact_backfills.ui_server SOCKET WORKSPACE_YAML
+    python -m exact_backfills.ui_server SOCKET WORKSPACE_YAML                # the production profile's
+    python -m exact_backfills.ui_server --listen HOST:PORT WORKSPACE_YAML    # the embedded demo's, with its daemon
 """
 
 import os
 import socket as sockets
+import subprocess
 import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
+
+from exact_backfills.ui_guard import SameOrigin, own_origins
+
+# The address of its own a browser may reach the embedded UI at, beside http://HOST:PORT (a name of this machine).
+ORIGIN_VARIABLE = "DAGSTER_UI_ORIGIN"
 
 
-def serve(socket: Path, workspace: Path) -> None:
-    import uvicorn
+@contextmanager
+def _application(workspace: Path) -> Iterator[Any]:
     from dagster import DagsterInstance
     from dagster._core.workspace.context import WorkspaceProcessContext
     from dagster._core.workspace.load_target import WorkspaceFileTarget
     from dagster_webserver.app import create_app_from_workspace_process_context
     from dagster_webserver.version import __version__
+
+    with DagsterInstance.get() as instance:
+        with WorkspaceProcessContext(
+            instance,
+            version=__version__,
+            read_only=False,
+            workspace_load_target=WorkspaceFileTarget(paths=[str(workspace)]),
+            code_server_log_level="WARNING",
+        ) as context:
+            yield create_app_from_workspace_process_context(context, "")
+
+
+def serve(socket: Path, workspace: Path) -> None:
+    import uvicorn
 
     os.umask(0o077)
     # Bound here, not by uvicorn, which would open the socket to every user (0666) once bound: only its user (the
@@ -31,20 +60,52 @@ def serve(socket: Path, workspace: Path) -> None:
     listening = sockets.socket(sockets.AF_UNIX, sockets.SOCK_STREAM)
     listening.bind(str(socket))
     socket.chmod(0o600)
-    with DagsterInstance.get() as instance:
-        with WorkspaceProcessContext(
-            instance,
-            version=__version__,
-            read_only=False,
-            workspace_load_target=WorkspaceFileTarget(paths=[str(workspace)]),
-        ) as context:
-            app = create_app_from_workspace_process_context(context, "")
-            uvicorn.run(app, fd=listening.fileno(), log_level="warning")
+    with _application(workspace) as app:
+        uvicorn.run(app, fd=listening.fileno(), log_level="warning")
+
+
+def serve_local(host: str, port: int, workspace: Path) -> None:
+    """The embedded UI on host:port, answering its own pages only, and its daemon once the UI answers (both would
+    otherwise create a new instance's tables at once). The daemon is in this process's group: stopping the group
+    (Ctrl-C on the terminal, or a kill of the group) stops both; the daemon is stopped when the UI stops."""
+    import uvicorn
+
+    origins = own_origins([f"{host}:{port}", f"localhost:{port}"], [os.environ.get(ORIGIN_VARIABLE, "")])
+    daemon: list[subprocess.Popen] = []
+    with _application(workspace) as app:
+        config = uvicorn.Config(SameOrigin(app, origins), host=host, port=port, log_level="warning")
+        server = uvicorn.Server(config)
+        threading.Thread(target=_start_daemon, args=(server, workspace, daemon), daemon=True).start()
+        try:
+            server.run()
+        finally:
+            for process in daemon:
+                process.terminate()
+                try:
+                    process.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+
+
+def _start_daemon(server: Any, workspace: Path, started: list[subprocess.Popen]) -> None:
+    while not server.started:
+        if server.should_exit:
+            return
+        time.sleep(0.2)
+    daemon = str(Path(sys.executable).with_name("dagster-daemon"))
+    started.append(subprocess.Popen([daemon, "run", "-w", str(workspace), "--log-level", "warning"]))
 
 
 def main(argv: list[str]) -> int:
+    if len(argv) == 3 and argv[0] == "--listen" and ":" in argv[1]:
+        host, port = argv[1].rsplit(":", 1)
+        serve_local(host, int(port), Path(argv[2]))
+        return 0
     if len(argv) != 2:
-        print("usage: python -m exact_backfills.ui_server SOCKET WORKSPACE_YAML", file=sys.stderr)
+        print(
+            "usage: python -m exact_backfills.ui_server SOCKET WORKSPACE_YAML, or --listen HOST:PORT WORKSPACE_YAML",
+            file=sys.stderr,
+        )
         return 2
     serve(Path(argv[0]), Path(argv[1]))
     return 0

@@ -29,11 +29,13 @@ if [ "${PROFILE:-}" = cluster ]; then
   exit 0
 fi
 # Served from the instance's folder: next to the repository's dagster.yaml (a template, written into DAGSTER_HOME),
-# dagster dev would warn that it is not the one in use. The terminal shows the services' warnings and errors, and
-# each run's messages and warnings (python_logs in dagster.yaml), not one line per event; every event is in the UI.
+# Dagster would warn that it is not the one in use. The terminal shows the services' warnings and errors, and each
+# run's messages and warnings (python_logs in dagster.yaml), not one line per event; every event is in the UI.
+# The webserver is Dagster's, served by the project so that it answers its own pages only (`dagster dev`'s runs
+# what any page of another origin sends: exact_backfills/ui_guard.py), with Dagster's daemon beside it; Ctrl-C stops
+# both.
 export LAKE_ROOT="$(realpath -m "${LAKE_ROOT:-$ROOT/.lake}")" DAGSTER_HOME="$(realpath "$DAGSTER_HOME")"
 cd "$DAGSTER_HOME"
-# `dagster dev` still works as documented; its notice that `dg dev` (another package) supersedes it is not a fault.
-export PYTHONWARNINGS="ignore:Function \`dev_command\` is superseded"
 python -m exact_backfills engine status  # it outlives the UI: `python -m exact_backfills engine stop` when done
-exec dagster dev -w "$ROOT/workspace.yaml" -h 127.0.0.1 -p "${DAGSTER_PORT:-3000}" --log-level warning
+echo "demo: the UI on http://127.0.0.1:${DAGSTER_PORT:-3000} (Ctrl-C stops it)"
+exec python -m exact_backfills.ui_server --listen "127.0.0.1:${DAGSTER_PORT:-3000}" "$ROOT/workspace.yaml"

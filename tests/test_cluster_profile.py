@@ -5,19 +5,16 @@ reads the lake with its own local Spark to compare. The last tests are the profi
 user, created by the tests, can reach of it (tests/test_security.py has the embedded profile's)."""
 
 import base64
-import http.server
 import json
 import os
 import ssl
 import subprocess
 import sys
-import threading
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
-from contextlib import contextmanager
 from datetime import date, timedelta
 from pathlib import Path
 
@@ -32,12 +29,12 @@ from exact_backfills.dagster_names import (
     LAKE_WRITES_POOL,
     LANDING_STATE_TAG,
     RESTATE_JOB,
-    ROLLBACK_JOB,
 )
 from exact_backfills.dagster_private import AtomicClaimPostgresEventLogStorage
 from exact_backfills.instance import write_config
 from resources.delta_io import read_days, read_table
 from resources.lake import REPO_ROOT, table_path
+from tests.support.attacker import ATTACKS, page_of_another_origin
 from tests.support.event_storage import assert_records_as_dagsters_own
 from tests.support.lake import (
     copy_landing,
@@ -457,93 +454,6 @@ def test_the_browser_logs_in_to_the_production_ui_with_the_printed_credentials(u
             browser.page.goto(base + "/assets")
 
 
-# A page of another origin, in the browser that holds the operator's credentials: each way a page can send a request
-# without the UI's consent (an image's GET, forms posting text and url-encoded fields, a script's no-cors POST, a
-# WebSocket), each asking for a mutation by the query string the webserver reads. Served over TLS on another port of
-# this host, as any local user can serve one: the same site as the UI, so the browser attaches the credentials it
-# holds for the UI (it keeps them from a page of another site).
-ATTACKS = ("get", "form-text", "form-urlencoded", "fetch-no-cors")
-ATTACK_PAGE = """<!doctype html><html><body><iframe name="sink"></iframe>
-<form id="form-text" method="POST" target="sink" enctype="text/plain"><input name="x" value="y"></form>
-<form id="form-urlencoded" method="POST" target="sink"><input name="x" value="y"></form>
-<script>
-const urls = URLS;
-const said = {};
-function settle(promise) {
-  return Promise.race([promise, new Promise(done => setTimeout(done, 5000))]);
-}
-function submitted(id) {
-  const sink = document.querySelector("iframe");
-  const loaded = new Promise(done => sink.addEventListener("load", done, {once: true}));
-  const form = document.getElementById(id);
-  form.action = urls[id];
-  form.submit();
-  return settle(loaded);
-}
-async function attack() {
-  await settle(new Promise(done => { const i = new Image(); i.onload = i.onerror = done; i.src = urls["get"]; }));
-  await submitted("form-text");
-  await submitted("form-urlencoded");
-  await settle(fetch(urls["fetch-no-cors"], {method: "POST", mode: "no-cors", credentials: "include",
-                                              body: JSON.stringify({query: "{ version }"})}).catch(() => null));
-  await settle(fetch(urls["delete"], {method: "POST", mode: "no-cors", credentials: "include"}).catch(() => null));
-  said.websocket = await settle(new Promise(done => {
-    const socket = new WebSocket(urls["websocket"], "graphql-ws");
-    socket.onopen = () => socket.send(JSON.stringify({type: "connection_init", payload: {}}));
-    socket.onmessage = event => done("answered: " + event.data);
-    socket.onerror = () => done("refused");
-    socket.onclose = () => done("refused");
-  })) || "no answer";
-  window.said = said;
-}
-attack();
-</script></body></html>"""
-
-
-def _launch_mutation(tag: str) -> str:
-    """A launch of the rollback job (with a configuration it refuses, so that nothing would be written) tagged `tag`."""
-    config = '{ops: {roll_back_days: {config: {start: "2025-01-01", end: "2025-01-01"}}}}'
-    return (
-        'mutation { launchRun(executionParams: {selector: {repositoryLocationName: "exact_backfills", '
-        f'repositoryName: "__repository__", jobName: "{ROLLBACK_JOB}"}}, runConfigData: {config}, '
-        f'executionMetadata: {{tags: [{{key: "attack", value: "{tag}"}}]}}}}) {{ __typename }} }}'
-    )
-
-
-@contextmanager
-def _page_of_another_origin(base: str, victim_run: str, folder: Path):
-    """The attacker's page, served over TLS (a certificate of its own, made in `folder`) on a port of its own: its
-    address."""
-    urls = {a: f"{base}/graphql?query={urllib.parse.quote(_launch_mutation(a))}" for a in ATTACKS}
-    delete = 'mutation { deleteRun(runId: "RUN") { __typename } }'.replace("RUN", victim_run)
-    urls["delete"] = f"{base}/graphql?query={urllib.parse.quote(delete)}"
-    urls["websocket"] = base.replace("https://", "wss://") + "/graphql"
-    page = ATTACK_PAGE.replace("URLS", json.dumps(urls)).encode()
-
-    class Attacker(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            self.send_response(200)
-            self.send_header("Content-Type", "text/html")
-            self.end_headers()
-            self.wfile.write(page)
-
-        def log_message(self, *args):
-            pass
-
-    key, certificate = folder / "attacker.key", folder / "attacker.crt"
-    made = ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1"]
-    subprocess.run([*made, "-keyout", str(key), "-out", str(certificate)], capture_output=True, check=True)
-    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    tls.load_cert_chain(certificate, key)
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Attacker)
-    server.socket = tls.wrap_socket(server.socket, server_side=True)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"https://127.0.0.1:{server.server_address[1]}/"
-    finally:
-        server.shutdown()
-
-
 def test_a_page_of_another_origin_drives_no_mutation_of_the_production_ui_and_the_ui_still_works(ui, built, tmp_path):
     from tests.support.browser import dagster_ui
 
@@ -558,7 +468,7 @@ def test_a_page_of_another_origin_drives_no_mutation_of_the_production_ui_and_th
         browser.page.on("websocket", lambda socket: socket.on("framereceived", lambda frame: frames.append(frame)))
         browser.open("/runs")  # the operator logged in: the browser holds the credentials
         browser.page.get_by_text("Runs").first.wait_for()
-        with _page_of_another_origin(base, victim, tmp_path) as attacker:
+        with page_of_another_origin(base, victim, tmp_path, location="exact_backfills") as attacker:
             browser.page.goto(attacker)
             browser.page.wait_for_function("() => window.said !== undefined", timeout=120_000)
             said = browser.page.evaluate("() => window.said")

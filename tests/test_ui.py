@@ -5,12 +5,15 @@ pipeline's back shows its day failed with the numbers; a late batch shows exactl
 the sensor's restatement; the landing shows as observed; a fixed transform shows exactly the days it makes
 stale. The tests share the lake and run in file order."""
 
+import urllib.error
+import urllib.parse
+import urllib.request
 from datetime import date, timedelta
 from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from dagster import AssetKey
+from dagster import AssetKey, RunsFilter
 
 from assets_pkg.generate import generate
 from exact_backfills import cli
@@ -34,8 +37,9 @@ from examples.ml_features.sources import APP_EVENTS
 from resources import audit, control
 from resources.delta_io import read_days, read_table
 from resources.lake import REPO_ROOT, table_path
+from tests.support.attacker import ATTACKS, page_of_another_origin
 from tests.support.browser import dagster_ui
-from tests.support.dagster_ui import DagsterDev, instance_at
+from tests.support.dagster_ui import UI_LOG, DagsterDev, instance_at
 from tests.support.lake import TABLE_KEYS, duplicate_keys, environment, rows, versions
 from tests.support.late_batches import (
     ORDER_TABLES,
@@ -126,6 +130,31 @@ def test_the_landing_shows_as_observed_with_a_data_version_for_every_landed_day(
         observed = instance.fetch_observations(AssetKey("landing_order_items"), limit=10_000).records
     versions = {r.partition_key: r.asset_observation.data_version for r in observed}
     assert len(versions) == DAYS and all(versions.values())
+
+
+def test_a_page_of_another_origin_drives_no_mutation_of_the_ui_which_still_answers_its_own(
+    dagster_dev, lake, ui, tmp_path
+):
+    """The UI answers its own pages only: a page on another port of this machine, shown in the same browser, launches
+    no run and deletes none, by any means a page has (and the UI still works: every test after this one uses it)."""
+    root, _ = lake
+    base = f"http://127.0.0.1:{dagster_dev.port}"
+    with instance_at(root / "dagster_dev_home") as instance:
+        victim = instance.get_runs(limit=1)[0].run_id
+        ui.open("/runs")
+        ui.page.get_by_text("Runs").first.wait_for()
+        with page_of_another_origin(base, victim, tmp_path, location="orders") as attacker:
+            ui.page.goto(attacker)
+            ui.page.wait_for_function("() => window.said !== undefined", timeout=120_000)
+            said = ui.page.evaluate("() => window.said")
+        launched = instance.get_runs(RunsFilter(tags={"attack": list(ATTACKS)}))
+        assert (said["websocket"], launched, instance.get_run_by_id(victim) is None) == ("refused", [], False)
+    # Whoever sends it: a query in a GET's query string is refused, in one line.
+    query = urllib.parse.quote("{ version }")
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(f"{base}/graphql?query={query}", timeout=30)
+    said = refused.value.read().decode()
+    assert refused.value.code == 403 and said.startswith("refused: ") and said.count("\n") == 1, said
 
 
 def test_a_30_day_backfill_from_the_materialize_dialog_runs_in_chunks_and_changes_nothing_it_reruns(
@@ -360,9 +389,9 @@ def test_the_resources_page_shows_the_settings_the_runs_use(ui, lake):
     ui.screenshot("settings-resource")
 
 
-def test_the_terminal_of_dagster_dev_shows_no_line_per_event(dagster_dev, lake):
+def test_the_terminal_of_the_ui_shows_no_line_per_event(dagster_dev, lake):
     root, _ = lake
-    printed = (root / "dagster_dev_home" / "dagster_dev.log").read_text()
+    printed = (root / "dagster_dev_home" / UI_LOG).read_text()
     assert " - DEBUG - " not in printed and "STEP_START" not in printed
     assert "Found a dagster instance configuration value" not in printed
 
