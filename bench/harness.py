@@ -6,6 +6,7 @@ fixed transform).
 Imported by bench/run.py once the lake, the instance and the partitions are set in the environment (assets_pkg reads
 its settings when imported)."""
 
+import base64
 import json
 import os
 import shutil
@@ -99,6 +100,7 @@ def instance_at(dagster_home: Path):
 class DagsterDev:
     def __init__(self, dagster_home: Path, env: dict[str, str], workspace: Path = REPO_ROOT / "workspace.yaml"):
         write_config(dagster_home)
+        self.home = dagster_home
         self.port = _free_port()
         self.log = open(dagster_home / UI_LOG, "w")
         self.proc = subprocess.Popen(
@@ -119,11 +121,23 @@ class DagsterDev:
             start_new_session=True,
         )
 
+    @property
+    def credentials(self) -> tuple[str, str]:
+        """The UI's user and password, which it makes at its first start (exact_backfills/ui_server.py)."""
+        from exact_backfills.ui_server import CREDENTIALS_FILE
+
+        user, password = (self.home / CREDENTIALS_FILE).read_text().strip().split(":", 1)
+        return user, password
+
     def graphql(self, query: str, variables: dict | None = None) -> dict:
+        user, password = self.credentials
         request = urllib.request.Request(
             f"http://127.0.0.1:{self.port}/graphql",
             data=json.dumps({"query": query, "variables": variables or {}}).encode(),
-            headers={"Content-Type": "application/json"},
+            headers={
+                "Content-Type": "application/json",
+                "Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode(),
+            },
         )
         with urllib.request.urlopen(request, timeout=30) as response:
             body = json.load(response)

@@ -25,10 +25,16 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from exact_backfills.ui_guard import SameOrigin, own_origins
+from exact_backfills.ui_guard import Credentials, Guarded, own_origins
 
 # The address of its own a browser may reach the embedded UI at, beside http://HOST:PORT (a name of this machine).
 ORIGIN_VARIABLE = "DAGSTER_UI_ORIGIN"
+# The embedded UI's user and password, in the instance's folder (its user's alone), made at its first start.
+CREDENTIALS_FILE = "ui-credentials"
+
+
+def credentials_file() -> Path:
+    return Path(os.environ.get("DAGSTER_HOME", ".")) / CREDENTIALS_FILE
 
 
 @contextmanager
@@ -65,15 +71,22 @@ def serve(socket: Path, workspace: Path) -> None:
 
 
 def serve_local(host: str, port: int, workspace: Path) -> None:
-    """The embedded UI on host:port, answering its own pages only, and its daemon once the UI answers (both would
-    otherwise create a new instance's tables at once). The daemon is in this process's group: stopping the group
-    (Ctrl-C on the terminal, or a kill of the group) stops both; the daemon is stopped when the UI stops."""
+    """The embedded UI on host:port, answering its user (its password) from its own pages only, and its daemon once
+    the UI answers (both would otherwise create a new instance's tables at once). The daemon is in this process's
+    group: stopping the group (Ctrl-C on the terminal, or a kill of the group) stops both; the daemon is stopped when
+    the UI stops."""
     import uvicorn
 
     origins = own_origins([f"{host}:{port}", f"localhost:{port}"], [os.environ.get(ORIGIN_VARIABLE, "")])
+    os.umask(0o077)
+    credentials, made = Credentials.kept_in(credentials_file())
+    if made:
+        print(f"The UI's user {credentials.user}, password {credentials.password}", flush=True)
+        print(f"  (shown this once; kept in {credentials_file()}, readable by you alone)", flush=True)
+    print(f"The UI: http://{host}:{port} (user and password in {credentials_file()})", flush=True)
     daemon: list[subprocess.Popen] = []
     with _application(workspace) as app:
-        config = uvicorn.Config(SameOrigin(app, origins), host=host, port=port, log_level="warning")
+        config = uvicorn.Config(Guarded(app, origins, credentials), host=host, port=port, log_level="warning")
         server = uvicorn.Server(config)
         threading.Thread(target=_start_daemon, args=(server, workspace, daemon), daemon=True).start()
         try:

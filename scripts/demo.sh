@@ -5,7 +5,7 @@
 # EXACT_BACKFILLS_PIPELINE=examples.ml_features.pipeline:pipeline for the ML one).
 #
 #   bash scripts/demo.sh                     # the embedded default: local Spark, Dagster on SQLite, the UI on
-#                                            # http://127.0.0.1:${DAGSTER_PORT:-3000} for this machine's user alone
+#                                            # http://127.0.0.1:${DAGSTER_PORT:-3000}, behind a password it makes
 #   bash scripts/demo.sh --profile cluster   # the production profile: a Spark cluster behind Spark Connect, Dagster
 #                                            # on PostgreSQL (scripts/cluster-profile.sh), a lake of its own, the UI
 #                                            # behind a password over TLS (scripts/ui.sh), in the background
@@ -32,10 +32,9 @@ fi
 # Dagster would warn that it is not the one in use. The terminal shows the services' warnings and errors, and each
 # run's messages and warnings (python_logs in dagster.yaml), not one line per event; every event is in the UI.
 # The webserver is Dagster's, served by the project so that it answers its own pages only (`dagster dev`'s runs
-# what any page of another origin sends: exact_backfills/ui_guard.py), with Dagster's daemon beside it; Ctrl-C stops
-# both.
+# what any page of another origin sends, and asks no password: exact_backfills/ui_guard.py), with Dagster's daemon
+# beside it; Ctrl-C stops both. It prints where its password is (shown once, at its first start).
 export LAKE_ROOT="$(realpath -m "${LAKE_ROOT:-$ROOT/.lake}")" DAGSTER_HOME="$(realpath "$DAGSTER_HOME")"
 cd "$DAGSTER_HOME"
 python -m exact_backfills engine status  # it outlives the UI: `python -m exact_backfills engine stop` when done
-echo "demo: the UI on http://127.0.0.1:${DAGSTER_PORT:-3000} (Ctrl-C stops it)"
 exec python -m exact_backfills.ui_server --listen "127.0.0.1:${DAGSTER_PORT:-3000}" "$ROOT/workspace.yaml"

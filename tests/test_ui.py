@@ -5,6 +5,7 @@ pipeline's back shows its day failed with the numbers; a late batch shows exactl
 the sensor's restatement; the landing shows as observed; a fixed transform shows exactly the days it makes
 stale. The tests share the lake and run in file order."""
 
+import base64
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -112,7 +113,7 @@ def runs_of(dev: DagsterDev, job: str, pipeline) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def ui(dagster_dev):
-    with dagster_ui(f"http://127.0.0.1:{dagster_dev.port}") as ui:
+    with dagster_ui(f"http://127.0.0.1:{dagster_dev.port}", dagster_dev.credentials) as ui:
         yield ui
 
 
@@ -135,8 +136,9 @@ def test_the_landing_shows_as_observed_with_a_data_version_for_every_landed_day(
 def test_a_page_of_another_origin_drives_no_mutation_of_the_ui_which_still_answers_its_own(
     dagster_dev, lake, ui, tmp_path
 ):
-    """The UI answers its own pages only: a page on another port of this machine, shown in the same browser, launches
-    no run and deletes none, by any means a page has (and the UI still works: every test after this one uses it)."""
+    """The UI answers its user from its own pages only: a page on another port of this machine, shown in the browser
+    that holds the UI's password, launches no run and deletes none, by any means a page has (and the UI still works:
+    every test after this one uses it); without the password, nothing answers."""
     root, _ = lake
     base = f"http://127.0.0.1:{dagster_dev.port}"
     with instance_at(root / "dagster_dev_home") as instance:
@@ -149,12 +151,19 @@ def test_a_page_of_another_origin_drives_no_mutation_of_the_ui_which_still_answe
             said = ui.page.evaluate("() => window.said")
         launched = instance.get_runs(RunsFilter(tags={"attack": list(ATTACKS)}))
         assert (said["websocket"], launched, instance.get_run_by_id(victim) is None) == ("refused", [], False)
-    # Whoever sends it: a query in a GET's query string is refused, in one line.
+    # Whoever sends it, with the password: a query in a GET's query string is refused, in one line. Without the
+    # password (another user of the machine), nothing answers.
     query = urllib.parse.quote("{ version }")
-    with pytest.raises(urllib.error.HTTPError) as refused:
-        urllib.request.urlopen(f"{base}/graphql?query={query}", timeout=30)
-    said = refused.value.read().decode()
-    assert refused.value.code == 403 and said.startswith("refused: ") and said.count("\n") == 1, said
+    password = "Basic " + base64.b64encode(":".join(dagster_dev.credentials).encode()).decode()
+    for headers, status in (({"Authorization": password}, 403), ({}, 401)):
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(urllib.request.Request(f"{base}/graphql?query={query}", headers=headers), timeout=30)
+        said = refused.value.read().decode()
+        assert refused.value.code == status and said.startswith("refused: ") and said.count("\n") == 1, said
+    for path in ("/", "/server_info"):
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(base + path, timeout=30)
+        assert refused.value.code == 401, path
 
 
 def test_a_30_day_backfill_from_the_materialize_dialog_runs_in_chunks_and_changes_nothing_it_reruns(

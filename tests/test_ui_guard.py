@@ -1,9 +1,11 @@
 """What the embedded UI answers (exact_backfills/ui_guard.py), request by request: its own pages and clients that are
 not browsers; never another origin's mutation, however a page sends it. tests/test_ui.py shows the same in Chromium."""
 
+import stat
+
 import pytest
 
-from exact_backfills.ui_guard import Asked, own_origins, refusal
+from exact_backfills.ui_guard import Asked, Credentials, own_origins, refusal, refused
 
 OWN = own_origins(["127.0.0.1:3000", "localhost:3000"])
 HOST = {"host": "127.0.0.1:3000"}
@@ -59,3 +61,17 @@ def test_an_origin_of_its_own_named_for_the_ui_is_its_own_too():
     mine = own_origins(["127.0.0.1:3000"], ["https://dagster.example.org/"])
     request_ = asked("POST", "/graphql", origin="https://dagster.example.org", host="dagster.example.org", **JSON)
     assert refusal(request_, mine) is None
+
+
+def test_without_the_uis_password_nothing_answers_and_with_it_the_same_origin_rules_hold(tmp_path):
+    credentials, made = Credentials.kept_in(tmp_path / "ui-credentials")
+    assert made and stat.S_IMODE((tmp_path / "ui-credentials").stat().st_mode) == 0o600
+    assert Credentials.kept_in(tmp_path / "ui-credentials") == (credentials, False)  # kept, not made again
+    wrong = Credentials(credentials.user, "guessed").header
+    for given in ({}, {"authorization": wrong}):
+        found = refused(asked(**given), OWN, credentials)
+        assert found is not None and found.status == 401 and "password" in found.why, found
+    assert refused(asked(authorization=credentials.header), OWN, credentials) is None
+    cross = asked("GET", "/graphql", MUTATION, authorization=credentials.header)
+    found = refused(cross, OWN, credentials)
+    assert found is not None and found.status == 403, found
