@@ -46,6 +46,15 @@ from exact_backfills.publish import (
     fault_point,
     publish,
 )
+from exact_backfills.restatement_days import (
+    DaysToRestate,
+    batches_to_read,
+    classify_days,
+    held_landings,
+    in_window,
+    read_name,
+    window_start,
+)
 from resources import control
 from resources.control import LateException
 from resources.delta_io import day_filter, read_table, scalar, table_exists
@@ -112,88 +121,6 @@ class Detection:
             for table, days in self.outside.items()
             for d, c in sorted(days.items())
         ]
-
-
-# The day decisions, pure: which batches to read, where the restatement window starts, which changed days are
-# restated, which are too old to be, which are held.
-
-
-def read_name(source: str, batch: str) -> str:
-    """A batch as the watermark records it read."""
-    return f"{source}/{batch}"
-
-
-def batches_to_read(source: str, landed: list[str], wm: control.Watermark, reprocess: timedelta) -> list[str]:
-    """The landed batches of `source` a restatement reads: every one never read, and the ones landed since the
-    watermark minus the reprocess window."""
-    since = (wm.watermark_ts - reprocess).date() if wm.watermark_ts else None
-    seen = set(wm.batches_read)
-    return [
-        b for b in landed if read_name(source, b) not in seen or (since is not None and date.fromisoformat(b) >= since)
-    ]
-
-
-def window_start(landed: list[str], window_days: int) -> date | None:
-    """The first day a restatement rewrites: the window counts back from the newest landed batch, not the clock."""
-    return date.fromisoformat(max(landed)) - timedelta(days=window_days) if landed else None
-
-
-@dataclass
-class DaysToRestate:
-    days: dict[str, dict[date, DayChange]]  # table -> its days to restate
-    outside: dict[str, dict[date, DayChange]]  # staging table -> its days older than the window: exceptions
-    held: dict[date, DayChange]  # held since a rollback: left as they are, every table's change of the day merged
-
-
-def _merge(into: dict[date, DayChange], day: date, change: DayChange) -> None:
-    into[day] = into[day].plus(change) if day in into else change
-
-
-def in_window(
-    changed: dict[str, dict[date, DayChange]], start: date | None
-) -> tuple[dict[str, dict[date, DayChange]], dict[str, dict[date, DayChange]]]:
-    """The staging tables' changed days split: (in the window, older than the window)."""
-    inside: dict[str, dict[date, DayChange]] = {}
-    outside: dict[str, dict[date, DayChange]] = {}
-    for table, days in changed.items():
-        inside[table] = {d: c for d, c in days.items() if start is None or d >= start}
-        old = {d: c for d, c in days.items() if start is not None and d < start}
-        if old:
-            outside[table] = old
-    return inside, outside
-
-
-def classify_days(
-    stale: dict[str, dict[date, DayChange]],
-    outside: dict[str, dict[date, DayChange]],
-    pending: dict[str, list[date]],
-    held_days: set[date],
-) -> DaysToRestate:
-    """Sort the stale days: a day left pending by an interrupted restatement is rewritten again whatever its age (and
-    is no exception); a day held since a rollback is left as it is, whatever else it is."""
-    days = {t: dict(d) for t, d in stale.items()}
-    old = {t: dict(d) for t, d in outside.items()}
-    for table, pending_days in pending.items():
-        for day in pending_days:
-            days.setdefault(table, {})[day] = replace(days.get(table, {}).get(day, DayChange()), pending=True)
-            if day in old.get(table, {}):
-                days[table][day] = days[table][day].plus(old[table].pop(day))
-    held: dict[date, DayChange] = {}
-    for place in (*days.values(), *old.values()):
-        for day in [d for d in place if d in held_days]:
-            _merge(held, day, place.pop(day))
-    return DaysToRestate(days, {t: d for t, d in old.items() if d}, held)
-
-
-def held_landings(changed: dict[str, dict[date, DayChange]], held_days: set[date]) -> dict[date, DayChange]:
-    """Day -> what landed for it since, on the days held since a rollback: the sources' changes of the day (each
-    staging table's once), not the copies the tables built from them carry."""
-    found: dict[date, DayChange] = {}
-    for changes in changed.values():
-        for day, change in changes.items():
-            if day in held_days:
-                _merge(found, day, change)
-    return found
 
 
 def _row_id(columns: list[str]) -> Column:
@@ -291,69 +218,97 @@ def _dimension_changes(
     return scalar(versions.agg(F.max(source.loaded_at))), new
 
 
-def detect(spark: SparkSession, pipeline: Pipeline, keep_landed: bool = False) -> Detection:
-    """What the batches landed since the watermark change, day by day and table by table, without writing anything.
-    With `keep_landed`, what it read of each events source's batches stays cached in `landed` until the caller's
-    `unpersist`."""
+@dataclass
+class _Landed:
+    """What the batches read add, before it is decided against the window and the holds."""
+
+    first_hop: dict[str, dict[date, DayChange]] = field(default_factory=dict)  # staging table -> its changed days
+    kept: dict[str, LandedBatches] = field(default_factory=dict)  # events staging table -> what was read, kept
+    new_versions: dict[str, DataFrame] = field(default_factory=dict)  # dimension -> its new versions
+    loaded: list[datetime] = field(default_factory=list)  # each source's newest load time read
+
+    def unpersist(self) -> None:
+        for landed_batches in self.kept.values():
+            landed_batches.unpersist()
+
+
+def _refuse_unpublished(pipeline: Pipeline) -> None:
     missing = [t.name for t in pipeline.staging.values() if not table_exists(t.name)]
     if missing:
         more = f" (nor {', '.join(missing[1:])})" if missing[1:] else ""
         raise NothingPublished(
             f"{missing[0]} is not materialized{more}: backfill the tables before restating late data"
         )
+
+
+def _read_landed(
+    spark: SparkSession,
+    pipeline: Pipeline,
+    batches: dict[str, list[str]],
+    landed: dict[str, list[str]],
+    keep: bool,
+    found: _Landed,
+) -> None:
+    """Each source's batches read against its staging table, into `found` as they are read (so that a failure can
+    unpersist what was kept); `keep`: an events source's read stays cached."""
+    for source in pipeline.sources:
+        table = pipeline.staging[source.name]
+        changed = found.first_hop.setdefault(table.name, {})
+        if table.events:
+            if not batches[source.name]:
+                continue
+            every = batches[source.name] == landed[source.name]
+            new_ts, landed_batches = _event_changes(spark, table, batches[source.name], every, changed, keep)
+            if landed_batches:
+                found.kept[table.name] = landed_batches
+        else:
+            new_ts, versions = _dimension_changes(spark, table, batches[source.name], changed)
+            if versions is not None:
+                found.new_versions[table.name] = versions
+        found.loaded += [new_ts] if new_ts else []
+
+
+def _days_to_restate(
+    spark: SparkSession, pipeline: Pipeline, found: _Landed, start: date | None, wm: control.Watermark
+) -> tuple[DaysToRestate, list[control.HeldDay]]:
+    """The changed days carried to every table, sorted into restated, too old, and held since a rollback."""
+    inside, outside = in_window(found.first_hop, start)
+    holds = control.open_holds(spark, pipeline.name)
+    held_days = {h.day for h in holds}
+    # A day held since a rollback stays as it is in every table, and so do the days built from it: what landed for it
+    # is carried nowhere until it is released.
+    landed_on_held = held_landings(inside, held_days)
+    inside = {t: {d: c for d, c in changes.items() if d not in held_days} for t, changes in inside.items()}
+    dimension_changes = {
+        t: DimensionChange(v.where(day_filter(VALID_FROM, sorted(inside[t]))))
+        for t, v in found.new_versions.items()
+        if inside[t]
+    }
+    stale = dependencies.stale_downstream(spark, pipeline, inside, dimension_changes)
+    days = classify_days(stale, outside, wm.pending, held_days)
+    return replace(days, held={**days.held, **landed_on_held}), holds
+
+
+def detect(spark: SparkSession, pipeline: Pipeline, keep_landed: bool = False) -> Detection:
+    """What the batches landed since the watermark change, day by day and table by table, without writing anything.
+    With `keep_landed`, what it read of each events source's batches stays cached in `landed` until the caller's
+    `unpersist`."""
+    _refuse_unpublished(pipeline)
     wm = control.read_watermark(spark, pipeline.name)
     landed = {s.name: [landing.batch_name(p) for p in landing.batch_dirs(s)] for s in pipeline.sources}
     batches = {s: batches_to_read(s, names, wm, reprocess_window()) for s, names in landed.items()}
-    first_hop: dict[str, dict[date, DayChange]] = {}
-    kept: dict[str, LandedBatches] = {}
-    new_versions: dict[str, DataFrame] = {}
-    loaded: list[datetime] = []
+    found = _Landed()
     try:
-        for source in pipeline.sources:
-            table = pipeline.staging[source.name]
-            changed = first_hop.setdefault(table.name, {})
-            if table.events:
-                if not batches[source.name]:
-                    continue
-                new_ts, landed_batches = _event_changes(
-                    spark,
-                    table,
-                    batches[source.name],
-                    batches[source.name] == landed[source.name],
-                    changed,
-                    keep_landed,
-                )
-                if landed_batches:
-                    kept[table.name] = landed_batches
-            else:
-                new_ts, versions = _dimension_changes(spark, table, batches[source.name], changed)
-                if versions is not None:
-                    new_versions[table.name] = versions
-            loaded += [new_ts] if new_ts else []
+        _read_landed(spark, pipeline, batches, landed, keep_landed, found)
         start = window_start([b for names in landed.values() for b in names], restatement_window_days())
-        inside, outside = in_window(first_hop, start)
-        holds = control.open_holds(spark, pipeline.name)
-        held_days = {h.day for h in holds}
-        # A day held since a rollback stays as it is in every table, and so do the days built from it: what landed
-        # for it is carried nowhere until it is released.
-        landed_on_held = held_landings(inside, held_days)
-        inside = {t: {d: c for d, c in changes.items() if d not in held_days} for t, changes in inside.items()}
-        dimension_changes = {
-            t: DimensionChange(v.where(day_filter(VALID_FROM, sorted(inside[t]))))
-            for t, v in new_versions.items()
-            if inside[t]
-        }
-        stale = dependencies.stale_downstream(spark, pipeline, inside, dimension_changes)
-        days = classify_days(stale, outside, wm.pending, held_days)
-        days = replace(days, held={**days.held, **landed_on_held})
+        days, holds = _days_to_restate(spark, pipeline, found, start, wm)
     except BaseException:
-        for landed_batches in kept.values():
-            landed_batches.unpersist()
+        found.unpersist()
         raise
     finally:
-        for versions in new_versions.values():
+        for versions in found.new_versions.values():
             versions.unpersist()
-    watermark_ts = max((t for t in (wm.watermark_ts, *loaded) if t is not None), default=None)
+    watermark_ts = max((t for t in (wm.watermark_ts, *found.loaded) if t is not None), default=None)
     refused = [r for source in pipeline.sources for r in landing.landed_files(source, batches[source.name]).refused]
     return Detection(
         wm,
@@ -362,11 +317,11 @@ def detect(spark: SparkSession, pipeline: Pipeline, keep_landed: bool = False) -
         start,
         {t: days.days.get(t, {}) for t in pipeline.publish_order},
         days.outside,
-        kept,
+        found.kept,
         refused,
         days.held,
         holds,
-        first_hop,
+        found.first_hop,
     )
 
 

@@ -18,17 +18,7 @@ from exact_backfills.declare import SameDay, TrailingDays
 from exact_backfills.dependencies import carried, carried_beyond, left_stale
 from exact_backfills.landing import Refusal
 from exact_backfills.landing_index import holding
-from exact_backfills.late_data import (
-    DayChange,
-    Detection,
-    batches_to_read,
-    classify_days,
-    held_landings,
-    in_window,
-    plan_restatement,
-    read_name,
-    window_start,
-)
+from exact_backfills.late_data import DayChange, Detection, plan_restatement
 from exact_backfills.partitions import bytes_by_day, chunks, days, days_per_run, first_day, last_day
 from exact_backfills.publish import (
     Change,
@@ -42,6 +32,14 @@ from exact_backfills.publish import (
     checkpointed,
     day_ranges,
     reconciled_within,
+)
+from exact_backfills.restatement_days import (
+    batches_to_read,
+    classify_days,
+    held_landings,
+    in_window,
+    read_name,
+    window_start,
 )
 from exact_backfills.rollback import RollbackPlan, rollback_plan
 from exact_backfills.verification import LandingState, landing_outcomes
