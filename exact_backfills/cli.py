@@ -247,7 +247,7 @@ def _cmd_report(pipeline: "Pipeline", args: argparse.Namespace) -> int:
 def _cmd_rollback(pipeline: "Pipeline", args: argparse.Namespace) -> int:
     from exact_backfills.backfill import run_rollback
     from exact_backfills.pipelines import command
-    from exact_backfills.rollback import plan_rollback, preview
+    from exact_backfills.rollback import RollbackRequest, plan_rollback, preview
     from resources.spark import get_spark
 
     if args.asset:
@@ -255,9 +255,8 @@ def _cmd_rollback(pipeline: "Pipeline", args: argparse.Namespace) -> int:
     if args.version is not None and not args.asset:
         raise ValueError("--version needs --asset: a version is one table's")
     spark = get_spark()
-    plan = plan_rollback(
-        spark, pipeline, args.start, args.end, args.asset, args.version, args.before_run, args.before_backfill
-    )
+    asked = RollbackRequest(args.start, args.end, args.asset, args.version, args.before_run, args.before_backfill)
+    plan = plan_rollback(spark, pipeline, asked)
     print(f"rollback {plan.describe()}")
     if args.dry_run:
         days = preview(spark, pipeline, plan)

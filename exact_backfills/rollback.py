@@ -159,28 +159,33 @@ def _plan(pipeline: Pipeline, start: date, end: date, restore: dict[str, int], w
     return RollbackPlan(start, end, {t: restore[t] for t in order}, rebuild, why, **asked)
 
 
-def plan_rollback(
-    spark: SparkSession,
-    pipeline: Pipeline,
-    start: date,
-    end: date,
-    table: str | None = None,
-    version: int | None = None,
-    before_run: str | None = None,
-    before_backfill: str | None = None,
-) -> RollbackPlan:
+@dataclass(frozen=True)
+class RollbackRequest:
+    """What a rollback is asked: a range, and either a run or backfill (everything it wrote, narrowed with `table` to
+    that table and the tables it is built from or builds) or a table and a Delta version."""
+
+    start: date
+    end: date
+    table: str | None = None
+    version: int | None = None
+    before_run: str | None = None
+    before_backfill: str | None = None
+
+
+def plan_rollback(spark: SparkSession, pipeline: Pipeline, asked: RollbackRequest) -> RollbackPlan:
     """What a rollback of start..end restores, to which versions, and what it rebuilds. ValueError when there is
     nothing to roll back (the run wrote none of the tables, a version outside the table's history)."""
-    asked = {"table": table, "version": version, "before_run": before_run, "before_backfill": before_backfill}
-    if before_run or before_backfill:
-        what = f"run {before_run}" if before_run else f"backfill {before_backfill}"
+    start, end, table, version = asked.start, asked.end, asked.table, asked.version
+    named = {name: getattr(asked, name) for name in ("table", "version", "before_run", "before_backfill")}
+    if asked.before_run or asked.before_backfill:
+        what = f"run {asked.before_run}" if asked.before_run else f"backfill {asked.before_backfill}"
         written = {
             t: v
             for t in pipeline.every_table
-            if (v := version_before(spark, t, before_run, before_backfill)) is not None
+            if (v := version_before(spark, t, asked.before_run, asked.before_backfill)) is not None
         }
         plan = rollback_plan(pipeline, start, end, written, what, table)
-        return _with_carried(spark, pipeline, RollbackPlan(**{**plan.__dict__, **asked}))
+        return _with_carried(spark, pipeline, RollbackPlan(**{**plan.__dict__, **named}))
     if table is None or version is None:
         raise ValueError("give a table and a version, or a run (--before-run) or backfill (--before-backfill)")
     if version < 0:  # -1 stands for "before the table existed" inside a plan, never for what is asked
@@ -188,7 +193,7 @@ def plan_rollback(
     if table not in pipeline.every_table:
         raise ValueError(_not_a_table(pipeline, table))
     check_version(spark, table, version)
-    plan = _plan(pipeline, start, end, {table: version}, f"{table} rolled back to version {version}", **asked)
+    plan = _plan(pipeline, start, end, {table: version}, f"{table} rolled back to version {version}", **named)
     return _with_carried(spark, pipeline, plan)
 
 
@@ -297,9 +302,7 @@ def rollback_job(pipeline: Pipeline) -> JobDefinition:
         liveness.record(context, pipeline)
         spark = session_of(pyspark)
         try:
-            plan = plan_rollback(
-                spark,
-                pipeline,
+            asked = RollbackRequest(
                 date.fromisoformat(config.start),
                 date.fromisoformat(config.end),
                 config.table or None,
@@ -307,6 +310,7 @@ def rollback_job(pipeline: Pipeline) -> JobDefinition:
                 config.before_run or None,
                 config.before_backfill or None,
             )
+            plan = plan_rollback(spark, pipeline, asked)
         except ValueError as error:
             raise recording.refusal(str(error)) from None
         context.log.info(f"rollback: {plan.describe()}")

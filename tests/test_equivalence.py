@@ -20,7 +20,7 @@ from assets_pkg.generate import generate
 from exact_backfills import landing, late_data
 from exact_backfills.backfill import run_backfill, run_checks, run_restatement, run_rollback, step_failures
 from exact_backfills.dagster_names import RELEASE_TAG
-from exact_backfills.rollback import plan_rollback
+from exact_backfills.rollback import RollbackRequest, plan_rollback
 from examples.ml_features.generate import generate as generate_ml
 from examples.ml_features.pipeline import pipeline as ML
 from examples.ml_features.sources import APP_EVENTS, LABELS, USER_STATUS
@@ -83,7 +83,7 @@ def apply(spark, instance, step: tuple, order_ids: int) -> None:
         table, (a, b) = args[0], sorted(START + timedelta(days=o) for o in args[1:])
         if versions(spark, table)[0] == 0:  # one write: no earlier version to restore (a version is 0 or above)
             return
-        plan = plan_rollback(spark, ORDERS, a, b, table=table, version=versions(spark, table)[0] - 1)
+        plan = plan_rollback(spark, ORDERS, RollbackRequest(a, b, table=table, version=versions(spark, table)[0] - 1))
         before = {t: versions(spark, t)[0] for t in PUBLISH_ORDER}
         result = run_rollback(ORDERS, plan, instance=instance)
         if not result.success:
@@ -169,7 +169,7 @@ def apply_ml(spark, instance, step: tuple, n: int) -> None:
         table, (a, b) = args[0], sorted(START + timedelta(days=o) for o in args[1:])
         if versions(spark, table)[0] == 0:  # one write: no earlier version to restore (a version is 0 or above)
             return
-        plan = plan_rollback(spark, ML, a, b, table=table, version=versions(spark, table)[0] - 1)
+        plan = plan_rollback(spark, ML, RollbackRequest(a, b, table=table, version=versions(spark, table)[0] - 1))
         result = run_rollback(ML, plan, instance=instance)
         if not result.success:
             assert any("refused, nothing restored" in message for message in (f.cause for f in step_failures(result)))

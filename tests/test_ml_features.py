@@ -22,7 +22,7 @@ from exact_backfills.checks import LATE_DATA, UP_TO_DATE
 from exact_backfills.dagster_names import RELEASE_TAG, RESTATE_JOB
 from exact_backfills.location import definitions_of
 from exact_backfills.partitions import days, first_day, last_day
-from exact_backfills.rollback import plan_rollback
+from exact_backfills.rollback import RollbackRequest, plan_rollback
 from examples.ml_features.generate import generate
 from examples.ml_features.pipeline import (
     DIM_USER_STATUS,
@@ -225,7 +225,7 @@ def test_a_day_rolled_back_rebuilds_the_six_days_its_window_reaches_and_ends_as_
     assert run_restatement(ML, instance).success
     restated = {t: rows(spark, t) for t in EVERY_TABLE}
     run_id = instance.get_runs(limit=1)[0].run_id
-    plan = plan_rollback(spark, ML, day, day, before_run=run_id)
+    plan = plan_rollback(spark, ML, RollbackRequest(day, day, before_run=run_id))
     # (quarantine_app_events: its day was written empty again, which Delta records as no commit: nothing to restore)
     assert set(plan.restore) == {STG_APP_EVENTS, USER_DAILY_FEATURES, TRAINING_SET}
     later = sorted(window(day) - {day})

@@ -220,7 +220,7 @@ def test_a_rollback_whose_commit_call_fails_after_its_commit_is_made_records_the
     its days' materializations, audit rows and holds are recorded, the run succeeds. (Last in the module: its days
     stay held.)"""
     from exact_backfills.backfill import run_rollback, step_failures
-    from exact_backfills.rollback import plan_rollback
+    from exact_backfills.rollback import RollbackRequest, plan_rollback
     from resources import audit, control
     from resources.delta_io import COMMIT_ID, FAIL_AFTER_COMMIT, history
     from resources.lake import table_path
@@ -228,7 +228,8 @@ def test_a_rollback_whose_commit_call_fails_after_its_commit_is_made_records_the
     instance = built
     a, b = date(2025, 1, 6), date(2025, 1, 7)
     before = versions(spark, DAILY_REVENUE)[0]
-    plan = plan_rollback(spark, ORDERS, a, b, table=DAILY_REVENUE, version=before)  # its days as they are: checks pass
+    # Its days as they are: checks pass.
+    plan = plan_rollback(spark, ORDERS, RollbackRequest(a, b, table=DAILY_REVENUE, version=before))
     monkeypatch.setenv(FAIL_AFTER_COMMIT, DAILY_REVENUE)
     result = run_rollback(ORDERS, plan, instance=instance, echo=lambda _: None)
     monkeypatch.undo()

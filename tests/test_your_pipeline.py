@@ -23,7 +23,7 @@ from exact_backfills.backfill import run_backfill, run_checks, run_restatement, 
 from exact_backfills.cli import main
 from exact_backfills.dagster_names import RELEASE_TAG
 from exact_backfills.pipelines import load
-from exact_backfills.rollback import plan_rollback
+from exact_backfills.rollback import RollbackRequest, plan_rollback
 from resources import control
 from resources.delta_io import read_table
 from resources.lake import lake_root
@@ -237,7 +237,7 @@ def test_the_late_day_rolled_back_rebuilds_the_weeks_that_hold_it_and_its_releas
     late_day, batch = START + timedelta(days=9), END + timedelta(days=3)
     restatement = built.get_runs(limit=1)[0]
     restated = every_table(spark, shop)
-    plan = plan_rollback(spark, shop, late_day, late_day, before_run=restatement.run_id)
+    plan = plan_rollback(spark, shop, RollbackRequest(late_day, late_day, before_run=restatement.run_id))
     week = [late_day + timedelta(days=i) for i in range(1, 7)]
     assert plan.carried == {"shop_store_week": week}
     assert run_rollback(shop, plan, instance=built, echo=lambda _: None).success
@@ -298,7 +298,7 @@ def test_a_code_change_is_planned_and_promoted_on_exactly_the_days_it_changes(sp
 def test_the_promotion_rolled_back_restores_every_day_it_wrote_and_holds_them(spark, shop, built, tmp_path):
     promotion = built.get_runs(limit=1)[0]
     assert promotion.job_name == "promote_plan"
-    plan = plan_rollback(spark, shop, START, END, before_run=promotion.run_id)
+    plan = plan_rollback(spark, shop, RollbackRequest(START, END, before_run=promotion.run_id))
     assert list(plan.restore) == ["shop_store_week"] and plan.rebuild == []
     assert run_rollback(shop, plan, instance=built, echo=lambda _: None).success
     assert [h.day for h in control.open_holds(spark, shop.name)] == [
