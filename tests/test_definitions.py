@@ -9,7 +9,7 @@ from exact_backfills import checks
 from exact_backfills.assets import freshness_policy
 from exact_backfills.dagster_names import ALL_ASSETS_JOB, RESTATE_JOB
 from exact_backfills.definitions import defs
-from exact_backfills.partitions import daily_partitions, max_partitions_per_run
+from exact_backfills.partitions import max_partitions_per_run
 from resources.spark import LOCAL_JAVA_OPTIONS, SHORT_RUN_JAVA_OPTIONS
 from tests.support.lake import environment
 from tests.support.orders import DAY_COLUMN, ORDERS, TABLES
@@ -26,7 +26,7 @@ def test_every_declared_table_is_a_daily_partitioned_asset_with_a_chunked_backfi
         assert set(checks.names(table)) <= declared, table.name
     for key in graph.materializable_asset_keys:
         node = graph.get(key)
-        assert node.partitions_def == daily_partitions, key
+        assert node.partitions_def == ORDERS.partitions.definition, key
         assert node.backfill_policy.max_partitions_per_run == max_partitions_per_run(), key
 
 
@@ -34,7 +34,7 @@ def test_the_landing_is_an_observed_daily_partitioned_source_of_the_tables_that_
     graph = defs.resolve_asset_graph()
     landing = {k.to_user_string() for k in graph.get_all_asset_keys() - graph.materializable_asset_keys}
     assert landing == {"landing_order_items", "landing_products"}
-    assert all(graph.get(AssetKey(name)).partitions_def == daily_partitions for name in landing)
+    assert all(graph.get(AssetKey(name)).partitions_def == ORDERS.partitions.definition for name in landing)
     assert AssetKey("landing_order_items") in graph.get(AssetKey("stg_order_items")).parent_keys
     assert AssetKey("landing_products") in graph.get(AssetKey("dim_product")).parent_keys
 
@@ -44,7 +44,7 @@ def test_the_code_location_loads_as_the_webserver_loads_it():
 
 
 def test_the_partitions_are_the_configured_days():
-    keys = daily_partitions.get_partition_keys()
+    keys = ORDERS.partitions.definition.get_partition_keys()
     assert (keys[0], keys[-1], len(keys)) == ("2025-01-01", "2025-03-31", 90)
 
 
