@@ -54,6 +54,25 @@ def test_a_source_the_machinery_cannot_serve_is_refused_when_declared_in_one_lin
     assert "\n" not in str(refused.value)
 
 
+@pytest.mark.parametrize(
+    ("calendar", "said"),
+    [
+        (
+            Calendar(date(2025, 3, 31), date(2025, 1, 1)),
+            "its calendar's last day 2025-01-01 is before its first day 2025",
+        ),
+        (Calendar("2025-01-01", date(2025, 3, 31)), "its calendar's first and last day are dates, not ('2025-01-01', "),
+        ("2025-01-01..2025-03-31", "its calendar '2025-01-01..2025-03-31' is not a Calendar(first_day=..., last_day="),
+    ],
+)
+def test_a_calendar_the_machinery_cannot_serve_is_refused_when_declared_in_one_line(calendar, said):
+    source = _source()
+    with pytest.raises(DeclarationError) as refused:
+        Pipeline("refused", sources=[source], tables=[Staging("stg_things", source=source)], calendar=calendar)
+    assert str(refused.value).startswith(f"pipeline 'refused': {said}")
+    assert "\n" not in str(refused.value)
+
+
 def test_rows_landed_as_a_batch_must_have_the_contracts_columns_and_types():
     source = _source()
     assert contract_breaks(source.schema, source) == []
