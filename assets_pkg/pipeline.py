@@ -11,6 +11,7 @@ from assets_pkg import transforms
 from assets_pkg.sources import ORDER_ITEMS, PRODUCTS
 from exact_backfills import (
     AsOf,
+    Calendar,
     Command,
     Demo,
     Pipeline,
@@ -77,6 +78,7 @@ def _generate(spark: SparkSession, demo: Demo) -> str:
 pipeline = Pipeline(
     name="orders",
     sources=[ORDER_ITEMS, PRODUCTS],
+    calendar=Calendar(first_day=date(2025, 1, 1), last_day=date(2025, 3, 31)),
     tables=[
         Staging(
             STG_ORDER_ITEMS,

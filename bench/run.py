@@ -99,13 +99,11 @@ def _bare() -> None:
     transforms, each written by day in one Delta overwrite: no checks, no audit, no orchestration."""
     from assets_pkg.pipeline import pipeline
     from exact_backfills.builds import build
-    from exact_backfills.partitions import days as day_range
-    from exact_backfills.partitions import first_day, last_day
     from resources.lake import lake_root
     from resources.spark import get_spark
 
     spark = get_spark()
-    all_days = day_range(first_day(), last_day())
+    all_days = pipeline.partitions.days
     out = Path(lake_root()) / "bare"
 
     def write(df, table):
@@ -499,7 +497,7 @@ def measure(args: argparse.Namespace, bench: Bench, last: date) -> int:
     step("import_s", bench.run("-m", "assets_pkg", *landed)[0])
     # The days one backfill run covers, as the backfill chooses them from what the landing holds.
     sources = "from assets_pkg.pipeline import pipeline; from exact_backfills import landing; "
-    result["chunk_days"] = int(bench.value(sources + "print(landing.days_per_backfill_run(pipeline.sources))"))
+    result["chunk_days"] = int(bench.value(sources + "print(landing.days_per_backfill_run(pipeline))"))
     result["landed_bytes"] = int(
         bench.value(sources + "print(sum(sum(landing.batch_bytes(s).values()) for s in pipeline.sources))")
     )

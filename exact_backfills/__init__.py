@@ -6,6 +6,7 @@ import warnings
 from dagster import BetaWarning, PreviewWarning
 
 from exact_backfills.as_of import valid_to
+from exact_backfills.calendar import Calendar
 from exact_backfills.declare import (
     AsOf,
     Command,
@@ -40,6 +41,7 @@ def __getattr__(name: str) -> object:
 
 __all__ = [
     "AsOf",
+    "Calendar",
     "Command",
     "DayCheck",
     "DayDependency",

@@ -33,7 +33,7 @@ from exact_backfills.dagster_names import (
 )
 from exact_backfills.dagster_private import UnresolvedAssetJobDefinition
 from exact_backfills.declare import Pipeline
-from exact_backfills.partitions import backfill_policy, daily_partitions, run_days
+from exact_backfills.partitions import backfill_policy, run_days
 from exact_backfills.publish import (
     Change,
     Operation,
@@ -140,6 +140,7 @@ def _refusal(error: Refused) -> NoReturn:
 
 def publish_step(pipeline: Pipeline) -> AssetsDefinition:
     """The one step that materializes any of the pipeline's tables (and runs any of their checks)."""
+    partitions = pipeline.partitions.definition
 
     # can_subset lets the UI materialize any tables (and checks) of the graph; per-check outputs are optional, since
     # results are recorded per day, not returned.
@@ -147,11 +148,16 @@ def publish_step(pipeline: Pipeline) -> AssetsDefinition:
         name=PUBLISH_STEP,
         specs=_specs(pipeline),
         check_specs=[
-            *(spec for t in pipeline.tables for spec in checks.check_specs(t)),
-            *(spec for t in pipeline.tables for side in t.side_tables for spec in checks.quarantine_check_specs(side)),
+            *(spec for t in pipeline.tables for spec in checks.check_specs(t, partitions)),
+            *(
+                spec
+                for t in pipeline.tables
+                for side in t.side_tables
+                for spec in checks.quarantine_check_specs(side, partitions)
+            ),
         ],
-        partitions_def=daily_partitions,
-        backfill_policy=backfill_policy(landing.days_per_backfill_run(pipeline.sources)),
+        partitions_def=partitions,
+        backfill_policy=backfill_policy(landing.days_per_backfill_run(pipeline)),
         can_subset=True,
         pool=LAKE_WRITES_POOL,
     )

@@ -65,7 +65,6 @@ from exact_backfills.dagster_private import (
     UnresolvedAssetJobDefinition,
 )
 from exact_backfills.declare import Pipeline, Source, SourceKind, landing_asset
-from exact_backfills.partitions import daily_partitions
 from exact_backfills.pipelines import command
 from exact_backfills.publish import PartlyPublished, Refused, RunInfo
 from resources.delta_io import is_delta_table
@@ -87,6 +86,7 @@ def landing_observations(
         for day, version in landing.day_versions(
             spark,
             source,
+            pipeline.partitions,
             landed[source.name],
             landing_index.batches_holding(spark, pipeline, source, landed[source.name], index_new=False),
         ).items()
@@ -135,8 +135,8 @@ def stale_day_evaluations(
     return evaluations
 
 
-def _observed(spark: SparkSession, source: Source) -> DataVersionsByPartition:
-    versions = landing.day_versions(spark, source)
+def _observed(spark: SparkSession, pipeline: Pipeline, source: Source) -> DataVersionsByPartition:
+    versions = landing.day_versions(spark, source, pipeline.partitions)
     return DataVersionsByPartition({d.isoformat(): DataVersion(v) for d, v in versions.items()})
 
 
@@ -158,7 +158,10 @@ def _landing_asset(pipeline: Pipeline, source: Source, detects: bool) -> SourceA
     )
 
     @observable_source_asset(
-        name=landing_asset(source), partitions_def=daily_partitions, group_name="landing", description=description
+        name=landing_asset(source),
+        partitions_def=pipeline.partitions.definition,
+        group_name="landing",
+        description=description,
     )
     def observe(context: OpExecutionContext, pyspark: LazyPySparkResource) -> DataVersionsByPartition:
         liveness.record(context, pipeline)
@@ -173,7 +176,7 @@ def _landing_asset(pipeline: Pipeline, source: Source, detects: bool) -> SourceA
                     # An op's context logs a check evaluation of any asset at runtime, though its annotation lists
                     # fewer kinds.
                     context.log_event(evaluation)  # type: ignore[arg-type]
-        return _observed(spark, source)
+        return _observed(spark, pipeline, source)
 
     return observe
 

@@ -39,7 +39,7 @@ from exact_backfills.dagster_private import (
 from exact_backfills.declare import Pipeline
 from exact_backfills.instance import write_config
 from exact_backfills.location import definitions_of
-from exact_backfills.partitions import chunks, first_day, last_day
+from exact_backfills.partitions import chunks
 from exact_backfills.recording import REFUSED
 from exact_backfills.rollback import RollbackPlan
 from resources.spark import get_spark
@@ -158,13 +158,14 @@ def run_backfill(
     """Materialize `select` (every table when None) and everything downstream over start..end, in runs of at most
     `chunk_size` days, in this process; say first what it will write and read and how long it should take (with
     `dry_run`, only that), and at the end what it took."""
-    if start < first_day() or end > last_day() or end < start:
-        raise ValueError(f"range {start}..{end} is not within the partitions {first_day()}..{last_day()}")
+    calendar = pipeline.partitions
+    if start not in calendar or end not in calendar or end < start:
+        raise ValueError(f"range {start}..{end} is not within the partitions {calendar.first_day}..{calendar.last_day}")
     instance = instance or dagster_instance()
     keys = selected_keys(pipeline, select)
     job = definitions_of(pipeline).resolve_job_def(ALL_ASSETS_JOB)
     backfill_id = uuid.uuid4().hex[:8]
-    ranges = chunks(start, end, chunk_size or landing.days_per_backfill_run(pipeline.sources))
+    ranges = chunks(start, end, chunk_size or landing.days_per_backfill_run(pipeline))
     if max((b - a).days + 1 for a, b in ranges) > events_max_days():
         # Such runs log only failing check results (see checks.events_max_days), so the checks are not planned
         # either: Dagster stores a planned row per check per day.

@@ -13,6 +13,7 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from exact_backfills import landing, landing_index, quarantine
+from exact_backfills.calendar import Calendar
 from exact_backfills.declare import (
     BATCH_COLUMN,
     FILE_COLUMN,
@@ -25,7 +26,6 @@ from exact_backfills.declare import (
     Table,
     days_read,
 )
-from exact_backfills.partitions import first_day, last_day
 from resources.delta_io import Scan, day_filter, read_days
 
 # `read(table, days)`: a table's rows of `days`, as the change that builds them gives them.
@@ -71,8 +71,8 @@ class LandedBatches:
 NARROWED_UP_TO_DAYS = 366
 
 
-def narrowed(days: list[date]) -> bool:
-    return len(days) <= NARROWED_UP_TO_DAYS and len(days) < (last_day() - first_day()).days + 1
+def narrowed(days: list[date], calendar: Calendar) -> bool:
+    return len(days) <= NARROWED_UP_TO_DAYS and len(days) < len(calendar.days)
 
 
 # Versions: which of a key's versions is the newest.
@@ -100,7 +100,7 @@ LATEST = "_latest"  # its key's newest version, whether it meets the contract or
 LATEST_VALID = "_latest_valid"  # its key's newest version among those that meet the contract
 
 
-def by_key(source: Source, landed: DataFrame) -> DataFrame:
+def by_key(source: Source, landed: DataFrame, calendar: Calendar) -> DataFrame:
     """Every landed row, tagged with its reason (quarantine.tagged) and marked in one pass over its key's versions,
     newest first: whether it is the key's latest version (what the nothing-lost check expects on its day), the key's
     latest valid one (what staging holds) and how many versions the key has (what the landing index links). The rows
@@ -111,7 +111,7 @@ def by_key(source: Source, landed: DataFrame) -> DataFrame:
     valid = F.col(quarantine.REASON).isNull()
     valid_so_far = F.sum(valid.cast("int")).over(order.rowsBetween(Window.unboundedPreceding, Window.currentRow))
     versions = F.count(F.lit(1)).over(order.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing))
-    return quarantine.tagged(source, landed, first_day(), last_day()).select(
+    return quarantine.tagged(source, landed, calendar).select(
         "*",
         (F.row_number().over(order) == 1).alias(LATEST),
         (valid & (valid_so_far == 1)).alias(LATEST_VALID),
@@ -167,25 +167,27 @@ def dimension_columns(source: Source) -> list[str]:
 
 def _landed(spark: SparkSession, pipeline: Pipeline, source: Source, days: list[date]) -> landing.LandingRead:
     """The landed rows a build of `days` reads: the batches that can hold them, or, for most of the history, all."""
-    batches = landing_index.batches_holding(spark, pipeline, source, days) if narrowed(days) else None
+    narrow = narrowed(days, pipeline.partitions)
+    batches = landing_index.batches_holding(spark, pipeline, source, days) if narrow else None
     return landing.landing_read(spark, source, batches)
 
 
 def build_events(spark: SparkSession, pipeline: Pipeline, table: Staging, days: list[date]) -> Staged:
     """An events source's staging days: each key's current version on them, and its quarantine's days."""
-    if not narrowed(days):
+    calendar = pipeline.partitions
+    if not narrowed(days, calendar):
         return _build_events_whole(spark, pipeline, table, days)
     source = table.source
     landed_read = _landed(spark, pipeline, source, days)
     # Up to a year: only the keys with a version on the days can be on them. Their versions are kept for the build
     # and checks, with every row breaking the contract, which quarantine files by a day of its own: one scan for both.
     marked = mark_keys_dated_on(source, landed_read.rows, days)
-    breaks = quarantine.breaks_contract(source, first_day(), last_day())
+    breaks = quarantine.breaks_contract(source, calendar)
     scanned = marked.where(F.col(KEY_ON_DAYS) | breaks).persist()
     keys_on_days = scanned.where(KEY_ON_DAYS).drop(KEY_ON_DAYS)
     landed = scanned.drop(KEY_ON_DAYS)
-    versions, _ = quarantine.split(source, keys_on_days, first_day(), last_day())
-    _, rejected = quarantine.split(source, landed, first_day(), last_day())  # by quarantine day, whatever the key
+    versions, _ = quarantine.split(source, keys_on_days, calendar)
+    _, rejected = quarantine.split(source, landed, calendar)  # by quarantine day, whatever the key
     staged = current_versions(source, versions, days)
     quarantined = quarantine.for_days(source, rejected, days).persist()
     return Staged(
@@ -203,7 +205,7 @@ def _build_events_whole(spark: SparkSession, pipeline: Pipeline, table: Staging,
     source = table.source
     key = list(source.key)
     landed_read = landing.landing_read(spark, source, None)
-    marked = by_key(source, landed_read.rows).persist()
+    marked = by_key(source, landed_read.rows, pipeline.partitions).persist()
     landing_index.index_read(spark, pipeline, source, replace(landed_read, rows=marked))
     valid, rejected = quarantine.split_tagged(marked)
     on_days = day_filter(source.day, days)
@@ -220,7 +222,9 @@ def _build_events_whole(spark: SparkSession, pipeline: Pipeline, table: Staging,
     )
 
 
-def restate_events(spark: SparkSession, table: Staging, landed: LandedBatches, days: list[date]) -> Staged:
+def restate_events(
+    spark: SparkSession, pipeline: Pipeline, table: Staging, landed: LandedBatches, days: list[date]
+) -> Staged:
     """An events source's staging days for a restatement, from what is published plus the batches just read, not from
     the history: a key's latest version is its staged one unless one of the batches beats it, so it is decided, by
     the same transform, over the days' staged rows, the staged rows of the keys in the batches (wherever they are)
@@ -234,7 +238,7 @@ def restate_events(spark: SparkSession, table: Staging, landed: LandedBatches, d
     source = table.source
     columns = source.version_columns
     on_days = read_days(spark, table.name, table.day_column, days).select(*columns)
-    valid, rejected = quarantine.split(source, landed.rows, first_day(), last_day())
+    valid, rejected = quarantine.split(source, landed.rows, pipeline.partitions)
     versions = on_days.unionByName(landed.staged).unionByName(valid.select(*columns))
     staged = current_versions(source, versions, days)
     read_batches = [date.fromisoformat(b) for b in landed.batches]
@@ -256,19 +260,23 @@ def restate_events(spark: SparkSession, table: Staging, landed: LandedBatches, d
 def build_dimension(spark: SparkSession, pipeline: Pipeline, table: Staging, days: list[date]) -> Staged:
     """A dimension's versions taking effect on `days`."""
     landed_read = _landed(spark, pipeline, table.source, days)
-    return Staged(table=dimension_versions(table.source, landed_read.rows, first_day(), days), scans=[landed_read.scan])
+    return Staged(
+        table=dimension_versions(table.source, landed_read.rows, pipeline.partitions.first_day, days),
+        scans=[landed_read.scan],
+    )
 
 
 def build_declared(spark: SparkSession, pipeline: Pipeline, table: Table, days: list[date], read: ReadDays) -> Staged:
     """A user's table: its build, reading each upstream through its day dependency, and the upstream's rows of the
     same days to reconcile with."""
     reads: dict[str, DataFrame] = {}
+    first_day = pipeline.partitions.first_day
 
     def read_upstream(upstream: str) -> DataFrame:
         if upstream not in table.upstream:
             raise KeyError(f"{table.name} reads {upstream}, which its declaration does not name as an upstream table")
         if upstream not in reads:
-            reads[upstream] = read(upstream, days_read(table.upstream[upstream], days, first_day()))
+            reads[upstream] = read(upstream, days_read(table.upstream[upstream], days, first_day))
         return reads[upstream]
 
     rows = table.build(spark, days, read_upstream)
@@ -276,7 +284,7 @@ def build_declared(spark: SparkSession, pipeline: Pipeline, table: Table, days: 
     upstream = None
     if rec:
         upstream = read_upstream(rec.upstream)
-        if days_read(table.upstream[rec.upstream], days, first_day()) != sorted(set(days)):
+        if days_read(table.upstream[rec.upstream], days, first_day) != sorted(set(days)):
             upstream = upstream.where(day_filter(pipeline.day_column[rec.upstream], days))
     return Staged(table=rows, upstream=upstream, upstream_day=pipeline.day_column[rec.upstream] if rec else None)
 

@@ -13,14 +13,13 @@ from datetime import date
 from decimal import Decimal
 from typing import Any
 
-from dagster import AssetCheckSeverity, AssetCheckSpec
+from dagster import AssetCheckSeverity, AssetCheckSpec, DailyPartitionsDefinition
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import MapType
 
 from exact_backfills.declare import FILE_COLUMN, DayCheck, Declared, Reconcile, SideTable, Staging
 from exact_backfills.landing import REFUSED_FILE
-from exact_backfills.partitions import daily_partitions
 from exact_backfills.quarantine import REASON
 from resources.audit import DayContent
 from resources.settings import settings
@@ -137,7 +136,7 @@ _DESCRIPTIONS = {
 }
 
 
-def check_specs(table: Declared) -> list[AssetCheckSpec]:
+def check_specs(table: Declared, partitions: DailyPartitionsDefinition) -> list[AssetCheckSpec]:
     # The blocking checks run on the staged rows before the write: a failing day stops it, the step fails, and
     # nothing downstream runs. Declared blocking so that Dagster shows them so (and would gate on them too).
     users = {c.name: c for c in table.checks}
@@ -145,7 +144,7 @@ def check_specs(table: Declared) -> list[AssetCheckSpec]:
         AssetCheckSpec(
             name,
             asset=table.name,
-            partitions_def=daily_partitions,
+            partitions_def=partitions,
             description=_DESCRIPTIONS[name] if name in _DESCRIPTIONS else _user_description(users[name]),
             blocking=name in BLOCKING or (name in users and users[name].blocking),
         )
@@ -153,12 +152,10 @@ def check_specs(table: Declared) -> list[AssetCheckSpec]:
     ]
 
 
-def quarantine_check_specs(side: SideTable) -> list[AssetCheckSpec]:
+def quarantine_check_specs(side: SideTable, partitions: DailyPartitionsDefinition) -> list[AssetCheckSpec]:
     """A quarantine side table's check: what it holds each day, by reason, and the refused files."""
     return [
-        AssetCheckSpec(
-            QUARANTINED, asset=side.name, partitions_def=daily_partitions, description=_DESCRIPTIONS[QUARANTINED]
-        )
+        AssetCheckSpec(QUARANTINED, asset=side.name, partitions_def=partitions, description=_DESCRIPTIONS[QUARANTINED])
     ]
 
 

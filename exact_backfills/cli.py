@@ -56,7 +56,7 @@ def _cmd_generate(pipeline: "Pipeline", args: argparse.Namespace) -> int:
         return 0
     if pipeline.generate is None:
         raise ValueError(f"pipeline {pipeline.name} has no demo data generator: land its sources' batches yourself")
-    start, end = args.start or first_day(), args.end or last_day()
+    start, end = args.start or pipeline.partitions.first_day, args.end or pipeline.partitions.last_day
     if end < start:
         raise ValueError(f"--end {end} is before --start {start}")
     print(pipeline.generate(get_spark(), Demo(start, end, args.seed, args.rows_per_day, args.bad_rate)))
@@ -90,8 +90,8 @@ def _cmd_backfill(pipeline: "Pipeline", args: argparse.Namespace) -> int:
 
     ok = run_backfill(
         pipeline,
-        args.start or first_day(),
-        args.end or last_day(),
+        args.start or pipeline.partitions.first_day,
+        args.end or pipeline.partitions.last_day,
         select=args.select.split(",") if args.select else None,
         chunk_size=args.max_partitions_per_run,
         dry_run=args.dry_run,
@@ -113,24 +113,25 @@ def _tables_and_quarantine(pipeline: "Pipeline", args: argparse.Namespace) -> li
     return pipeline.with_side_tables(_tables(pipeline, args))
 
 
-def _checked_range(args: argparse.Namespace) -> None:
-    """--start after --end, or a day outside the partitions: one line naming both, before anything runs."""
+def _checked_range(pipeline: "Pipeline", args: argparse.Namespace) -> None:
+    """--start after --end, or a day outside the pipeline's partitions: one line naming both, before anything runs."""
     start, end = getattr(args, "start", None), getattr(args, "end", None)
     if start and end and start > end:
         raise ValueError(f"--start {start} is after --end {end}")
     if args.func in _WITHIN_PARTITIONS:
+        calendar = pipeline.partitions
         for flag, value in (("--start", start), ("--end", end)):
-            if value and not first_day() <= value <= last_day():
+            if value and value not in calendar:
                 raise ValueError(
-                    f"{flag} {value} is outside the partitions {first_day()}..{last_day()} "
-                    "(PARTITION_START_DATE, PARTITION_END_DATE)"
+                    f"{flag} {value} is outside the partitions {calendar.first_day}..{calendar.last_day} "
+                    f"(the calendar of pipeline {pipeline.name}, or PARTITION_START_DATE, PARTITION_END_DATE)"
                 )
 
 
 def _cmd_check(pipeline: "Pipeline", args: argparse.Namespace) -> int:
     from exact_backfills.backfill import run_checks, step_failures
 
-    start, end = args.start or first_day(), args.end or last_day()
+    start, end = args.start or pipeline.partitions.first_day, args.end or pipeline.partitions.last_day
     tables = _tables_and_quarantine(pipeline, args)
     result, evaluations = run_checks(pipeline, start, end, tables)
     errors = step_failures(result, failed_checks=False)
@@ -223,7 +224,7 @@ def _cmd_report(pipeline: "Pipeline", args: argparse.Namespace) -> int:
         plan, status = load_plan(get_spark(), pipeline, args.plan)
         print(version_note(plan) + f"\n(status: {status})")
         return 0
-    start, end = args.start or first_day(), args.end or last_day()
+    start, end = args.start or pipeline.partitions.first_day, args.end or pipeline.partitions.last_day
     against = storage.normalized(args.against) if args.against else None
     mismatches = 0
     compared = against is not None or args.version is not None
@@ -423,7 +424,7 @@ def _cmd_plan(pipeline: "Pipeline", args: argparse.Namespace) -> int:
     unknown = [t for t in select or [] if t not in pipeline.by_name]
     if unknown:
         raise ValueError(f"unknown table(s) {', '.join(unknown)}; one of: {', '.join(pipeline.publish_order)}")
-    start, end = args.start or first_day(), args.end or last_day()
+    start, end = args.start or pipeline.partitions.first_day, args.end or pipeline.partitions.last_day
     instance = dagster_instance()
     tables = pipeline.downstream(set(select)) if select else list(pipeline.publish_order)
     # The session the plan job's run uses (a short run's): started here, for the estimate, as the run would start it.
@@ -708,20 +709,6 @@ def build_parser(pipeline: "Pipeline | None" = None, prog: str = "exact-backfill
     return parser
 
 
-# Imported when called: exact_backfills.partitions reads the settings on import, which main() validates first so
-# that a bad setting is an error naming the variable rather than a traceback.
-def first_day() -> date:
-    from exact_backfills.partitions import first_day
-
-    return first_day()
-
-
-def last_day() -> date:
-    from exact_backfills.partitions import last_day
-
-    return last_day()
-
-
 # The commands whose days must be partitions (generate may land days outside them: they are quarantined).
 _WITHIN_PARTITIONS = {_cmd_backfill, _cmd_check, _cmd_report, _cmd_rollback, _cmd_release}
 
@@ -754,7 +741,7 @@ def main(argv: list[str] | None = None, pipeline: str | None = None, prog: str =
 
         settings()  # a bad setting is an error naming the variable, not a traceback
         private_files()
-        _checked_range(args)
+        _checked_range(selected, args)
         from exact_backfills.instance import unreachable_services
 
         down = unreachable_services()  # a service that is down: named within seconds, not after a long retry

@@ -43,7 +43,6 @@ from exact_backfills.dagster_names import (
     PROMOTE_OP,
 )
 from exact_backfills.declare import Pipeline
-from exact_backfills.partitions import first_day, last_day
 from exact_backfills.publish import CODE_VERSION, Refused, RunInfo
 from exact_backfills.verification import code_outcomes, stale_code_days
 from resources import audit
@@ -130,8 +129,9 @@ def plan_job(pipeline: Pipeline) -> JobDefinition:
     def build_plan_op(context: OpExecutionContext, config: PlanConfig, pyspark: LazyPySparkResource) -> Iterator[Any]:
         """Rebuild the days older code built, beside the lake, and compare them day by day with what is published."""
         liveness.record(context, pipeline)
-        start = date.fromisoformat(config.start) if config.start else first_day()
-        end = date.fromisoformat(config.end) if config.end else last_day()
+        calendar = pipeline.partitions
+        start = date.fromisoformat(config.start) if config.start else calendar.first_day
+        end = date.fromisoformat(config.end) if config.end else calendar.last_day
         unknown = [t for t in config.select if t not in pipeline.by_name]
         if unknown:
             raise recording.refusal(f"not tables of {pipeline.name}: {', '.join(unknown)}")

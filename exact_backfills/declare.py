@@ -24,6 +24,8 @@ from typing import Any, NamedTuple
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
+from exact_backfills.calendar import Calendar
+
 # The columns the machinery adds to a landed row: its batch (the folder's day) and its file, relative to the source's
 # folder.
 BATCH_COLUMN = "ingest_date"
@@ -313,12 +315,14 @@ class Command:
 
 @dataclass(frozen=True)
 class Pipeline:
-    """A daily pipeline: its sources and its tables (in any order: published in the graph's), and optionally a
-    deterministic demo data generator (`generate(spark, Demo) -> what it landed`) and commands of its own."""
+    """A daily pipeline: its sources, its tables (in any order: published in the graph's) and its calendar (the days
+    they are partitioned by), and optionally a deterministic demo data generator (`generate(spark, Demo) -> what it
+    landed`) and commands of its own."""
 
     name: str
     sources: Sequence[Source]
     tables: Sequence[Declared]
+    calendar: Calendar
     generate: Callable[[SparkSession, Demo], str] | None = None
     commands: Sequence[Command] = ()
     description: str = ""
@@ -337,10 +341,20 @@ class Pipeline:
                 + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else "")
             )
 
+    @property
+    def partitions(self) -> Calendar:
+        """The calendar its tables are partitioned by now: its own, with the environment's PARTITION_START_DATE and
+        PARTITION_END_DATE where set (read on every call, never at import)."""
+        return self.calendar.in_effect()
+
     def _problems(self) -> list[str]:
         found: list[str] = []
         if not self.name.isidentifier():
             found.append(f"its name {self.name!r} is not an identifier (it names a Dagster group and a folder)")
+        if not isinstance(self.calendar, Calendar):
+            found.append(f"its calendar {self.calendar!r} is not a Calendar(first_day=..., last_day=...)")
+        else:
+            found += self.calendar.problems()
         source_names = [s.name for s in self.sources]
         found += [
             f"source {n} is declared twice" for n in sorted({n for n in source_names if source_names.count(n) > 1})

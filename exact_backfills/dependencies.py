@@ -188,8 +188,7 @@ def stale_downstream(
     """Table -> its stale days, in publish order: the staging tables' `changed` days, and every day of every table
     built from them that its day dependencies make stale. `dimensions`: each dimension's new versions, for the tables
     reading it as of the day."""
-    from exact_backfills.partitions import last_day
-
+    last_day = pipeline.partitions.last_day
     stale: dict[str, dict[date, DayChange]] = {}
     for name in pipeline.publish_order:
         table = pipeline.by_name[name]
@@ -203,7 +202,7 @@ def stale_downstream(
                     days[day] = days[day].plus(change) if day in days else change
                 continue
             for upstream_day, change in stale.get(up, {}).items():
-                for day, why in _carry(dependency, upstream_day, change, last_day()):
+                for day, why in _carry(dependency, upstream_day, change, last_day):
                     days[day] = days[day].plus(why) if day in days else why
     return stale
 

@@ -17,7 +17,6 @@ from exact_backfills.builds import narrowed
 from exact_backfills.dagster_names import PROFILE_TAG, TABLE_DAYS_TAG
 from exact_backfills.declare import Pipeline, days_read
 from exact_backfills.partitions import days as day_range
-from exact_backfills.partitions import first_day
 from exact_backfills.verification import stale_code_days
 from resources import storage
 from resources.delta_io import table_exists
@@ -203,7 +202,7 @@ def reads(spark: SparkSession, pipeline: Pipeline, work: Work, compared: bool = 
                 continue
             table = pipeline.by_name[name]
             source = table.source.name if table.source else None
-            wanted, narrow = set(days), narrowed(days)
+            wanted, narrow = set(days), narrowed(days, pipeline.partitions)
             for batch_dir in batch_dirs[source] if source else []:
                 holds = index.get(source or "", {}).get(landing.batch_name(batch_dir))
                 if narrow and holds is not None and not holds & wanted:
@@ -218,7 +217,7 @@ def reads(spark: SparkSession, pipeline: Pipeline, work: Work, compared: bool = 
                     files_of[upstream] = _files_by_day(spark, upstream, pipeline.day_column[upstream])
                 counted = files_of[upstream]
                 dependency = table.upstream.get(upstream)
-                read = set(days_read(dependency, days, first_day())) if dependency else wanted
+                read = set(days_read(dependency, days, pipeline.partitions.first_day)) if dependency else wanted
                 files += sum(n for d, n in counted.items() if d is None or d in read)
     return Reads(batches, size, files)
 

@@ -12,8 +12,9 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from exact_backfills.declare import BATCH_COLUMN, FILE_COLUMN, Source, SourceKind
-from exact_backfills.partitions import bytes_by_day, days_per_run, first_day, last_day
+from exact_backfills.calendar import Calendar
+from exact_backfills.declare import BATCH_COLUMN, FILE_COLUMN, Pipeline, Source, SourceKind
+from exact_backfills.partitions import bytes_by_day, days_per_run
 from resources import storage
 from resources.delta_io import Scan
 from resources.lake import landing_path
@@ -60,16 +61,16 @@ def batch_bytes(source: Source) -> dict[str, int]:
     return dict(found)
 
 
-def days_per_backfill_run(sources: Iterable[Source]) -> int:
+def days_per_backfill_run(pipeline: Pipeline) -> int:
     """How many days one run of a backfill covers: as many as the landing's batches hold within
     BACKFILL_MAX_BYTES_PER_RUN, at most BACKFILL_MAX_PARTITIONS_PER_RUN (partitions.bytes_by_day, days_per_run)."""
     by_batch: dict[date, int] = defaultdict(int)
-    for source in sources:
+    for source in pipeline.sources:
         for batch, size in batch_bytes(source).items():
             by_batch[date.fromisoformat(batch)] += size
     configured = settings()
     return days_per_run(
-        bytes_by_day(by_batch, configured.first_day),
+        bytes_by_day(by_batch, pipeline.partitions.first_day),
         configured.backfill_max_bytes_per_run,
         configured.backfill_max_partitions_per_run,
     )
@@ -352,16 +353,20 @@ def land_batch(source: Source, rows: DataFrame, batch: date) -> str:
     return batch.isoformat()
 
 
-def event_day(source: Source) -> Column:
+def event_day(source: Source, calendar: Calendar) -> Column:
     """The day a landed row belongs to, as its landing asset is partitioned: an event's day; the day a dimension's
     version takes effect (versions dated before the first partition take effect on it)."""
     if source.kind is SourceKind.EVENTS:
         return F.col(source.day)
-    return F.greatest(F.to_date(source.day), F.lit(first_day()))
+    return F.greatest(F.to_date(source.day), F.lit(calendar.first_day))
 
 
 def day_versions(
-    spark: SparkSession, source: Source, days: Iterable[date] | None = None, batches: list[str] | None = None
+    spark: SparkSession,
+    source: Source,
+    calendar: Calendar,
+    days: Iterable[date] | None = None,
+    batches: list[str] | None = None,
 ) -> dict[date, str]:
     """The data version of each landed day (of `days`, or every day in the partitions): a SHA-256 of the batches that
     hold rows for the day and how many each holds. Batches are immutable and only ever added, so a day's version
@@ -370,8 +375,8 @@ def day_versions(
     quarantine's and have no landing day."""
     if not batch_dirs(source) or batches == []:
         return {}
-    day = event_day(source)
-    rows = read_landing(spark, source, batches).where(day.between(first_day(), last_day()))
+    day = event_day(source, calendar)
+    rows = read_landing(spark, source, batches).where(day.between(calendar.first_day, calendar.last_day))
     if days is not None:
         wanted = sorted(set(days))
         if not wanted:

@@ -5,8 +5,8 @@ landing (what each read scans is recorded in its materializations: see delta_io.
 A batch of an events source can hold rows of day D when
 - one of its rows is dated D, or would be quarantined on D: a row breaking the contract is filed on its day or on its
   batch's day clamped into the partitions (quarantine.py), so a batch always indexes its own day and that one. Days
-  outside the partitions are indexed too: should PARTITION_START_DATE or PARTITION_END_DATE later widen them, a
-  narrowed build of a newly covered day still finds every batch holding its rows;
+  outside the partitions are indexed too: should the pipeline's calendar later widen them, a narrowed build of a
+  newly covered day still finds every batch holding its rows;
 - it holds a version of a key that has a version dated D in any batch: staging takes a key's latest version wherever
   it is, so building D needs every batch holding the key, the one that moved it away from D included.
 A batch of a dimension can hold the days its versions take effect on (and, like any batch, its own day).
@@ -24,9 +24,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from exact_backfills import landing
+from exact_backfills.calendar import Calendar
 from exact_backfills.declare import BATCH_COLUMN, Pipeline, Source, SourceKind
 from exact_backfills.landing import LandingRead
-from exact_backfills.partitions import first_day, last_day
 from resources.delta_io import is_delta_table
 from resources.lake import control_path
 
@@ -35,11 +35,6 @@ INDEX_TABLE = "landing_batch_days"
 # version links no batch to another.
 KEY_VERSIONS = "_key_versions"
 _SCHEMA = "dataset string, batch date, day date"
-
-
-def _clamped(batch: str) -> date:
-    """A batch's own day, clamped into the partitions: where quarantine files its rows that have no valid day."""
-    return min(max(date.fromisoformat(batch), first_day()), last_day())
 
 
 def _counted(landed: DataFrame | None) -> list[str]:
@@ -87,16 +82,11 @@ def _event_days(
 
 
 def _dimension_days(
-    spark: SparkSession,
-    source: Source,
-    new: list[str],
-    known: list[str],
-    landed: DataFrame | None,
-    cached: list[DataFrame],
+    spark: SparkSession, source: Source, new: list[str], landed: DataFrame | None, calendar: Calendar
 ) -> DataFrame:
     versions = landing.read_landing(spark, source, new) if landed is None else landed
     versions = versions.where(F.col(BATCH_COLUMN).isin([date.fromisoformat(b) for b in new]))
-    return versions.select(F.col(BATCH_COLUMN).alias("batch"), landing.event_day(source).alias("day"))
+    return versions.select(F.col(BATCH_COLUMN).alias("batch"), landing.event_day(source, calendar).alias("day"))
 
 
 def indexed(spark: SparkSession, pipeline: Pipeline) -> dict[str, dict[str, set[date]]]:
@@ -132,6 +122,7 @@ def _index_new(
 ) -> dict[str, dict[str, set[date]]]:
     """`update`, given the index so far; frames it caches are added to `cached`."""
     parts = []
+    calendar = pipeline.partitions
     for source in pipeline.sources:
         # The batches the build read, or those listed now: any landed since is indexed by the next update.
         build_read = read.get(source.name)
@@ -141,16 +132,17 @@ def _index_new(
             landed, known = None, sorted(map(landing.batch_name, landing.batch_dirs(source)))
         new = sorted(set(known) - set(index[source.name]))
         if new:
+            # A batch's own day, and that day clamped into the partitions: where quarantine files its rows that have
+            # no valid day.
             own_days = spark.createDataFrame(
-                [(date.fromisoformat(b), day) for b in new for day in {date.fromisoformat(b), _clamped(b)}],
+                [(batch, day) for batch in map(date.fromisoformat, new) for day in {batch, calendar.clamped(batch)}],
                 "batch date, day date",
             )
-            days_of = _event_days if source.kind is SourceKind.EVENTS else _dimension_days
-            parts.append(
-                days_of(spark, source, new, known, landed, cached)
-                .unionByName(own_days)
-                .withColumn("dataset", F.lit(source.name))
-            )
+            if source.kind is SourceKind.EVENTS:
+                days_of = _event_days(spark, source, new, known, landed, cached)
+            else:
+                days_of = _dimension_days(spark, source, new, landed, calendar)
+            parts.append(days_of.unionByName(own_days).withColumn("dataset", F.lit(source.name)))
     if not parts:
         return index
     rows = parts[0]

@@ -32,9 +32,9 @@ from pyspark.sql import functions as F
 
 from exact_backfills import dependencies, landing, quarantine
 from exact_backfills.builds import LandedBatches, latest_versions
+from exact_backfills.calendar import Calendar
 from exact_backfills.declare import BATCH_COLUMN, VALID_FROM, Pipeline, Staging
 from exact_backfills.dependencies import DayChange, DimensionChange
-from exact_backfills.partitions import first_day, last_day
 from exact_backfills.publish import (
     Change,
     Operation,
@@ -128,17 +128,30 @@ def _row_id(columns: list[str]) -> Column:
     return F.sha2(F.to_json(F.struct(*columns), {"ignoreNullFields": "false"}), 256)
 
 
+@dataclass(frozen=True)
+class BatchesRead:
+    """The batches of a source a detection reads: `names`, and whether they are every batch landed (`every`)."""
+
+    names: list[str]
+    every: bool
+
+
 def _event_changes(
-    spark: SparkSession, table: Staging, batches: list[str], every_batch: bool, days: dict[date, DayChange], keep: bool
+    spark: SparkSession,
+    table: Staging,
+    calendar: Calendar,
+    batches: BatchesRead,
+    days: dict[date, DayChange],
+    keep: bool,
 ) -> tuple[datetime | None, LandedBatches | None]:
-    """Add the days an events source's batches change to `days` (`every_batch`: they are every batch landed); return
-    the batches' highest load time, and what was read of them when `keep`."""
+    """Add the days an events source's batches change to `days`; return the batches' highest load time, and what was
+    read of them when `keep`."""
     source = table.source
     key, columns = list(source.key), source.version_columns
-    candidates = landing.read_landing(spark, source, batches).persist()
+    candidates = landing.read_landing(spark, source, batches.names).persist()
     cached = [candidates]
     try:
-        valid, rejected = quarantine.split(source, candidates, first_day(), last_day())
+        valid, rejected = quarantine.split(source, candidates, calendar)
         new = valid.select(*columns).withColumn("_published", F.lit(False))
         # A correction may carry another day, so the landed keys are looked for in the whole of staging, but in their
         # columns alone: then only the days that hold them are read whole. When every batch is read, every staged key
@@ -149,7 +162,7 @@ def _event_changes(
         keys = new.select(*key).distinct().persist()
         cached.append(keys)
         staging = read_table(spark, table.name)
-        if not every_batch:
+        if not batches.every:
             day = table.day_column
             holding = [
                 r[day] for r in staging.select(*key, day).join(keys, key, "left_semi").select(day).distinct().collect()
@@ -172,7 +185,7 @@ def _event_changes(
             quarantined = read_table(spark, table.quarantine).select(_row_id(columns).alias("_id"))
             unseen = rejected.withColumn("_id", _row_id(columns)).join(quarantined, "_id", "left_anti")
         _tally(unseen, quarantine.QUARANTINE_DAY, "quarantined", days)
-        landed = LandedBatches(batches, candidates, staged) if keep else None
+        landed = LandedBatches(batches.names, candidates, staged) if keep else None
         if landed:
             cached.remove(candidates)
         return scalar(candidates.agg(F.max(source.loaded_at))), landed
@@ -193,7 +206,7 @@ def _tally(rows: DataFrame, day_column: str, counter: str, days: dict[date, DayC
 
 
 def _dimension_changes(
-    spark: SparkSession, table: Staging, batches: list[str], days: dict[date, DayChange]
+    spark: SparkSession, table: Staging, calendar: Calendar, batches: list[str], days: dict[date, DayChange]
 ) -> tuple[datetime | None, DataFrame | None]:
     """Add the days a dimension's batches add a version to (one it does not hold yet, and no newer one of the same day
     either) to `days`; return the batches' highest load time and the new versions (key, valid_from, batch)."""
@@ -201,7 +214,7 @@ def _dimension_changes(
         return None, None
     source = table.source
     versions = landing.read_landing(spark, source, batches)
-    dated = versions.withColumn(VALID_FROM, landing.event_day(source))
+    dated = versions.withColumn(VALID_FROM, landing.event_day(source, calendar))
     if table_exists(table.name):
         known = read_table(spark, table.name).select(
             *[F.col(k).alias(f"_known_{k}") for k in source.key],
@@ -257,12 +270,12 @@ def _read_landed(
         if table.events:
             if not batches[source.name]:
                 continue
-            every = batches[source.name] == landed[source.name]
-            new_ts, landed_batches = _event_changes(spark, table, batches[source.name], every, changed, keep)
+            read = BatchesRead(batches[source.name], every=batches[source.name] == landed[source.name])
+            new_ts, landed_batches = _event_changes(spark, table, pipeline.partitions, read, changed, keep)
             if landed_batches:
                 found.kept[table.name] = landed_batches
         else:
-            new_ts, versions = _dimension_changes(spark, table, batches[source.name], changed)
+            new_ts, versions = _dimension_changes(spark, table, pipeline.partitions, batches[source.name], changed)
             if versions is not None:
                 found.new_versions[table.name] = versions
         found.loaded += [new_ts] if new_ts else []

@@ -13,7 +13,7 @@ from pyspark.sql import functions as F
 
 from exact_backfills import checks, landing, late_data
 from exact_backfills.declare import FILE_COLUMN, RUN_COLUMN, Pipeline, Source, SourceKind
-from exact_backfills.partitions import days, first_day, last_day
+from exact_backfills.partitions import days
 from exact_backfills.publish import Operation, fault_point
 from resources import audit, storage
 from resources.audit import DayContent
@@ -103,7 +103,8 @@ def landing_lag(spark: SparkSession, pipeline: Pipeline) -> dict:
     lag = None
     if detection and watermark and detection.new_watermark_ts:
         lag = round((detection.new_watermark_ts - watermark).total_seconds(), 1) if behind else 0.0
-    landed = max((d for s in pipeline.sources if (d := _newest_landed_day(spark, s))), default=None)
+    newest_days = (_newest_landed_day(spark, pipeline, s) for s in pipeline.sources)
+    landed = max((d for d in newest_days if d), default=None)
     tables = {}
     for table in pipeline.tables:
         newest = (
@@ -125,13 +126,15 @@ def landing_lag(spark: SparkSession, pipeline: Pipeline) -> dict:
     }
 
 
-def _newest_landed_day(spark: SparkSession, source: Source) -> date | None:
+def _newest_landed_day(spark: SparkSession, pipeline: Pipeline, source: Source) -> date | None:
     """The newest day an events source's landed rows are on, within the partitions (a day outside them is
     quarantined)."""
     if source.kind is not SourceKind.EVENTS or not landing.batch_dirs(source):
         return None
     day = F.col(source.day)
-    return scalar(landing.read_landing(spark, source).where(day.between(first_day(), last_day())).agg(F.max(day)))
+    calendar = pipeline.partitions
+    in_calendar = day.between(calendar.first_day, calendar.last_day)
+    return scalar(landing.read_landing(spark, source).where(in_calendar).agg(F.max(day)))
 
 
 def metrics(spark: SparkSession, pipeline: Pipeline) -> dict:
@@ -392,7 +395,8 @@ def move_withdrawn(note: WithdrawalNote, landed: str) -> WithdrawalNote:
 def _days_to_publish(spark: SparkSession, pipeline: Pipeline, source: Source, rel: str) -> list[date]:
     """The days, within the partitions, that a withdrawal of the landed file `rel` publishes again, decided before
     anything moves (see `withdraw`)."""
-    first, last = first_day(), last_day()
+    calendar = pipeline.partitions
+    first, last = calendar.first_day, calendar.last_day
     if source.kind is SourceKind.EVENTS:
         affected: set[date] = set()
         staging = pipeline.staging[source.name]
@@ -410,6 +414,6 @@ def _days_to_publish(spark: SparkSession, pipeline: Pipeline, source: Source, re
         affected |= {r[0] for r in versions.select(source.day).distinct().collect() if r[0]}
     else:
         versions = landing.read_landing(spark, source).where(F.col(FILE_COLUMN) == rel)
-        since = scalar(versions.agg(F.min(landing.event_day(source))))
+        since = scalar(versions.agg(F.min(landing.event_day(source, calendar))))
         affected = set(days(max(since, first), last)) if since else set()
     return sorted(d for d in affected if first <= d <= last)

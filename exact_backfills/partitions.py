@@ -1,19 +1,12 @@
-"""The one place that knows the partitions: daily, by event date, over PARTITION_START_DATE..PARTITION_END_DATE."""
+"""How a pipeline's daily partitions are run: ranges of days, the days of a run, and how many days one run of a
+backfill covers. Which days they are is the pipeline's calendar (calendar.py)."""
 
 from collections.abc import Mapping, Sequence
 from datetime import date, timedelta
 
-from dagster import AssetExecutionContext, BackfillPolicy, DailyPartitionsDefinition
+from dagster import AssetExecutionContext, BackfillPolicy
 
 from resources.settings import settings
-
-
-def first_day() -> date:
-    return settings().first_day
-
-
-def last_day() -> date:
-    return settings().last_day
 
 
 def max_partitions_per_run() -> int:
@@ -65,12 +58,6 @@ def chunks(start: date, end: date, size: int | None = None) -> list[tuple[date, 
     size = size or max_partitions_per_run()
     all_days = days(start, end)
     return [(c[0], c[-1]) for c in (all_days[i : i + size] for i in range(0, len(all_days), size))]
-
-
-daily_partitions = DailyPartitionsDefinition(
-    start_date=first_day().isoformat(),
-    end_date=(last_day() + timedelta(days=1)).isoformat(),  # Dagster's end is exclusive
-)
 
 
 def backfill_policy(days: int) -> BackfillPolicy:

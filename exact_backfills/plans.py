@@ -28,7 +28,6 @@ from exact_backfills.builds import ReadDays
 from exact_backfills.declare import AsOf, Declared, Pipeline
 from exact_backfills.dependencies import CodeChange, carried
 from exact_backfills.partitions import days as day_range
-from exact_backfills.partitions import last_day
 from exact_backfills.pipelines import command
 from exact_backfills.publish import Change, FromPlan, Operation, Publication, RunInfo, day_ranges, publish
 from exact_backfills.verification import stale_code_days
@@ -189,7 +188,7 @@ class PlanRefused(RuntimeError):
 
 
 def _days_to_rebuild(
-    table: Declared, own: set[date], changed: dict[str, list[date]], published: set[date]
+    table: Declared, own: set[date], changed: dict[str, list[date]], published: set[date], last_day: date
 ) -> list[date]:
     """A table's days a plan rebuilds: those its own older code built, and those built from days the plan found
     changed upstream, through the day dependency on it (the same days, a trailing window's, or every later day of a
@@ -202,7 +201,7 @@ def _days_to_rebuild(
         if isinstance(dependency, AsOf):
             found |= {d for d in published if d >= min(days)}
         else:
-            found |= {d for day in days for d in carried(dependency, day, last_day())} & published
+            found |= {d for day in days for d in carried(dependency, day, last_day)} & published
     return sorted(own | found)
 
 
@@ -301,7 +300,7 @@ def make_plan(spark: SparkSession, pipeline: Pipeline, start: date, end: date, s
         table = pipeline.by_name[name]
         published = set(written.get(name, {})) & in_range
         own = {d for d, why in stale.get(name, {}).items() if why.table == name and d in in_range}
-        days = _days_to_rebuild(table, own, changed, published)
+        days = _days_to_rebuild(table, own, changed, published, pipeline.partitions.last_day)
         if not days:
             continue
         staged = builds.build(spark, pipeline, table, days, read)

@@ -39,10 +39,10 @@ from pyspark.sql import functions as F
 
 from exact_backfills import builds, checks, code_versions, dependencies
 from exact_backfills.builds import LandedBatches, ReadDays, Staged, narrowed
+from exact_backfills.calendar import Calendar
 from exact_backfills.dagster_names import CLI_BACKFILL_TAG, RELEASE_TAG
 from exact_backfills.dagster_private import BACKFILL_ID_TAG
 from exact_backfills.declare import Declared, Pipeline, Reconcile, Staging
-from exact_backfills.partitions import last_day
 from exact_backfills.pipelines import command
 from resources import audit, control
 from resources.delta_io import (
@@ -304,7 +304,7 @@ def publishing(
     # Spark jobs that do not depend on each other go to the engine from this pool's threads: a change of a few days
     # checks and commits its tables at once (`at_once`), another one table after the other; both read the audit trail
     # while the tables are built.
-    together = at_once(change)
+    together = at_once(change, pipeline.partitions)
     workers = len(pipeline.with_side_tables(change.tables())) + 1 if together else 1
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="publish")
     try:
@@ -434,7 +434,7 @@ def _built(
     elif isinstance(source, FromPlan):
         result = _from_plan(pipeline, table, source, days, read, spark)
     elif isinstance(source, Restated) and isinstance(table, Staging) and table.events:
-        result = builds.restate_events(spark, table, source.landed, days)
+        result = builds.restate_events(spark, pipeline, table, source.landed, days)
     else:
         result = builds.build(spark, pipeline, table, days, read)
     result.scans = [*result.scans, *scans]
@@ -473,7 +473,7 @@ def checkpointed(pipeline: Pipeline, table: Declared, change: Change, scans: lis
         return True
     if not {scan.source for scan in scans}.isdisjoint(pipeline.with_side_tables(change.tables())):
         return True
-    return narrowed(change.days[table.name])
+    return narrowed(change.days[table.name], pipeline.partitions)
 
 
 def rows_as_of(spark: SparkSession, table: str, day_column: str, version: int, days: list[date]) -> DataFrame:
@@ -657,7 +657,8 @@ def _left_stale(
             now, before = verified[table].profile(day).content, previous_content.get((table, day))
             if checks.fingerprint_changed(now, before) or (now.rows > 0 and (before is None or not before.rows)):
                 changed.append(day)
-        stale = dependencies.left_stale(pipeline, {table: changed}, change.days, last_day()) if changed else {}
+        last_day = pipeline.partitions.last_day
+        stale = dependencies.left_stale(pipeline, {table: changed}, change.days, last_day) if changed else {}
         if stale:
             found[table] = stale
     if found:  # only the days published: a day never written is built when it is
@@ -677,7 +678,7 @@ def carried_through(
     days held since a rollback."""
     published = audit.built_by(spark, pipeline.name)
     held = {h.day for h in control.open_holds(spark, pipeline.name)}
-    return dependencies.carried_beyond(pipeline, changed, written, last_day(), published, held)
+    return dependencies.carried_beyond(pipeline, changed, written, pipeline.partitions.last_day, published, held)
 
 
 def carried_days(carried: dict[str, list[date]]) -> str:
@@ -705,12 +706,12 @@ def _overlap(pending: dict[str, list[date]], days: dict[str, list[date]]) -> boo
     return any(set(pending_days) & set(days.get(t, [])) for t, pending_days in pending.items())
 
 
-def at_once(change: Change) -> bool:
+def at_once(change: Change, calendar: Calendar) -> bool:
     """Whether the change checks and commits its tables at once: when each has a few days (`narrowed`), its checks and
     commits cost mostly Spark's and Delta's own steps (scheduling, the log's replay, a version's files), which wait on
     each other less side by side; many days' are work on rows, which would share the same cores. Every table's rows
     are staged and checked before the first commit, so no commit needs another's."""
-    return all(narrowed(change.days[table]) for table in change.tables())
+    return all(narrowed(change.days[table], calendar) for table in change.tables())
 
 
 def _commit(

@@ -13,6 +13,7 @@ from datetime import date
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from exact_backfills.calendar import Calendar
 from exact_backfills.declare import BATCH_COLUMN, QUARANTINE_DAY, Source
 from exact_backfills.landing import REFUSED
 from resources.delta_io import day_filter
@@ -31,7 +32,7 @@ def structural_reasons(source: Source) -> list[str]:
     ]
 
 
-def _reason(source: Source, first_day: date, last_day: date) -> Column:
+def _reason(source: Source, calendar: Calendar) -> Column:
     c = F.col
     day = c(source.day)
     null_key = F.lit(False)
@@ -43,7 +44,7 @@ def _reason(source: Source, first_day: date, last_day: date) -> Column:
         .when(null_key, null_key_)
         .when(day.isNull(), null_day)
         .when(c(source.newest).isNull() | c(source.loaded_at).isNull(), null_timestamp)
-        .when((day < F.lit(first_day)) | (day > F.lit(last_day)), out_of_range)
+        .when((day < F.lit(calendar.first_day)) | (day > F.lit(calendar.last_day)), out_of_range)
         .when(day > F.to_date(source.loaded_at), after_landing)
     )
     for rule in source.rules:
@@ -51,15 +52,15 @@ def _reason(source: Source, first_day: date, last_day: date) -> Column:
     return reason
 
 
-def breaks_contract(source: Source, first_day: date, last_day: date) -> Column:
-    return _reason(source, first_day, last_day).isNotNull()
+def breaks_contract(source: Source, calendar: Calendar) -> Column:
+    return _reason(source, calendar).isNotNull()
 
 
-def tagged(source: Source, versions: DataFrame, first_day: date, last_day: date) -> DataFrame:
+def tagged(source: Source, versions: DataFrame, calendar: Calendar) -> DataFrame:
     """Landed rows with their `reason` (null: the row meets the contract) and, for a row that does not, its
     `quarantine_day`."""
-    reasoned = versions.withColumn(REASON, _reason(source, first_day, last_day))
-    in_partitions = F.greatest(F.least(F.col(BATCH_COLUMN), F.lit(last_day)), F.lit(first_day))
+    reasoned = versions.withColumn(REASON, _reason(source, calendar))
+    in_partitions = F.greatest(F.least(F.col(BATCH_COLUMN), F.lit(calendar.last_day)), F.lit(calendar.first_day))
     structural = F.col(REFUSED).isNotNull() | F.col(REASON).isin(*structural_reasons(source))
     return reasoned.withColumn(
         QUARANTINE_DAY,
@@ -75,9 +76,9 @@ def split_tagged(rows: DataFrame) -> tuple[DataFrame, DataFrame]:
     return valid, rows.where(F.col(REASON).isNotNull())
 
 
-def split(source: Source, versions: DataFrame, first_day: date, last_day: date) -> tuple[DataFrame, DataFrame]:
+def split(source: Source, versions: DataFrame, calendar: Calendar) -> tuple[DataFrame, DataFrame]:
     """(rows that meet the contract, rows that do not, with `reason` and `quarantine_day`), from landed rows."""
-    return split_tagged(tagged(source, versions, first_day, last_day))
+    return split_tagged(tagged(source, versions, calendar))
 
 
 def for_days(source: Source, rejected: DataFrame, days: list[date]) -> DataFrame:

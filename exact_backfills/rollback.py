@@ -240,7 +240,8 @@ def landed_batches(spark: SparkSession, pipeline: Pipeline, days: list[date]) ->
     found: set[str] = set()
     for source in pipeline.sources:
         if source.kind is SourceKind.EVENTS and landing.batch_dirs(source):
-            rows = landing.read_landing(spark, source).where(landing.event_day(source).between(min(days), max(days)))
+            on_days = landing.event_day(source, pipeline.partitions).between(min(days), max(days))
+            rows = landing.read_landing(spark, source).where(on_days)
             found |= {str(r[0]) for r in rows.select(BATCH_COLUMN).distinct().collect() if r[0] is not None}
     return ", ".join(sorted(found))
 

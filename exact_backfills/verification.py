@@ -61,7 +61,8 @@ def check_published(
     lost = None
     if isinstance(spec, Staging) and spec.events:
         quarantined = read_days(spark, spec.quarantine, pipeline.day_column[spec.quarantine], days)
-        batches = landing_index.batches_holding(spark, pipeline, spec.source, days) if narrowed(days) else None
+        narrow = narrowed(days, pipeline.partitions)
+        batches = landing_index.batches_holding(spark, pipeline, spec.source, days) if narrow else None
         lost = quarantine.lost_keys(
             spec.source, landing.read_landing(spark, spec.source, batches), df, quarantined, days
         )

@@ -46,8 +46,14 @@ class Settings(ConfigurableResource):
         "its keys are read from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, never shown"
     )
     object_store_region: str = Field(description="AWS_REGION: the region of a lake on object storage")
-    partition_start_date: str = Field(description="PARTITION_START_DATE: the first daily partition")
-    partition_end_date: str = Field(description="PARTITION_END_DATE: the last daily partition, inclusive")
+    partition_start_date: str = Field(
+        description="PARTITION_START_DATE: the first daily partition, in place of the pipeline's calendar's first day "
+        "(unset: the pipeline's)"
+    )
+    partition_end_date: str = Field(
+        description="PARTITION_END_DATE: the last daily partition, inclusive, in place of the pipeline's calendar's "
+        "last day (unset: the pipeline's)"
+    )
     backfill_max_partitions_per_run: int = Field(
         description="BACKFILL_MAX_PARTITIONS_PER_RUN: the most days one backfill run covers"
     )
@@ -110,14 +116,6 @@ class Settings(ConfigurableResource):
     delta_jars_dir: str = Field(description="DELTA_JARS_DIR: the Delta jars and the project's local file system jar")
 
     @property
-    def first_day(self) -> date:
-        return date.fromisoformat(self.partition_start_date)
-
-    @property
-    def last_day(self) -> date:
-        return date.fromisoformat(self.partition_end_date)
-
-    @property
     def warm_engine(self) -> bool:
         """Spark runs on the warm engine: local mode (no cluster, no Connect server of the user's) with SPARK_ENGINE
         warm."""
@@ -166,8 +164,8 @@ ENVIRONMENT = {
     "lake_root": ("LAKE_ROOT", str(REPO_ROOT / ".lake")),
     "object_store_endpoint": ("AWS_ENDPOINT_URL", ""),
     "object_store_region": ("AWS_REGION", ""),
-    "partition_start_date": ("PARTITION_START_DATE", "2025-01-01"),
-    "partition_end_date": ("PARTITION_END_DATE", "2025-03-31"),
+    "partition_start_date": ("PARTITION_START_DATE", ""),  # unset: the pipeline's calendar (calendar.py)
+    "partition_end_date": ("PARTITION_END_DATE", ""),
     "backfill_max_partitions_per_run": ("BACKFILL_MAX_PARTITIONS_PER_RUN", "3660"),
     "backfill_max_bytes_per_run": ("BACKFILL_MAX_BYTES_PER_RUN", str(2 * 2**30)),
     "watermark_reprocess_hours": ("WATERMARK_REPROCESS_HOURS", "72"),
@@ -211,7 +209,8 @@ def _parsed(field: str, raw: str) -> Any:
     kind = Settings.model_fields[field].annotation
     try:
         if field.endswith("_date"):
-            date.fromisoformat(raw)
+            if raw:
+                date.fromisoformat(raw)
             return raw
         if kind is bool:
             if raw not in ("0", "1"):
@@ -272,7 +271,8 @@ def _settings_of(raw: tuple[str | None, ...], cwd: str) -> Settings:
     lake = values["lake_root"]
     values["lake_root"] = lake.rstrip("/") if on_object_store(lake) else str(Path(lake).resolve())
     values["spark_engine_home"] = str(Path(values["spark_engine_home"]).resolve())
-    if date.fromisoformat(values["partition_end_date"]) < date.fromisoformat(values["partition_start_date"]):
+    start, end = values["partition_start_date"], values["partition_end_date"]
+    if start and end and date.fromisoformat(end) < date.fromisoformat(start):
         raise SettingsError(
             f"PARTITION_END_DATE={values['partition_end_date']} is before "
             f"PARTITION_START_DATE={values['partition_start_date']}"

@@ -4,7 +4,6 @@ configuration, hooks and fixtures; the helpers are in tests/support."""
 import pytest
 from hypothesis import HealthCheck, settings
 
-import tests.support  # noqa: F401  before assets_pkg: it pins the tests' partitions, which assets_pkg reads on import
 from exact_backfills.backfill import dagster_instance
 from resources.spark import get_spark
 from tests.support.lake import environment

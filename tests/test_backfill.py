@@ -186,15 +186,14 @@ def test_a_build_that_reads_the_whole_landing_indexes_its_batches_as_a_narrowed_
     import shutil
 
     from exact_backfills import builds, landing_index
-    from exact_backfills.partitions import days, first_day, last_day
 
     index_path = Path(control_path(ORDERS.name, landing_index.INDEX_TABLE))
     made_by_a_narrowed_build = landing_index.update(spark, ORDERS)
     assert made_by_a_narrowed_build[ORDER_ITEMS.name]
     shutil.rmtree(index_path)
 
-    every_day = days(first_day(), last_day())
-    assert not builds.narrowed(every_day)
+    every_day = ORDERS.partitions.days
+    assert not builds.narrowed(every_day, ORDERS.partitions)
     builds.build_events(spark, ORDERS, ORDERS.staging[ORDER_ITEMS.name], every_day).unpersist()
 
     assert index_path.exists()

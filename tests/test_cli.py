@@ -5,6 +5,8 @@ from datetime import date
 import pytest
 
 from exact_backfills.cli import main
+from tests.support import visits
+from tests.support.lake import environment
 
 
 @pytest.fixture(autouse=True)
@@ -21,6 +23,17 @@ def test_backfill_of_an_empty_lake_fails_and_names_the_missing_landing(capsys, l
 def test_backfill_outside_the_partitions_is_refused(capsys):
     assert main(["backfill", "--start", "2024-12-01", "--end", "2025-01-02"]) == 2
     assert "--start 2024-12-01 is outside the partitions 2025-01-01..2025-03-31" in capsys.readouterr().err
+
+
+def test_each_pipeline_refuses_the_days_outside_its_own_calendar(capsys):
+    with environment(PARTITION_START_DATE="", PARTITION_END_DATE=""):  # unset: each pipeline's own calendar
+        assert main(["backfill", "--start", "2024-12-01", "--end", "2024-12-02"]) == 2
+        orders = capsys.readouterr().err
+        assert main(["--pipeline", visits.REFERENCE, "check", "--start", "2024-11-30", "--end", "2024-12-02"]) == 2
+        earlier = capsys.readouterr().err
+    said = "is outside the partitions {} (the calendar of pipeline {}, or PARTITION_START_DATE, PARTITION_END_DATE)"
+    assert f"--start 2024-12-01 {said.format('2025-01-01..2025-03-31', 'orders')}" in orders, orders
+    assert f"--start 2024-11-30 {said.format('2024-12-01..2025-03-31', 'visits')}" in earlier, earlier
 
 
 @pytest.mark.parametrize(

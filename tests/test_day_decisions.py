@@ -19,7 +19,7 @@ from exact_backfills.dependencies import carried, carried_beyond, left_stale
 from exact_backfills.landing import Refusal
 from exact_backfills.landing_index import holding
 from exact_backfills.late_data import DayChange, Detection, plan_restatement
-from exact_backfills.partitions import bytes_by_day, chunks, days, days_per_run, first_day, last_day
+from exact_backfills.partitions import bytes_by_day, chunks, days, days_per_run
 from exact_backfills.publish import (
     Change,
     Hold,
@@ -421,7 +421,11 @@ def _published_read_of(table: str) -> Scan:
 
 
 def _every_day() -> list[date]:
-    return days(first_day(), last_day())
+    return ORDERS.partitions.days
+
+
+def _first_days(n: int) -> list[date]:
+    return ORDERS.partitions.days[:n]
 
 
 def test_the_whole_historys_staged_rows_are_cached_unless_computed_from_a_table_the_same_change_writes():
@@ -440,7 +444,7 @@ def test_the_whole_historys_staged_rows_are_cached_unless_computed_from_a_table_
 
 
 def test_a_few_days_staged_rows_are_checkpointed_whatever_they_are_computed_from():
-    few = Change(Operation.BACKFILL, dict.fromkeys(PUBLISH_ORDER, [first_day(), first_day() + timedelta(days=1)]))
+    few = Change(Operation.BACKFILL, dict.fromkeys(PUBLISH_ORDER, _first_days(2)))
     assert all(checkpointed(ORDERS, BY_NAME[t], few, []) for t in PUBLISH_ORDER)
 
 
@@ -453,14 +457,14 @@ def test_a_restatements_staging_and_a_restored_table_read_their_own_rows_and_are
 
 
 def test_a_change_of_a_few_days_commits_its_tables_at_once_and_one_over_every_day_in_the_graphs_order():
-    few = Change(Operation.BACKFILL, dict.fromkeys(PUBLISH_ORDER, [first_day(), first_day() + timedelta(days=1)]))
-    assert at_once(few)
+    few = Change(Operation.BACKFILL, dict.fromkeys(PUBLISH_ORDER, _first_days(2)))
+    assert at_once(few, ORDERS.partitions)
     every_day = Change(Operation.BACKFILL, {**few.days, FACT_ORDER_ITEM: _every_day()})
-    assert not at_once(every_day)  # one table of many days is enough
+    assert not at_once(every_day, ORDERS.partitions)  # one table of many days is enough
 
 
 def test_a_table_takes_its_upstreams_measures_from_the_upstreams_checks_only_when_the_change_stages_all_its_days():
-    two = [first_day(), first_day() + timedelta(days=1)]
+    two = _first_days(2)
     whole = Change(Operation.BACKFILL, dict.fromkeys(PUBLISH_ORDER, two))
     found = reconciled_within(ORDERS, whole)
     assert {table: rec.upstream for table, rec in found.items()} == {
@@ -471,7 +475,7 @@ def test_a_table_takes_its_upstreams_measures_from_the_upstreams_checks_only_whe
     # The marts alone read the fact as published: they aggregate it themselves.
     assert reconciled_within(ORDERS, Change(Operation.BACKFILL, dict.fromkeys(MARTS, two))) == {}
     # A day of the mart's that the change does not stage for the fact is read as published: the same.
-    wider = Change(Operation.BACKFILL, {**whole.days, DAILY_REVENUE: [*two, first_day() + timedelta(days=2)]})
+    wider = Change(Operation.BACKFILL, {**whole.days, DAILY_REVENUE: _first_days(3)})
     assert DAILY_REVENUE not in reconciled_within(ORDERS, wider)
 
 

@@ -15,13 +15,14 @@ from decimal import Decimal
 import pytest
 from pyspark.sql import types as T
 
-from exact_backfills import DeclarationError, Pipeline, Source, SourceKind, Staging, land_batch
+from exact_backfills import Calendar, DeclarationError, Pipeline, Source, SourceKind, Staging, land_batch
 from exact_backfills.cli import main
 from exact_backfills.landing import contract_breaks
 from exact_backfills.pipelines import load
 from resources.lake import REPO_ROOT
 
 START, END = date(2025, 1, 1), date(2025, 1, 4)
+CALENDAR = Calendar(first_day=date(2025, 1, 1), last_day=date(2025, 3, 31))
 
 
 def _source(**overrides) -> Source:
@@ -48,8 +49,27 @@ def _source(**overrides) -> Source:
 def test_a_source_the_machinery_cannot_serve_is_refused_when_declared_in_one_line_naming_the_field(overrides, said):
     source = _source(**overrides)
     with pytest.raises(DeclarationError) as refused:
-        Pipeline("refused", sources=[source], tables=[Staging("stg_things", source=source)])
+        Pipeline("refused", sources=[source], tables=[Staging("stg_things", source=source)], calendar=CALENDAR)
     assert str(refused.value).startswith(f"pipeline 'refused': source things: {said}")
+    assert "\n" not in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("calendar", "said"),
+    [
+        (
+            Calendar(date(2025, 3, 31), date(2025, 1, 1)),
+            "its calendar's last day 2025-01-01 is before its first day 2025",
+        ),
+        (Calendar("2025-01-01", date(2025, 3, 31)), "its calendar's first and last day are dates, not ('2025-01-01', "),
+        ("2025-01-01..2025-03-31", "its calendar '2025-01-01..2025-03-31' is not a Calendar(first_day=..., last_day="),
+    ],
+)
+def test_a_calendar_the_machinery_cannot_serve_is_refused_when_declared_in_one_line(calendar, said):
+    source = _source()
+    with pytest.raises(DeclarationError) as refused:
+        Pipeline("refused", sources=[source], tables=[Staging("stg_things", source=source)], calendar=calendar)
+    assert str(refused.value).startswith(f"pipeline 'refused': {said}")
     assert "\n" not in str(refused.value)
 
 
@@ -83,9 +103,11 @@ def test_everything_the_pipelines_guide_names_is_imported_from_exact_backfills()
 
 # The user's package: one source per way of naming a source's columns, each taken into the lake by its staging table.
 PIPELINE = """
+from datetime import date
+
 from pyspark.sql import types as T
 
-from exact_backfills import DayCheck, Pipeline, Source, SourceKind, Staging
+from exact_backfills import Calendar, DayCheck, Pipeline, Source, SourceKind, Staging
 
 
 def fields(*more):
@@ -119,6 +141,7 @@ RAISES = DayCheck("raises", figures={"boom": "max(raise_error('no figure today')
 pipeline = Pipeline(
     name="declared",
     sources=SOURCES,
+    calendar=Calendar(first_day=date(2025, 1, 1), last_day=date(2025, 3, 31)),
     tables=[Staging(f"stg_{s.name}", source=s, checks=[RAISES] if s.name == "ev_own" else []) for s in SOURCES],
 )
 """

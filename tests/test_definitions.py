@@ -9,8 +9,10 @@ from exact_backfills import checks
 from exact_backfills.assets import freshness_policy
 from exact_backfills.dagster_names import ALL_ASSETS_JOB, RESTATE_JOB
 from exact_backfills.definitions import defs
-from exact_backfills.partitions import daily_partitions, max_partitions_per_run
+from exact_backfills.location import definitions_of
+from exact_backfills.partitions import max_partitions_per_run
 from resources.spark import LOCAL_JAVA_OPTIONS, SHORT_RUN_JAVA_OPTIONS
+from tests.support import visits
 from tests.support.lake import environment
 from tests.support.orders import DAY_COLUMN, ORDERS, TABLES
 
@@ -26,7 +28,7 @@ def test_every_declared_table_is_a_daily_partitioned_asset_with_a_chunked_backfi
         assert set(checks.names(table)) <= declared, table.name
     for key in graph.materializable_asset_keys:
         node = graph.get(key)
-        assert node.partitions_def == daily_partitions, key
+        assert node.partitions_def == ORDERS.partitions.definition, key
         assert node.backfill_policy.max_partitions_per_run == max_partitions_per_run(), key
 
 
@@ -34,7 +36,7 @@ def test_the_landing_is_an_observed_daily_partitioned_source_of_the_tables_that_
     graph = defs.resolve_asset_graph()
     landing = {k.to_user_string() for k in graph.get_all_asset_keys() - graph.materializable_asset_keys}
     assert landing == {"landing_order_items", "landing_products"}
-    assert all(graph.get(AssetKey(name)).partitions_def == daily_partitions for name in landing)
+    assert all(graph.get(AssetKey(name)).partitions_def == ORDERS.partitions.definition for name in landing)
     assert AssetKey("landing_order_items") in graph.get(AssetKey("stg_order_items")).parent_keys
     assert AssetKey("landing_products") in graph.get(AssetKey("dim_product")).parent_keys
 
@@ -44,8 +46,41 @@ def test_the_code_location_loads_as_the_webserver_loads_it():
 
 
 def test_the_partitions_are_the_configured_days():
-    keys = daily_partitions.get_partition_keys()
+    keys = ORDERS.partitions.definition.get_partition_keys()
     assert (keys[0], keys[-1], len(keys)) == ("2025-01-01", "2025-03-31", 90)
+
+
+def _days_of(defs: Definitions) -> dict[str, tuple[str, str]]:
+    """Each asset and daily check of a code location (not the landing contract's, which is of the files): its first and
+    last partition key."""
+    graph = defs.resolve_asset_graph()
+    found = {key.to_user_string(): graph.get(key).partitions_def for key in graph.get_all_asset_keys()}
+    found |= {
+        f"{key.asset_key.to_user_string()}:{key.name}": graph.get_check_spec(key).partitions_def
+        for key in graph.asset_check_keys
+    }
+    return {name: (p.get_first_partition_key(), p.get_last_partition_key()) for name, p in found.items() if p}
+
+
+def test_two_pipelines_with_different_first_days_load_side_by_side_each_with_its_own_partitions():
+    with environment(PARTITION_START_DATE="", PARTITION_END_DATE=""):  # unset: each pipeline's own calendar
+        orders, visits_location = definitions_of(ORDERS), definitions_of(visits.pipeline)
+        Definitions.validate_loadable(orders)
+        Definitions.validate_loadable(visits_location)
+        orders_days, visits_days = _days_of(orders), _days_of(visits_location)
+    assert set(orders_days.values()) == {("2025-01-01", "2025-03-31")}, orders_days
+    assert set(visits_days.values()) == {("2024-12-01", "2025-03-31")}, visits_days
+    assert {"landing_visits", "stg_visits", "stg_visits:unique_key"} <= set(visits_days)
+    assert {"landing_order_items", "daily_revenue", "daily_revenue:unique_key"} <= set(orders_days)
+
+
+def test_a_pipelines_calendar_is_read_when_its_definitions_are_loaded_not_when_it_is_imported():
+    """The environment's days stand in for the calendar's from the moment they are set, whatever was imported before
+    (the pipeline, its definitions module): nothing about the days is fixed at import."""
+    with environment(PARTITION_START_DATE="2025-02-01"):
+        moved = _days_of(definitions_of(ORDERS))
+    assert set(moved.values()) == {("2025-02-01", "2025-03-31")}
+    assert set(_days_of(definitions_of(ORDERS)).values()) == {("2025-01-01", "2025-03-31")}
 
 
 def test_steps_of_a_run_share_one_process_and_so_one_spark_session():

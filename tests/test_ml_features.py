@@ -22,7 +22,7 @@ from exact_backfills.backfill import observe_landing, run_backfill, run_checks, 
 from exact_backfills.checks import LATE_DATA, UP_TO_DATE
 from exact_backfills.dagster_names import RELEASE_TAG, RESTATE_JOB
 from exact_backfills.location import definitions_of
-from exact_backfills.partitions import days, first_day, last_day
+from exact_backfills.partitions import days
 from exact_backfills.rollback import RollbackRequest, plan_rollback
 from examples.ml_features.generate import generate
 from examples.ml_features.pipeline import (
@@ -75,7 +75,7 @@ def built(spark, lake):
     with environment(RESTATEMENT_WINDOW_DAYS="200"):
         generate(spark, START, END, seed=11, rows_per_day=12)
         assert observe_landing(ML, instance).success
-        assert run_backfill(ML, first_day(), last_day(), instance=instance, echo=lambda _: None)
+        assert run_backfill(ML, ML.partitions.first_day, ML.partitions.last_day, instance=instance, echo=lambda _: None)
         assert run_restatement(ML, instance).success  # reads every batch once: nothing to restate
         yield Lake()
 
@@ -240,8 +240,8 @@ def test_a_day_rolled_back_rebuilds_the_six_days_its_window_reaches_and_ends_as_
         without = from_scratch(
             spark,
             tmp_path / "without",
-            first_day(),
-            last_day(),
+            ML.partitions.first_day,
+            ML.partitions.last_day,
             pipeline=ML,
             leave_out=(f"app_events/ingest_date={batch}",),
         )
@@ -262,7 +262,7 @@ def test_a_restated_lake_equals_a_from_scratch_build_on_the_same_landing(spark, 
     assert run_restatement(ML).success
     published = {t: rows(spark, t) for t in EVERY_TABLE}
     with environment(RESTATEMENT_WINDOW_DAYS="200"):
-        scratch = from_scratch(spark, tmp_path, first_day(), last_day(), pipeline=ML)
+        scratch = from_scratch(spark, tmp_path, ML.partitions.first_day, ML.partitions.last_day, pipeline=ML)
     for table in EVERY_TABLE:
         assert published[table] == scratch[table], f"{table} differs from a from-scratch build"
 

@@ -12,8 +12,8 @@ from exact_backfills import builds, quarantine
 from exact_backfills.checks import distinct_keys_by_day
 from exact_backfills.landing import REFUSED
 from exact_backfills.landing_index import KEY_VERSIONS
-from exact_backfills.partitions import days, first_day, last_day
-from tests.support.orders import ORDER_ITEMS, PRODUCTS
+from exact_backfills.partitions import days
+from tests.support.orders import ORDER_ITEMS, ORDERS, PRODUCTS
 
 ORDER_ITEM_SCHEMA, PRODUCT_SCHEMA = ORDER_ITEMS.schema, PRODUCTS.schema
 
@@ -112,7 +112,7 @@ def test_one_pass_by_key_marks_what_staging_holds_and_what_the_nothing_lost_chec
         item(4, 1, "2025-01-07", 2, "2025-01-07 10:00:00", "2025-01-08 01:00:00"),
     ]
     landed = spark.createDataFrame(rows, versions_schema).withColumn(REFUSED, F.lit(None).cast("string"))
-    marked = builds.by_key(ORDER_ITEMS, landed).collect()
+    marked = builds.by_key(ORDER_ITEMS, landed, ORDERS.partitions).collect()
 
     def marked_as(mark):
         return {(r.order_id, r.order_date, r.quantity) for r in marked if r[mark]}
@@ -126,8 +126,8 @@ def test_one_pass_by_key_marks_what_staging_holds_and_what_the_nothing_lost_chec
     }
     assert {r.order_id: r[KEY_VERSIONS] for r in marked} == {1: 2, 2: 2, 3: 1, 4: 1}
     # What staging and the nothing-lost check each choose on their own, over every day.
-    every = days(first_day(), last_day())
-    valid, _ = quarantine.split(ORDER_ITEMS, landed, first_day(), last_day())
+    every = ORDERS.partitions.days
+    valid, _ = quarantine.split(ORDER_ITEMS, landed, ORDERS.partitions)
     staged = builds.current_versions(ORDER_ITEMS, valid, every).collect()
     assert {(r.order_id, r.order_date, r.quantity) for r in staged} == marked_as(builds.LATEST_VALID)
     expected = quarantine.latest_landed(ORDER_ITEMS, landed, every).collect()
@@ -362,11 +362,11 @@ def test_a_tables_cached_rows_are_held_by_day_so_that_writing_or_grouping_them_b
     def sorted_above_the_cache(df) -> bool:
         return "Sort [" in above_the_cache(df)
 
-    every_day = days(first_day(), last_day())
+    every_day = ORDERS.partitions.days
     change = Change(Operation.BACKFILL, {FACT_ORDER_ITEM: every_day})
     assert not checkpointed(ORDERS, BY_NAME[FACT_ORDER_ITEM], change, [])  # the rows of most of the history: cached
     rows = spark.range(1000).select(
-        F.date_add(F.lit(first_day()), (F.col("id") % 40).cast("int")).alias("order_date"),
+        F.date_add(F.lit(every_day[0]), (F.col("id") % 40).cast("int")).alias("order_date"),
         F.col("id").alias("order_id"),
         F.lit(1).alias("order_item_id"),
         (F.col("id") % 7).alias("customer_id"),

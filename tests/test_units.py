@@ -127,7 +127,7 @@ def test_the_settings_are_read_typed_and_shown_to_dagster_as_a_resource(monkeypa
     from resources.settings import Settings, settings
 
     monkeypatch.setenv("RESTATEMENT_WINDOW_DAYS", "30")
-    assert settings().restatement_window_days == 30 and settings().first_day == D
+    assert settings().restatement_window_days == 30 and settings().partition_start_date == D.isoformat()
     assert isinstance(defs.resources["settings"], Settings)
 
 

@@ -47,7 +47,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from exact_backfills import AsOf, DayCheck, Pipeline, Read, Rule, Source, SourceKind, Staging, Table, TrailingDays
-from exact_backfills import valid_to
+from exact_backfills import Calendar, valid_to
 
 VISITS = Source(
     "shop_visits",
@@ -115,6 +115,7 @@ def build_store_week(spark: SparkSession, days: list[date], read: Read) -> DataF
 pipeline = Pipeline(
     name="shop",
     sources=[VISITS, STORES],
+    calendar=Calendar(first_day=date(2025, 1, 1), last_day=date(2025, 3, 31)),
     tables=[
         Staging("stg_shop_visits", source=VISITS),
         Staging("dim_shop_stores", source=STORES),

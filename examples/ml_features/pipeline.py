@@ -7,7 +7,19 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
-from exact_backfills import AsOf, DayCheck, Demo, Pipeline, Read, Reconcile, SameDay, Staging, Table, TrailingDays
+from exact_backfills import (
+    AsOf,
+    Calendar,
+    DayCheck,
+    Demo,
+    Pipeline,
+    Read,
+    Reconcile,
+    SameDay,
+    Staging,
+    Table,
+    TrailingDays,
+)
 from examples.ml_features import transforms
 from examples.ml_features.sources import APP_EVENTS, LABELS, USER_STATUS
 
@@ -41,6 +53,7 @@ def _generate(spark: SparkSession, demo: Demo) -> str:
 pipeline = Pipeline(
     name="ml_features",
     sources=[APP_EVENTS, USER_STATUS, LABELS],
+    calendar=Calendar(first_day=date(2025, 1, 1), last_day=date(2025, 3, 31)),
     tables=[
         Staging(
             STG_APP_EVENTS,

@@ -2,8 +2,8 @@
 rewrote (late_batches), a real `dagster dev` (dagster_ui) seen in Chromium (browser), the pool's slot claims
 (slot_claims).
 
-Importing this package pins the tests' partitions first: assets_pkg reads them when it is imported, so a helper
-module imported before conftest (or without it) still builds the tests' partitions, never a developer's."""
+Importing this package (any helper does) pins the tests' partitions: PARTITION_START_DATE and PARTITION_END_DATE stand
+in for every pipeline's own calendar, so a developer's environment cannot change them."""
 
 import os
 

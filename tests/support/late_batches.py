@@ -6,7 +6,7 @@ from decimal import Decimal
 
 from bench.harness import corrections, land_batch, next_batch_day
 from tests.support.lake import files_by_day, versions
-from tests.support.orders import DAY_COLUMN, ORDER_TABLES, PUBLISH_ORDER
+from tests.support.orders import DAY_COLUMN, ORDER_TABLES, ORDERS, PUBLISH_ORDER
 
 __all__ = [
     "ORDER_TABLES",
@@ -82,10 +82,9 @@ def check_partition_statuses(instance, table: str, check: str) -> dict[str, str]
     from dagster import AssetCheckKey, AssetKey
     from dagster._core.storage.asset_check_state import AssetCheckState, bulk_update_asset_check_state
 
-    from exact_backfills.partitions import daily_partitions
-
     key = AssetCheckKey(AssetKey(table), check)
-    state = bulk_update_asset_check_state(instance, [(key, daily_partitions)], {key: AssetCheckState.empty()})[key]
+    partitions = ORDERS.partitions.definition
+    state = bulk_update_asset_check_state(instance, [(key, partitions)], {key: AssetCheckState.empty()})[key]
     return {
         day: status.value
         for status, subset in state.subsets.items()

@@ -1,0 +1,31 @@
+"""A second pipeline beside the orders one, its calendar starting a month before the orders pipeline's: each pipeline's
+own days, side by side in one process."""
+
+from datetime import date
+
+from pyspark.sql import types as T
+
+from exact_backfills import Calendar, Pipeline, Source, Staging
+
+VISITS = Source(
+    "visits",
+    T.StructType(
+        [
+            T.StructField("visit_id", T.StringType(), False),
+            T.StructField("visit_date", T.DateType(), False),
+            T.StructField("loaded_at", T.TimestampType(), False),
+        ]
+    ),
+    key=["visit_id"],
+    day="visit_date",
+    newest="loaded_at",
+    loaded_at="loaded_at",
+)
+
+pipeline = Pipeline(
+    name="visits",
+    sources=[VISITS],
+    tables=[Staging("stg_visits", source=VISITS)],
+    calendar=Calendar(first_day=date(2024, 12, 1), last_day=date(2025, 3, 31)),
+)
+REFERENCE = "tests.support.visits:pipeline"
