@@ -44,6 +44,7 @@ from exact_backfills.dagster_private import BACKFILL_ID_TAG
 from exact_backfills.declare import Declared, Pipeline, Reconcile, Staging
 from exact_backfills.partitions import last_day
 from exact_backfills.pipelines import command
+from exact_backfills.write_path.staging import overlay
 from resources import audit, control
 from resources.delta_io import (
     Commit,
@@ -413,20 +414,14 @@ def _built(
         scans.append(scan_of_table(df, upstream))
         return df
 
-    def read(upstream: str, days: list[date]) -> DataFrame:
-        """`upstream`'s rows of `days`: this change's where it stages them, the published ones elsewhere."""
-        if upstream not in staged:
-            return published(upstream, days)
-        ours = set(change.days[upstream])
-        mine, rest = sorted(set(days) & ours), sorted(set(days) - ours)
+    def ours(upstream: str, days: list[date]) -> DataFrame:
+        """This change's staged rows of `upstream` on `days` (no day: none of them)."""
         built = staged[upstream].table
-        parts = [built if set(mine) == ours else built.where(day_filter(day_column[upstream], mine))] if mine else []
-        if rest and table_exists(upstream):
-            parts.append(published(upstream, rest))
-        if not parts:
+        if not days:
             return built.limit(0)
-        return parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1])
+        return built if set(days) == set(change.days[upstream]) else built.where(day_filter(day_column[upstream], days))
 
+    read = overlay({t: change.days[t] for t in staged}, ours, published, table_exists)
     days = change.days[table.name]
     source = change.source(table.name)
     if isinstance(source, Restored):
