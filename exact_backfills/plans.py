@@ -31,6 +31,7 @@ from exact_backfills.partitions import days as day_range
 from exact_backfills.pipelines import command
 from exact_backfills.publish import Change, FromPlan, Operation, Publication, RunInfo, day_ranges, publish
 from exact_backfills.verification import stale_code_days
+from exact_backfills.write_path.staging import overlay
 from resources import audit, control, storage
 from resources.audit import DayContent
 from resources.delta_io import current_version, history, read_path, write_new_table
@@ -215,16 +216,13 @@ def _overlay(
     """What a table of the plan reads of an upstream table: the plan's rows on the days it changed them, the
     published rows as of the pinned version elsewhere."""
 
-    def read(upstream: str, days: list[date]) -> DataFrame:
-        column = pipeline.day_column[upstream]
-        mine = sorted(set(days) & set(changed.get(upstream, [])))
-        rest = sorted(set(days) - set(mine))
-        parts = [read_path(spark, shadow_path(plan_id, upstream), column, mine)] if mine else []
-        if rest or not parts:
-            parts.append(read_path(spark, table_path(upstream), column, rest or days, pinned[upstream]))
-        return parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1], allowMissingColumns=True)
+    def shadow(upstream: str, days: list[date]) -> DataFrame:
+        return read_path(spark, shadow_path(plan_id, upstream), pipeline.day_column[upstream], days)
 
-    return read
+    def published(upstream: str, days: list[date]) -> DataFrame:
+        return read_path(spark, table_path(upstream), pipeline.day_column[upstream], days, pinned[upstream])
+
+    return overlay(changed, shadow, published, across_code_versions=True)
 
 
 def _diff(table: Declared, before: DataFrame, after: DataFrame, days: list[date], plan: TablePlan) -> None:

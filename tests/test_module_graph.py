@@ -121,9 +121,9 @@ def test_the_machinery_names_no_table_source_or_column_of_a_pipeline_and_imports
     for pipeline in PIPELINES:
         tables, columns = _declared_names(pipeline)
         package = pipeline.declared_in.split(".")[0]
-        for path in sorted((REPO_ROOT / "exact_backfills").glob("*.py")):
+        for path in sorted((REPO_ROOT / "exact_backfills").rglob("*.py")):
             text = path.read_text()
-            where = f"exact_backfills/{path.name}"
+            where = str(path.relative_to(REPO_ROOT))
             for name in sorted(tables):
                 for number, line in enumerate(text.splitlines(), start=1):
                     if re.search(rf"\b{re.escape(name)}\b", line):
@@ -136,3 +136,28 @@ def test_the_machinery_names_no_table_source_or_column_of_a_pipeline_and_imports
                     modules = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
                     found += [f"{where}:{node.lineno}: imports {m}" for m in modules if m.split(".")[0] == package]
     assert not found, "the machinery knows a pipeline:\n" + "\n".join(found)
+
+
+def _too_long(path: Path) -> list[str]:
+    """The functions of a module longer than 60 lines or taking more than 6 parameters (self and cls aside)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            a = node.args
+            params = [p.arg for p in [*a.posonlyargs, *a.args, *a.kwonlyargs] if p.arg not in ("self", "cls")]
+            params += [p.arg for p in (a.vararg, a.kwarg) if p is not None]
+            lines = (node.end_lineno or node.lineno) - node.lineno + 1
+            if lines > 60 or len(params) > 6:
+                found.append(f"{path.name}:{node.lineno}: {node.name}: {lines} lines, {len(params)} parameters")
+    return found
+
+
+def test_the_write_path_is_named_stages_each_a_module_of_short_functions():
+    """publish.py lists the stages; each stage is a module of exact_backfills/write_path/ of at most 450 lines, whose
+    functions are at most 60 lines and take at most 6 parameters."""
+    publish = REPO_ROOT / "exact_backfills" / "publish.py"
+    stages = sorted((REPO_ROOT / "exact_backfills" / "write_path").glob("*.py"))
+    assert {p.stem for p in stages} >= {"changes", "context", "staging", "verify", "intent", "commit", "record"}
+    assert len(publish.read_text().splitlines()) < 200
+    assert [p.name for p in stages if len(p.read_text().splitlines()) > 450] == []
+    assert [f for p in [publish, *stages] for f in _too_long(p)] == []

@@ -21,6 +21,7 @@ from exact_backfills.definitions import defs
 from exact_backfills.location import definitions_of
 from exact_backfills.partitions import days
 from exact_backfills.publish import Change, Operation, Refused, RunInfo, publish
+from exact_backfills.write_path import commit as committing
 from tests.support.lake import rows, versions
 from tests.support.late_batches import latest_check_status
 from tests.support.orders import (
@@ -78,14 +79,14 @@ def test_a_blocking_failure_in_a_mart_writes_nothing_in_any_table_of_the_run(spa
 
 
 def _conflict_on_the_fact(monkeypatch) -> None:
-    commit = publishing.overwrite_days
+    commit = committing.overwrite_days
 
     def conflict_on_the_fact(df, table, *args, **kwargs):
         if table == FACT_ORDER_ITEM:
             raise RuntimeError("ConcurrentAppendException: files were added to the table by a concurrent update")
         return commit(df, table, *args, **kwargs)
 
-    monkeypatch.setattr(publishing, "overwrite_days", conflict_on_the_fact)
+    monkeypatch.setattr(committing, "overwrite_days", conflict_on_the_fact)
 
 
 def test_a_failure_between_commits_names_what_was_committed_and_the_days_are_run_again(spark, built, monkeypatch):
@@ -152,7 +153,7 @@ def test_committing_one_table_after_the_other_no_commit_starts_after_a_failed_on
 def test_a_tables_days_are_recorded_in_dagster_while_the_next_table_is_committed(spark, built, monkeypatch):
     instance = built
     expected = content(spark)
-    commit, record = publishing.overwrite_days, recording.publication_events
+    commit, record = committing.overwrite_days, recording.publication_events
     fact_committing = threading.Event()
     staging_recorded_during_the_facts_commit: list[bool] = []
 
@@ -166,7 +167,7 @@ def test_a_tables_days_are_recorded_in_dagster_while_the_next_table_is_committed
             staging_recorded_during_the_facts_commit.append(fact_committing.wait(timeout=120))
         yield from record(context, table, *args, **kwargs)
 
-    monkeypatch.setattr(publishing, "overwrite_days", fact)
+    monkeypatch.setattr(committing, "overwrite_days", fact)
     monkeypatch.setattr(recording, "publication_events", staging_waits_for_the_facts_commit)
     assert run_backfill(ORDERS, date(2025, 1, 2), date(2025, 1, 3), instance=instance, echo=lambda _: None)
     monkeypatch.undo()

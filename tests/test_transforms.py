@@ -385,3 +385,39 @@ def test_a_tables_cached_rows_are_held_by_day_so_that_writing_or_grouping_them_b
         assert not sorted_above_the_cache(held.table.repartition("order_date").sortWithinPartitions("order_date"))
     finally:
         held.unpersist()
+
+
+def test_a_table_reads_its_upstream_through_one_overlay_of_the_writes_own_days_over_the_published_ones(spark):
+    """What a change (publish) and a plan (plans) read of an upstream: their own rows on the days they have them,
+    the published ones elsewhere, one read each; rows of two code versions (a plan's) may differ by a column."""
+    from pyspark.errors import AnalysisException
+    from pyspark.sql import DataFrame
+
+    from exact_backfills.write_path.staging import overlay
+
+    jan1, jan2, jan3 = D("2025-01-01"), D("2025-01-02"), D("2025-01-03")
+    asked: list[tuple[str, str, list]] = []
+
+    def own(upstream: str, days_: list) -> DataFrame:  # its rows have a column the published ones have not
+        asked.append(("own", upstream, days_))
+        return spark.createDataFrame([(d, 2, "new") for d in days_], "day date, n long, added string")
+
+    def published(upstream: str, days_: list) -> DataFrame:
+        asked.append(("published", upstream, days_))
+        return spark.createDataFrame([(d, 1) for d in days_], "day date, n long")
+
+    plan = overlay({"up": [jan2]}, own, published, across_code_versions=True)
+    read = plan("up", [jan1, jan2, jan3])
+    assert sorted(read.collect()) == [(jan1, 1, None), (jan2, 2, "new"), (jan3, 1, None)]
+    assert asked == [("own", "up", [jan2]), ("published", "up", [jan1, jan3])]
+
+    asked.clear()  # an upstream the write has no rows of: published alone; only its own days: nothing published
+    assert [r.n for r in plan("other", [jan1]).collect()] == [1] and asked == [("published", "other", [jan1])]
+    asked.clear()
+    assert [r.n for r in plan("up", [jan2]).collect()] == [2] and asked == [("own", "up", [jan2])]
+
+    change = overlay({"up": [jan2]}, own, published, published_exists=lambda _: False)
+    assert [r.n for r in change("up", [jan1, jan2]).collect()] == [2]  # nothing published yet: its own rows alone
+    assert change("up", [jan1]).collect() == []  # none of its days and nothing published: no row
+    with pytest.raises(AnalysisException):  # one code version: a column only one side has is an error, not a null
+        overlay({"up": [jan2]}, own, published)("up", [jan1, jan2]).collect()
