@@ -6,10 +6,10 @@ import warnings
 from dagster import BetaWarning, PreviewWarning
 
 from exact_backfills.as_of import valid_to
+from exact_backfills.day_checks import DayCheck, DayOverDay
 from exact_backfills.declare import (
     AsOf,
     Command,
-    DayCheck,
     DayDependency,
     DeclarationError,
     Demo,
@@ -43,6 +43,7 @@ __all__ = [
     "Command",
     "DayCheck",
     "DayDependency",
+    "DayOverDay",
     "DeclarationError",
     "Demo",
     "Pipeline",

@@ -41,7 +41,10 @@ class Reconciled:
             {
                 t: rec
                 for t in tables
-                if t in pipeline.by_name and (rec := pipeline.by_name[t].reconcile) and rec.upstream in tables
+                if t in pipeline.by_name
+                and (rec := pipeline.by_name[t].reconcile)
+                and rec.upstream in tables
+                and rec.window_days == 1  # a window's days before are not all among the upstream's checked days
             }
         )
 
@@ -57,7 +60,11 @@ def check_published(
     df = read_days(spark, table, spec.day_column, days)
     rec = spec.reconcile
     measures = reconciled.measures.get(table)
-    upstream = read_days(spark, rec.upstream, pipeline.day_column[rec.upstream], days) if rec and not measures else None
+    upstream = None
+    if rec and not measures:
+        upstream = read_days(
+            spark, rec.upstream, pipeline.day_column[rec.upstream], checks.reconcile.days_read(rec, days)
+        )
     lost = None
     if isinstance(spec, Staging) and spec.events:
         quarantined = read_days(spark, spec.quarantine, pipeline.day_column[spec.quarantine], days)

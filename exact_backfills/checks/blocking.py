@@ -13,6 +13,7 @@ from exact_backfills.checks import keys, nothing_lost, reconcile, user
 from exact_backfills.checks.base import Outcome
 from exact_backfills.checks.profile import DayProfile, Verified, day_profile, duplicate_samples
 from exact_backfills.declare import Declared, Reconcile
+from resources.delta_io import read_days, table_exists
 
 
 @dataclass(frozen=True)
@@ -92,9 +93,11 @@ def _key_outcomes(df: DataFrame, table: Declared, verified: Verified, days: list
 
 def _reconcile_outcomes(verified: Verified, rec: Reconcile, upstream: Upstream, days: list[date]) -> list[Outcome]:
     """reconciles_with_upstream on each day; the day's mismatch count kept in `verified` for the audit."""
-    theirs = upstream.measures
+    # The measures handed by the upstream's own checks cover its change's days, not always a window's days before.
+    theirs = upstream.measures if rec.window_days == 1 or upstream.rows is None else None
     if theirs is None and upstream.rows is not None:
         theirs = reconcile.upstream_measures(rec, upstream.rows, upstream.day_column or "")
+    theirs = reconcile.over_window(rec, theirs or {}, days)
     found = {day: reconcile.differing(rec, verified.profile(day), (theirs or {}).get(day)) for day in days}
     differing = {day: diff for day, diff in found.items() if diff}
     verified.mismatches = {day: len(diff) for day, diff in differing.items()}
@@ -106,7 +109,17 @@ def _user_outcomes(df: DataFrame, table: Declared, rows: list[Row], days: list[d
     if any(day not in figures for day in days):  # a day with no rows: the figures of no rows
         empty = df.limit(0).agg(*[column.alias(name) for name, column in user.figure_columns(table)]).first()
         figures.update({day: empty.asDict() if empty else {} for day in days if day not in figures})
-    return user.outcomes(table, figures, days)
+    before = user.compares_days_before(table, days)
+    return user.outcomes(table, {**_published_figures(df, table, before), **figures}, days)
+
+
+def _published_figures(df: DataFrame, table: Declared, days: list[date]) -> dict[date, Mapping[str, Any]]:
+    """The user's figures of what is published on `days` (none before the table is first written)."""
+    if not days or not table_exists(table.name):
+        return {}
+    published = read_days(df.sparkSession, table.name, table.day_column, days)
+    columns = [column.alias(name) for name, column in user.figure_columns(table)]
+    return {r.day: r.asDict() for r in published.groupBy(F.col(table.day_column).alias("day")).agg(*columns).collect()}
 
 
 def evaluate_blocking(

@@ -2,7 +2,7 @@
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import date
+from datetime import date, timedelta
 from typing import Any
 
 from pyspark.sql import DataFrame
@@ -16,7 +16,8 @@ RECONCILES = "reconciles_with_upstream"
 
 RECONCILED = Check(
     RECONCILES,
-    "Row count and amounts equal the upstream table's for the day. Metadata: mismatch count.",
+    "Row count and amounts equal the upstream table's for the day (for a table over a trailing window, the "
+    "upstream's summed over the window's days). Metadata: mismatch count.",
     blocking=True,
 )
 
@@ -49,6 +50,23 @@ def upstream_measures(rec: Reconcile, upstream: DataFrame, day_column: str) -> M
         for r in upstream.groupBy(F.col(day_column).alias("day"))
         .agg(*[F.expr(exprs[1]).alias(name) for name, exprs in rec.measures.items()])
         .collect()
+    }
+
+
+def days_read(rec: Reconcile, days: list[date]) -> list[date]:
+    """The upstream's days the reconciliation of `days` compares with: each day's window."""
+    return sorted({day - timedelta(days=k) for day in days for k in range(rec.window_days)})
+
+
+def over_window(rec: Reconcile, by_day: Measures, days: list[date]) -> Measures:
+    """Each of `days`' upstream side summed over the `window_days` days ending on it (a day without rows adds
+    nothing): what a table over a trailing window reconciles with."""
+    if rec.window_days == 1:
+        return by_day
+    window = [timedelta(days=k) for k in range(rec.window_days)]
+    return {
+        day: {name: sum((by_day.get(day - k, {}).get(name) or 0 for k in window), 0) for name in rec.measures}
+        for day in days
     }
 
 
