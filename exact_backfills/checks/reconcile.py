@@ -16,8 +16,7 @@ RECONCILES = "reconciles_with_upstream"
 
 RECONCILED = Check(
     RECONCILES,
-    "Row count and amounts equal the upstream table's for the day (for a table over a trailing window, the "
-    "upstream's summed over the window's days). Metadata: mismatch count.",
+    "Row count and amounts equal the upstream table's for the day. Metadata: mismatch count.",
     blocking=True,
 )
 
