@@ -7,10 +7,10 @@ from dagster import BetaWarning, PreviewWarning
 
 from exact_backfills.as_of import valid_to
 from exact_backfills.calendar import Calendar
+from exact_backfills.day_checks import DayCheck, DayOverDay
 from exact_backfills.declare import (
     AsOf,
     Command,
-    DayCheck,
     DayDependency,
     DeclarationError,
     Demo,
@@ -45,6 +45,7 @@ __all__ = [
     "Command",
     "DayCheck",
     "DayDependency",
+    "DayOverDay",
     "DeclarationError",
     "Demo",
     "Pipeline",

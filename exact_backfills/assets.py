@@ -230,10 +230,11 @@ def _record_left_stale(context: AssetExecutionContext, table: str, left_stale: d
     the restatement late_data_sensor launches (the run's tag tells it) rewrites them."""
     context.instance.add_run_tags(context.run.run_id, {LEFT_STALE_TAG: "true"})
     for stale, days in left_stale.items():
-        why = f"built from days of {table} this run changed, outside its days: pending for the next restatement"
-        context.log.warning(f"{stale}: {len(days)} day(s) {day_ranges(days)} {why}")
-        outcomes = [checks.Outcome(checks.UP_TO_DATE, d, False, {"stale": True, "why": why}) for d in days]
-        for evaluation in recording.check_evaluations(context.instance, stale, outcomes):
+        context.log.warning(
+            f"{stale}: {len(days)} day(s) {day_ranges(days)} {checks.up_to_date.left_behind_why(table)}"
+        )
+        outcomes = [checks.up_to_date.left_behind(d, table) for d in days]
+        for evaluation in checks.check_evaluations(context.instance, stale, outcomes):
             context.log_event(evaluation)
 
 

@@ -10,7 +10,6 @@ from dagster import (
     AssetCheckEvaluation,
     AssetCheckResult,
     AssetChecksDefinition,
-    AssetCheckSeverity,
     AssetObservation,
     AssetSelection,
     DagsterInstance,
@@ -102,36 +101,19 @@ def stale_day_evaluations(
     materialization, so the check's Partitions view shows exactly those days as failed until they are rewritten."""
     evaluations = []
     for table, days in detection.days_by_table().items():
-        outcomes = []
-        for day in days:
-            change = detection.change(table, day)
-            outcomes.append(
-                checks.Outcome(
-                    checks.UP_TO_DATE,
-                    day,
-                    False,
-                    {"stale": True, "why": change.describe(), "batches": ", ".join(sorted(change.batches))},
-                )
-            )
+        outcomes = [checks.up_to_date.stale(day, detection.change(table, day), with_batches=True) for day in days]
         outcomes += [
-            checks.Outcome(
-                checks.LATE_DATA,
+            checks.late_data.outside_window(
                 day,
-                False,
-                {
-                    "why": change.describe(),
-                    "window_start": str(detection.window_start),
-                    "action": f"backfill {day} by hand: {command(pipeline)} backfill --start {day} --end {day}",
-                },
+                change,
+                detection.window_start,
+                f"backfill {day} by hand: {command(pipeline)} backfill --start {day} --end {day}",
             )
             for day, change in sorted(detection.outside.get(table, {}).items())
         ]
         # Held since a rollback: as the operator wants it, what landed for it left out until released.
-        outcomes += [
-            checks.Outcome(checks.UP_TO_DATE, h.day, True, {"stale": False, "held": True, "why": h.describe()})
-            for h in detection.holds
-        ]
-        evaluations += recording.check_evaluations(instance, table, outcomes)
+        outcomes += [checks.up_to_date.held(h.day, h.describe()) for h in detection.holds]
+        evaluations += checks.check_evaluations(instance, table, outcomes)
     return evaluations
 
 
@@ -201,16 +183,7 @@ def _landing_contract_check(pipeline: Pipeline, source: Source) -> AssetChecksDe
         ),
     )
     def check() -> AssetCheckResult:
-        refused = landing.refused_files(source)
-        return AssetCheckResult(
-            passed=not refused,
-            severity=AssetCheckSeverity.ERROR,
-            description=f"{len(refused)} file(s) refused" if refused else "every landed file meets the contract",
-            metadata={
-                "refused_files": len(refused),
-                "refused": "\n".join(r.describe() for r in refused[:50]),
-            },
-        )
+        return checks.landing_contract_result([r.describe() for r in landing.refused_files(source)])
 
     return check
 

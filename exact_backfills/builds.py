@@ -284,7 +284,7 @@ def build_declared(spark: SparkSession, pipeline: Pipeline, table: Table, days: 
     upstream = None
     if rec:
         upstream = read_upstream(rec.upstream)
-        if days_read(table.upstream[rec.upstream], days, first_day) != sorted(set(days)):
+        if rec.window_days == 1 and days_read(table.upstream[rec.upstream], days, first_day) != sorted(set(days)):
             upstream = upstream.where(day_filter(pipeline.day_column[rec.upstream], days))
     return Staged(table=rows, upstream=upstream, upstream_day=pipeline.day_column[rec.upstream] if rec else None)
 

@@ -63,7 +63,7 @@ def check_code_versions_job(pipeline: Pipeline) -> JobDefinition:
             days = sorted(written.get(table, {}))
             if days:
                 outcomes = code_outcomes(pipeline, table, days, stale[table])
-                yield from recording.check_evaluations(context.instance, table, outcomes)
+                yield from checks.check_evaluations(context.instance, table, outcomes)
         summary = {table: len(days) for table, days in stale.items() if days}
         context.log.info(f"days stale by code: {summary or 'none'}")
         yield Output({"versions": code_versions.current(pipeline), "stale_days": summary})
@@ -175,19 +175,8 @@ def promote_job(pipeline: Pipeline) -> JobDefinition:
             yield from recording.publication_events(context, table, publication)
         current = code_versions.current(pipeline)
         for table, days in promotion.unchanged.items():
-            unchanged = [
-                checks.Outcome(
-                    checks.BUILT_BY_CURRENT_CODE,
-                    day,
-                    True,
-                    {
-                        "current_code_version": current[table],
-                        "why": f"unchanged by plan {config.plan_id}: not rewritten",
-                    },
-                )
-                for day in days
-            ]
-            yield from recording.check_evaluations(context.instance, table, unchanged)
+            unchanged = [checks.code.unchanged_by_plan(day, current[table], config.plan_id) for day in days]
+            yield from checks.check_evaluations(context.instance, table, unchanged)
         yield Output({"plan_id": config.plan_id, "note": plans.version_note(promotion.plan)})
 
     @job(

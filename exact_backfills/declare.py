@@ -19,12 +19,13 @@ from dataclasses import dataclass, field
 from datetime import date, timedelta
 from enum import Enum
 from functools import cached_property
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
 from exact_backfills.calendar import Calendar
+from exact_backfills.day_checks import UserCheck, refused_check
 
 # The columns the machinery adds to a landed row: its batch (the folder's day) and its file, relative to the source's
 # folder.
@@ -181,25 +182,15 @@ def days_read(dependency: DayDependency, days: Sequence[date], first_day: date) 
 @dataclass(frozen=True)
 class Reconcile:
     """`measures` of a table equal the same measures of `upstream` day by day (blocking): name -> (a SQL aggregate
-    over this table's rows of the day, a SQL aggregate over the upstream's rows of the day)."""
+    over this table's rows of the day, a SQL aggregate over the upstream's rows of the day).
+
+    A table over a trailing window (`TrailingDays(n)` on `upstream`) reconciles its day with the upstream's
+    `window_days` days ending on it (at most n): the upstream's side of each measure is then summed over those days,
+    so it must add up across days (a sum or a count)."""
 
     upstream: str
     measures: Mapping[str, tuple[str, str]]
-
-
-@dataclass(frozen=True)
-class DayCheck:
-    """A check of the user's, evaluated on every day a change writes (before it is written) and on what is published:
-    `figures` are SQL aggregates over the day's rows, computed for every day at once, grouped by day; `passes` decides
-    from a day's figures (a name -> value mapping; None where the day has no rows to aggregate). Shown in Dagster
-    like the built-in checks, with the figures; `blocking` refuses the change (nothing written in any table) when it
-    fails on any day, like unique_key."""
-
-    name: str
-    figures: Mapping[str, str]
-    passes: Callable[[Mapping[str, Any]], bool]
-    blocking: bool = False
-    description: str = ""
+    window_days: int = 1
 
 
 class SideTable(NamedTuple):
@@ -227,7 +218,7 @@ class Table:
     build: Build
     description: str = ""
     reconcile: Reconcile | None = None
-    checks: Sequence[DayCheck] = ()
+    checks: Sequence[UserCheck] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "key", tuple(self.key))
@@ -255,7 +246,7 @@ class Staging:
     source: Source
     description: str = ""
     quarantine: str = ""
-    checks: Sequence[DayCheck] = ()
+    checks: Sequence[UserCheck] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "checks", tuple(self.checks))
@@ -383,9 +374,15 @@ class Pipeline:
                     found.append(f"table {t.name}: {dependency!r} is not a day dependency")
             if t.reconcile and t.reconcile.upstream not in t.upstream:
                 found.append(f"table {t.name}: it reconciles with {t.reconcile.upstream}, which it does not read")
+            elif t.reconcile and not _reads_window(t.upstream[t.reconcile.upstream], t.reconcile.window_days):
+                found.append(
+                    f"table {t.name}: it reconciles over {t.reconcile.window_days} days of {t.reconcile.upstream}, "
+                    "which its day dependency on it does not read (a window of 1 day or more, within TrailingDays)"
+                )
             if not t.key:
                 found.append(f"table {t.name}: no key")
         for t in self.tables:
+            found += [f"table {t.name}: check {c.name}: {why}" for c in t.checks if (why := refused_check(c))]
             check_names = [c.name for c in t.checks]
             found += [
                 f"table {t.name}: check {n} is declared twice"
@@ -484,3 +481,10 @@ class Pipeline:
 
 def landing_asset(source: Source) -> str:
     return f"landing_{source.name}"
+
+
+def _reads_window(dependency: DayDependency, window_days: int) -> bool:
+    """A reconciliation over `window_days` days of an upstream is served when its day dependency reads them all."""
+    if window_days == 1:
+        return True
+    return window_days > 1 and isinstance(dependency, TrailingDays) and dependency.days >= window_days

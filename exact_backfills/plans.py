@@ -304,9 +304,8 @@ def make_plan(spark: SparkSession, pipeline: Pipeline, start: date, end: date, s
         staged = builds.build(spark, pipeline, table, days, read)
         staged.table = staged.table.persist()  # checked and written from the same computed rows, as publish does
         try:
-            verified = checks.evaluate_blocking(
-                staged.table, staged.upstream, staged.lost, table, days, staged.upstream_day
-            )
+            upstream = checks.Upstream(staged.upstream, staged.upstream_day)
+            verified = checks.evaluate_blocking(staged.table, table, days, upstream, staged.lost)
             plan.blocking_failures += [
                 BlockingFailure(name, o.check, o.day, checks.summary(o)) for o in verified.failing
             ]

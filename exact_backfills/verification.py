@@ -41,7 +41,10 @@ class Reconciled:
             {
                 t: rec
                 for t in tables
-                if t in pipeline.by_name and (rec := pipeline.by_name[t].reconcile) and rec.upstream in tables
+                if t in pipeline.by_name
+                and (rec := pipeline.by_name[t].reconcile)
+                and rec.upstream in tables
+                and rec.window_days == 1  # a window's days before are not all among the upstream's checked days
             }
         )
 
@@ -57,7 +60,11 @@ def check_published(
     df = read_days(spark, table, spec.day_column, days)
     rec = spec.reconcile
     measures = reconciled.measures.get(table)
-    upstream = read_days(spark, rec.upstream, pipeline.day_column[rec.upstream], days) if rec and not measures else None
+    upstream = None
+    if rec and not measures:
+        upstream = read_days(
+            spark, rec.upstream, pipeline.day_column[rec.upstream], checks.reconcile.days_read(rec, days)
+        )
     lost = None
     if isinstance(spec, Staging) and spec.events:
         quarantined = read_days(spark, spec.quarantine, pipeline.day_column[spec.quarantine], days)
@@ -69,7 +76,8 @@ def check_published(
     downstream = {t: r for t, r in reconciled.within.items() if r.upstream == table}
     upstream_day = pipeline.day_column[rec.upstream] if rec else None
     with _evaluated_for(spark, df, table):
-        verified = checks.evaluate_blocking(df, upstream, lost, spec, days, upstream_day, downstream, measures)
+        against = checks.Upstream(upstream, upstream_day, measures)
+        verified = checks.evaluate_blocking(df, spec, days, against, lost, downstream)
     reconciled.measures.update(verified.for_downstream)
     return verified
 
@@ -95,15 +103,7 @@ def code_outcomes(
 ) -> list[checks.Outcome]:
     """built_by_current_code on each of `days`: failing, saying why, on the days stale by code."""
     current = code_versions.current(pipeline)[table]
-    return [
-        checks.Outcome(
-            checks.BUILT_BY_CURRENT_CODE,
-            day,
-            day not in stale,
-            {"current_code_version": current, **({"why": stale[day].describe()} if day in stale else {})},
-        )
-        for day in days
-    ]
+    return [checks.code.published(day, current, stale.get(day)) for day in days]
 
 
 @dataclass(frozen=True)
@@ -145,12 +145,18 @@ def published_state(spark: SparkSession, pipeline: Pipeline, checked: Iterable[s
     return PublishedState(landing_state, landing_error, code_stale, code_error, Reconciled.of(pipeline, checked))
 
 
-def _guarded(names: list[str], days: list[date], evaluate: Callable[[], list[checks.Outcome]]) -> list[checks.Outcome]:
-    """The checks `names` as `evaluate` finds them, or, when it raises, each failed on every day, saying why."""
+def _guarded(
+    covered: list[checks.Check], days: list[date], evaluate: Callable[[], list[checks.Outcome]]
+) -> list[checks.Outcome]:
+    """The checks `covered` as `evaluate` finds them, or, when it raises, each failed on every day, saying why."""
     try:
         return evaluate()
     except Exception as error:
-        return checks.not_evaluated(names, days, error, checks.BLOCKING)
+        return _not_evaluated(covered, days, error)
+
+
+def _not_evaluated(covered: list[checks.Check], days: list[date], error: BaseException) -> list[checks.Outcome]:
+    return [check.not_evaluated(day, error) for check in covered for day in days]
 
 
 def _content_outcomes(
@@ -168,43 +174,34 @@ def landing_outcomes(pipeline: Pipeline, table: str, days: list[date], state: La
     table."""
     stale = state.stale.get(table, {})
     outcomes = [
-        checks.Outcome(
-            checks.UP_TO_DATE,
-            day,
-            day not in stale,
-            {"stale": True, "why": stale[day].describe()} if day in stale else {"stale": False},
-        )
-        for day in days
+        checks.up_to_date.stale(day, stale[day]) if day in stale else checks.up_to_date.up_to_date(day) for day in days
     ]
     if checks.publishes_late_rows(pipeline.by_name[table]):
         outside = state.outside.get(table, {})
         outcomes += [
-            checks.Outcome(
-                checks.LATE_DATA,
-                day,
-                day not in outside,
-                {
-                    "late_rows_unpublished": day in outside,
-                    **({"why": outside[day].describe()} if day in outside else {}),
-                },
-            )
+            checks.late_data.outside_window(day, outside[day]) if day in outside else checks.late_data.none_late(day)
             for day in days
         ]
     return outcomes
 
 
-def _held(outcomes: list[checks.Outcome], holds: dict[date, control.HeldDay]) -> None:
+def _held(outcomes: list[checks.Outcome], holds: dict[date, control.HeldDay]) -> list[checks.Outcome]:
     """Held since a rollback: what landed for the day is left out as the operator wants it, until released."""
-    for o in outcomes:
-        if o.check in (checks.UP_TO_DATE, checks.NOTHING_LOST) and o.day in holds and o.metadata.get("evaluated", True):
-            o.passed = True
-            o.metadata.update({"held": True, "why": holds[o.day].describe()})
+    return [_held_outcome(o, holds[o.day]) if o.day in holds and o.evaluated else o for o in outcomes]
+
+
+def _held_outcome(o: checks.Outcome, hold: control.HeldDay) -> checks.Outcome:
+    if o.check == checks.UP_TO_DATE:
+        return checks.up_to_date.held(o.day, hold.describe())
+    if o.check == checks.NOTHING_LOST:
+        return checks.nothing_lost.held(o.day, hold.describe(), o)
+    return o
 
 
 def _quarantine_outcomes(spark: SparkSession, pipeline: Pipeline, table: str, days: list[date]) -> list[checks.Outcome]:
     column = pipeline.day_column[table]
     return _guarded(
-        [checks.QUARANTINED],
+        [checks.quarantined.HELD_APART],
         days,
         lambda: checks.quarantine_outcomes(read_days(spark, table, column, days), column, days),
     )
@@ -220,19 +217,17 @@ def verify_published(
     if table in pipeline.side_table_of:
         return _quarantine_outcomes(spark, pipeline, table, days)
     spec = pipeline.by_name[table]
-    content = [
-        n for n in checks.names(spec) if n not in (checks.UP_TO_DATE, checks.LATE_DATA, checks.BUILT_BY_CURRENT_CODE)
-    ]
+    apart = (checks.UP_TO_DATE, checks.LATE_DATA, checks.BUILT_BY_CURRENT_CODE)
+    content = [c for c in checks.checks_of(spec) if c.name not in apart]
     outcomes = _guarded(content, days, lambda: _content_outcomes(spark, pipeline, table, days, run, state.reconciled))
-    landing_checks = [n for n in checks.names(spec) if n in (checks.UP_TO_DATE, checks.LATE_DATA)]
+    landing_checks = [c for c in checks.checks_of(spec) if c.name in (checks.UP_TO_DATE, checks.LATE_DATA)]
     if state.landing is not None:
-        outcomes += landing_outcomes(pipeline, table, days, state.landing)
-        _held(outcomes, state.landing.holds)
+        outcomes = _held([*outcomes, *landing_outcomes(pipeline, table, days, state.landing)], state.landing.holds)
     else:
-        outcomes += checks.not_evaluated(landing_checks, days, state.landing_error or RuntimeError("not found"))
+        outcomes += _not_evaluated(landing_checks, days, state.landing_error or RuntimeError("not found"))
     if state.code_stale is not None:
         outcomes += code_outcomes(pipeline, table, days, state.code_stale.get(table, {}))
     else:
         error = state.code_error or RuntimeError("not found")
-        outcomes += checks.not_evaluated([checks.BUILT_BY_CURRENT_CODE], days, error)
+        outcomes += _not_evaluated([checks.code.CURRENT_CODE], days, error)
     return outcomes

@@ -12,9 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from exact_backfills.builds import LandedBatches
-from exact_backfills.checks import KEYS_NOT_NULL, LATE_DATA, RECONCILES, UNIQUE_KEY, UP_TO_DATE, Outcome
+from exact_backfills.checks import LATE_DATA, UP_TO_DATE, DayProfile, Outcome, keys, reconcile
 from exact_backfills.cli import print_detection
-from exact_backfills.declare import SameDay, TrailingDays
+from exact_backfills.declare import Reconcile, SameDay, TrailingDays
 from exact_backfills.dependencies import carried, carried_beyond, left_stale
 from exact_backfills.landing import Refusal
 from exact_backfills.landing_index import holding
@@ -654,17 +654,7 @@ def test_a_day_predicate_selects_exactly_its_days_with_one_range_per_run(offsets
 
 
 def _duplicate(on: date) -> Outcome:
-    return Outcome(
-        UNIQUE_KEY,
-        on,
-        False,
-        {
-            "rows": 10,
-            "duplicate_rows": 1,
-            "duplicate_per_1k": 100.0,
-            "sample_duplicate_keys": "order_id=7, order_item_id=1",
-        },
-    )
+    return keys.unique_key(on, DayProfile(10, 9, 0, None), ["order_id=7, order_item_id=1"])
 
 
 def test_a_refused_backfill_says_nothing_was_written_in_any_table_names_the_check_table_and_day_and_what_to_do():
@@ -691,12 +681,8 @@ def test_a_refused_rollback_says_nothing_was_restored_and_to_roll_back_the_table
         {DAILY_REVENUE: Restored(5)},
         Hold("rolled back to version 5", ""),
     )
-    mismatch = Outcome(
-        RECONCILES,
-        day(2),
-        False,
-        {"upstream": FACT_ORDER_ITEM, "mismatch_count": 1, "mismatches": "items: 3 vs 4", "mismatching_days_in_run": 1},
-    )
+    rec = Reconcile(FACT_ORDER_ITEM, {"items": ("sum(item_count)", "count(1)")})
+    mismatch = reconcile.reconciles(day(2), rec, [reconcile.Differing("items", "3", "4")], 1)
     said = str(Refused(change, {DAILY_REVENUE: [mismatch]}))
     assert said == (
         "rollback of 2025-01-01, 2025-01-03..2025-01-04 refused, nothing restored in any of "
@@ -709,7 +695,7 @@ def test_a_refused_rollback_says_nothing_was_restored_and_to_roll_back_the_table
 def test_a_refusal_names_the_first_ten_failures_then_how_many_more_and_every_failing_day():
     change = Change(Operation.RESTATEMENT, {FACT_ORDER_ITEM: days(day(0), day(5))})
     failing = [_duplicate(day(n)) for n in range(6)] + [
-        Outcome(KEYS_NOT_NULL, day(n), False, {"null_key_rows": 2, "key": "order_id, order_item_id"}) for n in range(6)
+        keys.keys_not_null(day(n), DayProfile(10, 10, 2, None), ["order_id", "order_item_id"]) for n in range(6)
     ]
     said = str(Refused(change, {FACT_ORDER_ITEM: failing}))
     assert said.startswith("restatement of 2025-01-01..2025-01-06 refused, nothing written in any of ")

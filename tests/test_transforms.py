@@ -293,13 +293,13 @@ def test_a_days_fingerprint_depends_on_its_rows_and_not_on_their_order(spark):
     assert contents_of([(day, 1, None, {"k": "w"})], nullable)[day] != moved[0][day]  # a map's values count too
     # The checks record the same fingerprint, from the same pass as their counts.
     table = Table("t", key=["order_id"], day_column="order_date", upstream={}, build=lambda *_: None)
-    verified = evaluate_blocking(spark.createDataFrame(rows, schema), None, None, table, sorted(published))
+    verified = evaluate_blocking(spark.createDataFrame(rows, schema), table, sorted(published))
     assert {d: verified.profile(d).content for d in published} == published
 
 
 def test_a_table_reconciles_with_measures_its_upstreams_checks_computed_as_with_the_upstreams_rows(spark):
     from exact_backfills import Reconcile, SameDay, Table
-    from exact_backfills.checks import RECONCILES, evaluate_blocking
+    from exact_backfills.checks import RECONCILES, Upstream, evaluate_blocking
 
     jan1, jan2, jan3 = D("2025-01-01"), D("2025-01-02"), D("2025-01-03")
     items = spark.createDataFrame(
@@ -322,11 +322,9 @@ def test_a_table_reconciles_with_measures_its_upstreams_checks_computed_as_with_
         reconcile=reconcile,
     )
     days = [jan1, jan2, jan3]
-    checked = evaluate_blocking(items, None, None, upstream, days, downstream={"daily": reconcile})
-    handed = evaluate_blocking(
-        daily, None, None, table, days, "order_date", upstream_measures=checked.for_downstream["daily"]
-    )
-    aggregated = evaluate_blocking(daily, items, None, table, days, "order_date")
+    checked = evaluate_blocking(items, upstream, days, downstream={"daily": reconcile})
+    handed = evaluate_blocking(daily, table, days, Upstream(measures=checked.for_downstream["daily"]))
+    aggregated = evaluate_blocking(daily, table, days, Upstream(items, "order_date"))
 
     def reconciles(verified):
         return {o.day: (o.passed, o.metadata["mismatches"]) for o in verified.outcomes if o.check == RECONCILES}

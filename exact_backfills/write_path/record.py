@@ -172,10 +172,10 @@ def _late_data(w: Writing, table: str, days: list[date], source: RowSource, now:
     outcomes = []
     for day in days:
         e = by_day.get(day)
-        metadata: dict[str, Any] = {"late_rows": e.rows, "batches": e.batches} if e else {"late_rows": 0}
-        if e and settles:
-            metadata["resolved_by_run"] = run.run_id
-        outcomes.append(checks.Outcome(checks.LATE_DATA, day, e is None or settles, metadata))
+        resolved_by = run.run_id if settles else None
+        outcomes.append(
+            checks.late_data.written(day, e.rows, e.batches, resolved_by) if e else checks.late_data.none_late(day)
+        )
     return outcomes
 
 
@@ -185,12 +185,11 @@ def _freshness(table: Declared, days: list[date], held: dict[date, control.HeldD
     outcomes = []
     for day in days:
         if day in held:
-            why = {"stale": False, "held": True, "why": held[day].describe()}
-            outcomes.append(checks.Outcome(checks.UP_TO_DATE, day, True, why))
+            outcomes.append(checks.up_to_date.held(day, held[day].describe()))
             if checks.checks_nothing_lost(table):
-                outcomes.append(checks.Outcome(checks.NOTHING_LOST, day, True, {"held": True, "why": why["why"]}))
+                outcomes.append(checks.nothing_lost.held(day, held[day].describe()))
         else:
-            outcomes.append(checks.Outcome(checks.UP_TO_DATE, day, True, {"stale": False}))
+            outcomes.append(checks.up_to_date.up_to_date(day))
     return outcomes
 
 
@@ -199,11 +198,7 @@ def _code(pipeline: Pipeline, table: str, days: list[date], source: RowSource) -
     current = code_versions.current(pipeline)[table]
     outcomes = []
     for day in days:
-        built = built_by(pipeline, table, source, day)
-        why = {"code_version": built or "", "current_code_version": current}
-        if built != current:
-            why["why"] = f"{table}: restored rows built by code {built or 'unrecorded'}, not {current}"
-        outcomes.append(checks.Outcome(checks.BUILT_BY_CURRENT_CODE, day, built == current, why))
+        outcomes.append(checks.code.written(day, table, built_by(pipeline, table, source, day), current))
     return outcomes
 
 

@@ -51,6 +51,5 @@ def _verify(
     """The table's blocking checks; the measures of the tables reconciling with it (`downstream`) computed with them,
     its upstream's measures taken from the upstream's checks when those computed them (`upstream`, submitted first)."""
     measures = upstream.result().for_downstream[table.name] if upstream is not None else None
-    return checks.evaluate_blocking(
-        built.table, built.upstream, built.lost, table, days, built.upstream_day, downstream, measures
-    )
+    upstream_rows = checks.Upstream(built.upstream, built.upstream_day, measures)
+    return checks.evaluate_blocking(built.table, table, days, upstream_rows, built.lost, downstream)
