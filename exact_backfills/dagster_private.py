@@ -31,30 +31,26 @@ from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy
-from dagster import AssetCheckEvaluation, AssetExecutionContext, AssetKey
+from dagster import (
+    AssetCheckEvaluation,
+    AssetExecutionContext,
+    AssetKey,
+    DagsterEventType,
+    DagsterInvariantViolationError,
+    EventLogEntry,
+    partition_loading_context,
+    serialize_value,
+)
 from dagster._core.definitions.asset_checks.asset_check_evaluation import (  # noqa: F401
     AssetCheckEvaluationTargetMaterializationData,
 )
 
-# The name of the job Dagster runs the UI's backfills and materializations as: runs of it write the lake too.
-from dagster._core.definitions.assets.job.asset_job import IMPLICIT_ASSET_JOB_NAME  # noqa: F401
-
 # The tag an AssetObservation carries its data version in: an observable asset returns versions, but a restatement op
 # records the versions of the landing days its batches change as observations, which take it only as this tag.
 from dagster._core.definitions.data_version import DATA_VERSION_TAG  # noqa: F401
-from dagster._core.definitions.partitions.context import partition_loading_context
 
 # The type `define_asset_job` returns, which Dagster does not export: a job factory's annotation names it.
 from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition  # noqa: F401
-
-# A step that failed only because a blocking check failed raises this: a checks-only run reports those checks itself,
-# so its step failures are not repeated. Dagster does not export the class.
-from dagster._core.errors import (
-    DagsterAssetCheckFailedError,  # noqa: F401
-    DagsterInvariantViolationError,
-)
-from dagster._core.events import DagsterEventType
-from dagster._core.events.log import EventLogEntry
 
 # The status of a Dagster backfill, to see whether one is in progress: DagsterInstance.get_backfills takes it, and
 # Dagster exports neither it nor a filter that does without it.
@@ -68,7 +64,6 @@ from dagster._core.storage.event_log.schema import (
     SqlEventLogStorageTable,
 )
 from dagster._core.storage.event_log.sqlite.sqlite_event_log import INDEX_SHARD_NAME
-from dagster._core.storage.sql import create_engine
 from dagster._core.storage.sqlite import SQLITE_BUSY_TIMEOUT_SECONDS
 
 # The run tags by which Dagster gives a run its partition or partition range: a run launched from the command line
@@ -80,7 +75,7 @@ from dagster._core.storage.tags import (  # noqa: F401
     BACKFILL_ID_TAG,
     PARTITION_NAME_TAG,
 )
-from dagster._serdes import ConfigurableClassData, serialize_value
+from dagster._serdes import ConfigurableClassData
 from dagster._utils.concurrency import ConcurrencySlotStatus
 from dagster_postgres import PostgresEventLogStorage
 from dagster_postgres.utils import create_pg_engine, get_token_provider_from_config, pg_url_from_config
@@ -143,7 +138,7 @@ class _EnginePerFile:
         if engine is None:
             connect_args = {"timeout": SQLITE_BUSY_TIMEOUT_SECONDS, "check_same_thread": False}
             # One connection kept open: opening and closing it is what costs.
-            engine = create_engine(
+            engine = sqlalchemy.create_engine(
                 self.conn_string_for_shard(shard), poolclass=QueuePool, pool_size=1, connect_args=connect_args
             )
             sqlalchemy.event.listen(engine, "connect", _commit_without_fsync)

@@ -15,17 +15,15 @@ from dagster import (
     define_asset_job,
 )
 
-from exact_backfills.dagster_names import LAKE_WRITES_POOL, PUBLISH_STEP
+from exact_backfills.dagster_names import LAKE_WRITES_POOL, PUBLISH_STEP, implicit_asset_job_name
 from exact_backfills.dagster_private import (
     ASSET_PARTITION_RANGE_END_TAG,
     ASSET_PARTITION_RANGE_START_TAG,
     BACKFILL_ID_TAG,
     DATA_VERSION_TAG,
-    IMPLICIT_ASSET_JOB_NAME,
     PARTITION_NAME_TAG,
     AssetCheckEvaluationTargetMaterializationData,
     BulkActionStatus,
-    DagsterAssetCheckFailedError,
 )
 from tests.support.event_storage import assert_records_as_dagsters_own, check_execution_rows
 from tests.support.slot_claims import (
@@ -74,10 +72,10 @@ def test_an_asset_materialized_without_a_job_of_its_own_runs_as_the_implicit_ass
 
     implicit = Definitions(assets=[table]).resolve_implicit_global_asset_job_def()
     with DagsterInstance.ephemeral() as instance:
-        assert implicit.execute_in_process(instance=instance).dagster_run.job_name == IMPLICIT_ASSET_JOB_NAME
+        assert implicit.execute_in_process(instance=instance).dagster_run.job_name == implicit_asset_job_name()
     # The job the UI's "Materialize" and its backfills run the project's assets as. (`dagster.materialize` runs
     # another, `__ephemeral_asset_job__`: the project never calls it.)
-    assert defs.resolve_implicit_global_asset_job_def().name == IMPLICIT_ASSET_JOB_NAME
+    assert defs.resolve_implicit_global_asset_job_def().name == implicit_asset_job_name()
 
 
 def test_a_run_carrying_the_backfill_tag_is_one_of_that_backfills_runs_and_the_daemon_tags_each_run_it_submits():
@@ -89,9 +87,9 @@ def test_a_run_carrying_the_backfill_tag_is_one_of_that_backfills_runs_and_the_d
     assert BACKFILL_ID_TAG == "dagster/backfill"  # as the UI shows it on the runs of a backfill
     with DagsterInstance.ephemeral() as instance:
         ours = instance.add_run(
-            DagsterRun(job_name=IMPLICIT_ASSET_JOB_NAME, run_id=str(uuid.uuid4()), tags={BACKFILL_ID_TAG: "bf1"})
+            DagsterRun(job_name=implicit_asset_job_name(), run_id=str(uuid.uuid4()), tags={BACKFILL_ID_TAG: "bf1"})
         )
-        instance.add_run(DagsterRun(job_name=IMPLICIT_ASSET_JOB_NAME, run_id=str(uuid.uuid4())))
+        instance.add_run(DagsterRun(job_name=implicit_asset_job_name(), run_id=str(uuid.uuid4())))
         assert [r.run_id for r in instance.get_runs(RunsFilter.for_backfill("bf1"))] == [ours.run_id]
     # Where the backfill daemon sets it: on every run of an asset backfill (the UI's) it submits.
     submit = inspect.getsource(asset_backfill._submit_runs_and_update_backfill_in_chunks)
@@ -99,25 +97,32 @@ def test_a_run_carrying_the_backfill_tag_is_one_of_that_backfills_runs_and_the_d
 
 
 def test_a_step_whose_blocking_check_fails_raises_the_check_failed_error_and_a_non_blocking_one_does_not():
-    from dagster import AssetCheckResult, AssetCheckSpec, MaterializeResult, materialize
+    from dagster import AssetCheckResult, AssetCheckSpec, Failure, MaterializeResult, materialize
+    from dagster._core.errors import DagsterAssetCheckFailedError
 
     from exact_backfills.backfill import step_failures
 
-    def table_checked(blocking: bool):
+    def table_checked(blocking: bool, then_fails: bool = False):
         @asset(name="table", check_specs=[AssetCheckSpec("positive", asset="table", blocking=blocking)])
         def table():
-            return MaterializeResult(check_results=[AssetCheckResult(check_name="positive", passed=False)])
+            yield AssetCheckResult(check_name="positive", passed=False)
+            if then_fails:
+                raise Failure("the body's own failure")
+            yield MaterializeResult()
 
         return table
 
     with DagsterInstance.ephemeral() as instance:
         blocked = materialize([table_checked(blocking=True)], instance=instance, raise_on_error=False)
         warned = materialize([table_checked(blocking=False)], instance=instance, raise_on_error=False)
+        failed = materialize([table_checked(True, then_fails=True)], instance=instance, raise_on_error=False)
     errors = [e.step_failure_data.error for e in blocked.all_events if e.is_step_failure]
     assert [e.cls_name for e in errors] == [DagsterAssetCheckFailedError.__name__]
     assert "1 blocking asset check failed" in errors[0].message
-    # What the project makes of it: a checks-only run reports the check itself, not the step's failure.
+    # What the project makes of it, from public events alone: a checks-only run reports the check itself, not the
+    # step's failure; a step whose body failed after its blocking check failed is still reported.
     assert step_failures(blocked, failed_checks=False) == [] and len(step_failures(blocked)) == 1
+    assert [f.cause for f in step_failures(failed, failed_checks=False)] == ["the body's own failure"]
     assert warned.success
 
 
