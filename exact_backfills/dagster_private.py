@@ -57,9 +57,12 @@ from dagster._core.definitions.unresolved_asset_job_definition import Unresolved
 from dagster._core.execution.backfill import BulkActionStatus  # noqa: F401
 from dagster._core.execution.context.metadata_logging import AssetMetadataHandle, OutputMetadataAccumulator
 from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
+from dagster._core.storage.asset_check_state import AssetCheckState, bulk_update_asset_check_state  # noqa: F401
 from dagster._core.storage.event_log import SqliteEventLogStorage
 from dagster._core.storage.event_log.schema import (
     AssetCheckExecutionsTable,
+    AssetEventTagsTable,  # noqa: F401
+    AssetKeyTable,  # noqa: F401
     ConcurrencySlotsTable,
     SqlEventLogStorageTable,
 )
@@ -75,6 +78,8 @@ from dagster._core.storage.tags import (  # noqa: F401
     BACKFILL_ID_TAG,
     PARTITION_NAME_TAG,
 )
+from dagster._core.workspace.context import WorkspaceProcessContext  # noqa: F401
+from dagster._core.workspace.load_target import WorkspaceFileTarget  # noqa: F401
 from dagster._serdes import ConfigurableClassData
 from dagster._utils.concurrency import ConcurrencySlotStatus
 from dagster_postgres import PostgresEventLogStorage

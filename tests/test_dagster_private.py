@@ -309,6 +309,43 @@ def test_the_check_result_writes_the_project_replaces_are_still_dagsters_of_1_13
         )
 
 
+# The digests of the Dagster methods the project's storages call (or whose attributes they use) without replacing them,
+# and of the function the tests read a check's Partitions view with: a release that changes one makes the test below
+# fail, so each caller is read again against it.
+DAGSTERS_CALLED_SHA256 = {
+    ("SqlEventLogStorage", "_store_asset_event_tags"): "85d6f17ef04b926f",
+    ("SqlEventLogStorage", "_store_asset_event"): "fdb9340b9eef1c9b",
+    ("SqlEventLogStorage", "_event_insert_timestamp"): "02e6947ee3f9408a",
+    ("SqlEventLogStorage", "index_transaction"): "00b2488c8cdfd277",
+    ("SqliteEventLogStorage", "__init__"): "264c15baa761a7bb",
+    ("SqliteEventLogStorage", "_initdb"): "7a302d98eb61a34d",
+    ("SqliteEventLogStorage", "path_for_shard"): "0eaeb69bc81ba0a7",
+    ("SqliteEventLogStorage", "conn_string_for_shard"): "896bc510d776042e",
+    ("EventLogStorage", "store_event_batch"): "d710189545dbace2",
+    ("PostgresEventLogStorage", "_connect"): "a1935b91a983062d",
+    ("asset_check_state", "bulk_update_asset_check_state"): "28d84a4d496c72d3",
+}
+
+
+def test_the_dagster_methods_the_projects_storages_call_are_still_dagsters_of_1_13():
+    import hashlib
+
+    from dagster._core.storage import asset_check_state
+    from dagster._core.storage.event_log import SqliteEventLogStorage
+    from dagster._core.storage.event_log.base import EventLogStorage
+    from dagster._core.storage.event_log.sql_event_log import SqlEventLogStorage
+    from dagster_postgres import PostgresEventLogStorage
+
+    classes = (SqlEventLogStorage, SqliteEventLogStorage, EventLogStorage, PostgresEventLogStorage)
+    owners = {"asset_check_state": asset_check_state, **{c.__name__: c for c in classes}}
+    for (owner, name), digest in DAGSTERS_CALLED_SHA256.items():
+        source = inspect.getsource(getattr(owners[owner], name))
+        assert hashlib.sha256(source.encode()).hexdigest()[:16] == digest, (
+            f"Dagster changed {owner}.{name}: compare it with its use in exact_backfills/dagster_private.py, then "
+            "update the digest"
+        )
+
+
 def test_the_projects_sqlite_storage_records_every_event_and_check_result_as_dagsters_own_does(tmp_path, monkeypatch):
     from exact_backfills.dagster_private import AtomicClaimSqliteEventLogStorage
 
@@ -495,9 +532,26 @@ def test_adding_a_tables_days_metadata_at_once_gives_each_days_materialization_w
 def test_the_workspace_classes_the_ui_server_builds_the_webserver_from_are_still_dagsters_of_1_13():
     import inspect
 
-    from dagster._core.workspace.context import WorkspaceProcessContext
-    from dagster._core.workspace.load_target import WorkspaceFileTarget
+    from exact_backfills.dagster_private import WorkspaceFileTarget, WorkspaceProcessContext
 
     context = inspect.signature(WorkspaceProcessContext).parameters
     assert {"instance", "version", "read_only", "workspace_load_target"} <= set(context)
     assert list(WorkspaceFileTarget(paths=["workspace.yaml"]).paths) == ["workspace.yaml"]
+
+
+def test_no_module_but_dagster_private_imports_from_dagsters_private_modules():
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    allowed = root / "exact_backfills" / "dagster_private.py"
+    found = []
+    for folder in ("exact_backfills", "assets_pkg", "tests/support"):
+        for path in sorted((root / folder).rglob("*.py")):
+            if path == allowed:
+                continue
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                names = [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+                names += [a.name for a in node.names] if isinstance(node, ast.Import) else []
+                found += [f"{path.relative_to(root)}:{node.lineno} {n}" for n in names if n.startswith("dagster._")]
+    assert not found, f"private Dagster imports outside exact_backfills/dagster_private.py: {found}"
