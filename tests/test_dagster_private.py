@@ -41,6 +41,13 @@ def test_an_observation_carries_its_data_version_in_the_tag():
     assert AssetObservation("landing", partition="2025-01-01", tags={DATA_VERSION_TAG: "v1"}).data_version == "v1"
 
 
+def test_define_asset_job_returns_the_type_the_job_factories_are_annotated_with():
+    from exact_backfills.dagster_private import UnresolvedAssetJobDefinition
+
+    assert inspect.signature(define_asset_job, eval_str=True).return_annotation is UnresolvedAssetJobDefinition
+    assert isinstance(define_asset_job("j"), UnresolvedAssetJobDefinition)
+
+
 def test_a_requested_backfill_is_one_in_progress():
     assert BulkActionStatus.REQUESTED.value == "REQUESTED"
 
@@ -358,11 +365,11 @@ def test_the_projects_storage_records_planned_check_days_and_their_results_as_da
     """A range run's planned check rows (one per check per day, written when the run is created), then the results
     that replace them, as Dagster's own storage writes them: including a result naming the materialization it
     checked, and one on a day that was not planned."""
-    from dagster import AssetCheckEvaluation, AssetKey, DagsterEvent, EventLogEntry
-    from dagster._core.events import DagsterEventType, EngineEventData
-    from dagster._core.execution.api import create_execution_plan
+    from dagster import AssetCheckEvaluation, AssetKey, DagsterEvent, DagsterEventType, EventLogEntry
+    from dagster._core.events import EngineEventData
 
     from bench.event_log import definitions
+    from exact_backfills.dagster_private import create_execution_plan
 
     defs, days = definitions(4, 2)
     job = defs.resolve_job_def("all")
@@ -546,7 +553,7 @@ def test_no_module_but_dagster_private_imports_from_dagsters_private_modules():
     root = Path(__file__).resolve().parents[1]
     allowed = root / "exact_backfills" / "dagster_private.py"
     found = []
-    for folder in ("exact_backfills", "assets_pkg", "tests/support"):
+    for folder in ("exact_backfills", "assets_pkg", "tests/support", "bench"):
         for path in sorted((root / folder).rglob("*.py")):
             if path == allowed:
                 continue
@@ -555,3 +562,38 @@ def test_no_module_but_dagster_private_imports_from_dagsters_private_modules():
                 names += [a.name for a in node.names] if isinstance(node, ast.Import) else []
                 found += [f"{path.relative_to(root)}:{node.lineno} {n}" for n in names if n.startswith("dagster._")]
     assert not found, f"private Dagster imports outside exact_backfills/dagster_private.py: {found}"
+
+
+def _private_names() -> list[str]:
+    """The names exact_backfills/dagster_private.py imports from Dagster's private modules."""
+    import ast
+    from pathlib import Path
+
+    import exact_backfills.dagster_private as module
+
+    tree = ast.parse(Path(module.__file__).read_text())
+    return [
+        a.name
+        for node in tree.body
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("dagster._")
+        for a in node.names
+    ]
+
+
+def test_the_private_modules_header_and_the_architecture_doc_list_each_private_name_and_count_them():
+    import re
+    from pathlib import Path
+
+    import exact_backfills.dagster_private as module
+
+    names = _private_names()
+    header = module.__doc__ or ""
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "architecture.md").read_text()
+    section = doc[doc.index("**Private Dagster names, in one place.**") :].split("\n\n")[0]
+    assert re.search(rf"Names imported \({len(names)}\)", header), "the header's count of private names is wrong"
+    assert f"{len(names)} names" in section, "docs/architecture.md's count of private names is wrong"
+    assert [n for n in names if n not in header] == [] and [n for n in names if f"`{n}`" not in section] == []
+    # Each guard the header names is in this file: a test's name, or a digest table.
+    guards = [g.strip() for found in re.findall(r"\[([^\]]+)\]", header) for g in found.split(",")]
+    source = Path(__file__).read_text()
+    assert guards and [g for g in guards if not re.search(rf"(def test_\w*|\b){re.escape(g)}", source)] == []

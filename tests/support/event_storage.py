@@ -3,16 +3,12 @@ own with these (tests/test_dagster_private.py for SQLite, tests/test_cluster_pro
 
 from dagster import DagsterInstance, deserialize_value
 
-from exact_backfills.dagster_private import (
-    ASSET_PARTITION_RANGE_END_TAG,
-    ASSET_PARTITION_RANGE_START_TAG,
-    EVENT_BATCH_SIZE,
-    EVENT_BATCH_SIZE_VARIABLE,
-)
+from exact_backfills.dagster_private import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 from exact_backfills.dagster_private import AssetCheckExecutionsTable as Executions
 from exact_backfills.dagster_private import AssetEventTagsTable as Tags
 from exact_backfills.dagster_private import AssetKeyTable as Assets
 from exact_backfills.dagster_private import SqlEventLogStorageTable as Events
+from exact_backfills.event_log_writes import EVENT_BATCH_SIZE, EVENT_BATCH_SIZE_VARIABLE
 
 
 def range_run(instance: DagsterInstance) -> str:
