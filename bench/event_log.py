@@ -33,10 +33,13 @@ from dagster import (  # noqa: E402
     in_process_executor,
     multi_asset,
 )
-from dagster._core.execution.api import create_execution_plan  # noqa: E402
-from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG  # noqa: E402
 
-from exact_backfills.dagster_private import EVENT_BATCH_SIZE, EVENT_BATCH_SIZE_VARIABLE  # noqa: E402
+from exact_backfills.dagster_private import (  # noqa: E402
+    ASSET_PARTITION_RANGE_END_TAG,
+    ASSET_PARTITION_RANGE_START_TAG,
+    create_execution_plan,
+)
+from exact_backfills.event_log_writes import EVENT_BATCH_SIZE, EVENT_BATCH_SIZE_VARIABLE  # noqa: E402
 
 warnings.filterwarnings("ignore")  # partitioned checks and BackfillPolicy are preview/beta in Dagster 1.13
 

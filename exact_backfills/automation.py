@@ -53,12 +53,12 @@ from exact_backfills.dagster_names import (
     REPAIR_OF_TAG,
     RESTATE_JOB,
     RESTATE_OP,
+    implicit_asset_job_name,
 )
 from exact_backfills.dagster_private import (
     ASSET_PARTITION_RANGE_END_TAG,
     ASSET_PARTITION_RANGE_START_TAG,
     DATA_VERSION_TAG,
-    IMPLICIT_ASSET_JOB_NAME,
     PARTITION_NAME_TAG,
     BulkActionStatus,
     UnresolvedAssetJobDefinition,
@@ -294,9 +294,9 @@ def left_stale_state(instance: DagsterInstance, pipeline: Pipeline) -> str:
 
 
 _RANGE_TAGS = (ASSET_PARTITION_RANGE_START_TAG, ASSET_PARTITION_RANGE_END_TAG, PARTITION_NAME_TAG)
-# The jobs whose runs write the lake: the machinery's, and the one Dagster runs the UI's backfills and
-# materializations as.
-_WRITING_JOBS = (ALL_ASSETS_JOB, RESTATE_JOB, IMPLICIT_ASSET_JOB_NAME)
+# The jobs whose runs write the lake: the machinery's, and (implicit_asset_job_name) the one Dagster runs the UI's
+# backfills and materializations as.
+_WRITING_JOBS = (ALL_ASSETS_JOB, RESTATE_JOB)
 
 
 def run_to_repair(instance: DagsterInstance, pipeline: Pipeline) -> RunRequest | None:
@@ -307,7 +307,7 @@ def run_to_repair(instance: DagsterInstance, pipeline: Pipeline) -> RunRequest |
         failed = record.dagster_run
         tags = failed.tags
         if (
-            failed.job_name not in _WRITING_JOBS
+            failed.job_name not in (*_WRITING_JOBS, implicit_asset_job_name())
             or tags.get(PIPELINE_TAG) != pipeline.name
             or tags.get(PUBLISHED_TAG) == PUBLISHED_NOTHING
             or REPAIR_OF_TAG in tags

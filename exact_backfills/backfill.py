@@ -10,7 +10,16 @@ from datetime import date
 from typing import NamedTuple
 from urllib.parse import urlencode
 
-from dagster import AssetCheckEvaluation, AssetKey, AssetSelection, DagsterInstance, ExecuteInProcessResult
+from dagster import (
+    AssetCheckEvaluation,
+    AssetCheckSeverity,
+    AssetKey,
+    AssetSelection,
+    DagsterEvent,
+    DagsterEventType,
+    DagsterInstance,
+    ExecuteInProcessResult,
+)
 
 from exact_backfills import estimates, landing, liveness
 from exact_backfills.automation import landing_state
@@ -31,11 +40,7 @@ from exact_backfills.dagster_names import (
     ROLLBACK_JOB,
     ROLLBACK_OP,
 )
-from exact_backfills.dagster_private import (
-    ASSET_PARTITION_RANGE_END_TAG,
-    ASSET_PARTITION_RANGE_START_TAG,
-    DagsterAssetCheckFailedError,
-)
+from exact_backfills.dagster_private import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 from exact_backfills.declare import Pipeline
 from exact_backfills.instance import write_config
 from exact_backfills.location import definitions_of
@@ -95,7 +100,7 @@ def step_failures(result: ExecuteInProcessResult, failed_checks: bool = True) ->
     failures = []
     for event in result.all_events:
         error = event.step_failure_data.error if event.is_step_failure else None
-        if error is None or (not failed_checks and error.cls_name == DagsterAssetCheckFailedError.__name__):
+        if error is None or (not failed_checks and _failed_by_its_blocking_checks(result, event)):
             continue
         while error.cause and error.cls_name != "Failure":  # a Failure is the project's own account of it
             error = error.cause
@@ -103,6 +108,22 @@ def step_failures(result: ExecuteInProcessResult, failed_checks: bool = True) ->
         refused = bool(user and REFUSED in (user.metadata or {}))
         failures.append(StepFailure(event.step_key or "", said(error.cls_name or "", error.message), refused))
     return failures
+
+
+def _failed_by_its_blocking_checks(result: ExecuteInProcessResult, failure: DagsterEvent) -> bool:
+    """Whether a step failed only because a blocking check of its failed: Dagster fails such a step once its body is
+    done, with an error of its own (no failure of the body's, no cause), after the step recorded the failing check."""
+    data = failure.step_failure_data
+    if data.user_failure_data is not None or data.error is None or data.error.cause is not None:
+        return False
+    return any(
+        not e.passed and e.blocking and e.severity == AssetCheckSeverity.ERROR
+        for e in (
+            event.asset_check_evaluation_data
+            for event in result.all_events
+            if event.event_type == DagsterEventType.ASSET_CHECK_EVALUATION and event.step_key == failure.step_key
+        )
+    )
 
 
 def refused(result: ExecuteInProcessResult) -> bool:

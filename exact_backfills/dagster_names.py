@@ -1,5 +1,7 @@
 """The names the project gives Dagster things, in one place: jobs, steps, the pool, and the run tags it reads back.
-(The names Dagster itself defines are in dagster_private.py.)"""
+(The names Dagster itself defines with no public constant are in dagster_private.py.)"""
+
+import functools
 
 # Jobs and their steps.
 ALL_ASSETS_JOB = "all_assets"
@@ -41,3 +43,12 @@ PUBLISHED_TAG = "exact_backfills/published"
 LEFT_STALE_TAG = "exact_backfills/left_stale"
 PUBLISHED_NOTHING = "nothing"
 PUBLISHED_PARTLY = "partly"
+
+
+@functools.cache
+def implicit_asset_job_name() -> str:
+    """The name of the job Dagster runs the UI's backfills and materializations as (runs of it write the lake too):
+    the job it makes for assets materialized without a job of their own, the same in every code location."""
+    from dagster import AssetSpec, Definitions
+
+    return Definitions(assets=[AssetSpec("any")]).resolve_implicit_global_asset_job_def().name

@@ -1,93 +1,119 @@
-"""Every name the project takes from Dagster's private modules, in one place, each with why no public API serves.
-tests/test_dagster_private.py fails loudly when Dagster moves or changes any of them: that is the signal to look
-for the public API that replaces it.
+"""Everything the project takes from Dagster's private API, in one place (no other module imports from `dagster._`:
+a test checks it): names imported from private modules, methods of Dagster's classes called or replaced. None has a
+public path in Dagster 1.13.27; each has a guard in tests/test_dagster_private.py, a digest of its source or a test of
+what the project relies on, that fails when Dagster changes it: the signal to look for a public API replacing it.
+Each guard is named in brackets: words of its test's name, or the start of a digest table's.
 
-Most are the string constants Dagster itself reads from run tags and observations; one is a class. The rest change
-what Dagster does, each for a cost measured in bench/ or a fault shown by a test, each beside its reason below:
-- in the event log storage classes: a pool slot claim that is atomic; for SQLite, one engine and open connection per
-  database file; for PostgreSQL, one connection held open; a range run's planned materializations as one event per
-  asset; a run's check results held until its next event and written together, each serialized once; a batch of
-  materializations written as one;
-- in a run: the event batch size set by the code location; a table's per-day metadata added for all its days at once."""
+Names imported (26), why none is public:
+- AssetCheckEvaluationTargetMaterializationData: the materialization a day's check result checked, which the UI
+  compares to colour the check's Partitions view; Dagster fills it in only in a one-day step. [check_results_pointer]
+- DATA_VERSION_TAG: an observation takes a data version only as this tag. [observation_carries]
+- UnresolvedAssetJobDefinition: what `define_asset_job` returns; in annotations only. [define_asset_job_returns]
+- BulkActionStatus: `get_backfills` filters by it, to see whether a backfill is under way. [requested_backfill]
+- ASSET_PARTITION_RANGE_START_TAG, ASSET_PARTITION_RANGE_END_TAG, PARTITION_NAME_TAG: the run tags that give a run
+  launched by the command line or a sensor its days. [partition_tags]
+- BACKFILL_ID_TAG: the tag naming the Dagster backfill a run belongs to. [backfill_tag]
+- AssetMetadataHandle, OutputMetadataAccumulator: a table's per-day metadata added for all its days at once
+  (add_asset_metadata_by_partition). [DAGSTERS_ASSET_METADATA_SHA256, adding_a_tables_days_metadata]
+- SqliteEventLogStorage, ConfigurableClassData, ConcurrencySlotStatus, AssetCheckExecutionRecordStatus,
+  SQLITE_BUSY_TIMEOUT_SECONDS, INDEX_SHARD_NAME, and the tables AssetCheckExecutionsTable, ConcurrencySlotsTable,
+  SqlEventLogStorageTable, AssetEventTagsTable, AssetKeyTable: the event log storage the instance uses is Dagster's
+  with the changes below; the tests read its rows (tests/support/event_storage.py). [DAGSTERS_SQLITE_CONNECT_,
+  DAGSTERS_CHECK_RESULT_WRITES_, records_every_event, planned_check_days, lake_writes_slot]
+- AssetCheckState, bulk_update_asset_check_state: a check's Partitions view as the webserver computes it, for the
+  tests (tests/support/late_batches.py). [DAGSTERS_CALLED_SHA256]
+- WorkspaceProcessContext, WorkspaceFileTarget: the webserver's application, built as `dagster-webserver` builds it
+  (ui_server.py). [workspace_classes]
+- create_execution_plan: a run created as the daemon creates it, with planned events (bench/). [planned_check_days]
 
-# A check result recorded for a day of a range run must name the materialization it checked: that pointer is what
-# the UI compares to colour a day of the check's Partitions view. Dagster fills it in itself only in a
-# single-partition step, and exports no way to fill it in for a range run (see recording.py).
-# The one change the project makes to Dagster's behaviour: a pool's slot claim that is atomic across processes.
-#
-# Dagster claims a slot of a pool (lake_writes, whose limit is 1) by selecting a free slot row, then updating that row
-# by its id alone. Two processes claiming at the same instant both select the same free row and both update it: both
-# steps are told they hold the slot and write the lake at once, which Delta then refuses half-way as a conflict. In
-# SQLite the select takes no lock (pysqlite begins a transaction only at the update); in PostgreSQL the storage runs
-# in autocommit, so its FOR UPDATE lock is gone when the select returns. The classes below make the update claim the
-# row only while it is still free, so exactly one of them gets it and the other waits as Dagster's own loop makes it.
-# tests/test_dagster_private.py shows Dagster's claim still lets two in (when that test fails, Dagster fixed it and
-# these classes go), and that the project's claim lets one.
+Dagster's behaviour the project changes (6), each below beside why: for a fault a test shows or a cost bench/
+measures; what of Dagster's each replaces (R) or uses (U):
+1. a pool's slot claim atomic across processes. R `_claim_concurrency_slot` [DAGSTERS_CLAIM_SHA256]
+2. one engine and open connection per SQLite file. R `_connect`, `has_table`; U `_initdb`, `path_for_shard`,
+   `conn_string_for_shard`, `__init__`'s `_db_lock`, `_initialized_dbs` [DAGSTERS_SQLITE_CONNECT_, DAGSTERS_CALLED_]
+3. a range run's planned materializations one event per asset. R the storage's
+   `supports_partition_subset_in_asset_materialization_planned_events` [plans_a_range_run]
+4. a run's check results held until its next event, written together. R `store_event`,
+   `_store_asset_check_evaluation_planned`; U `_event_to_row`, `_event_insert_timestamp`, PostgreSQL's `_connect`,
+   `_engine`, `_token_provider` [DAGSTERS_CHECK_RESULT_WRITES_, DAGSTERS_CALLED_]
+5. a batch of materializations written as one (DAGSTER_EVENT_BATCH_SIZE: event_log_writes.py). R `store_event_batch`;
+   U `_store_asset_event_tags`, `_store_asset_event`, `index_transaction` [DAGSTERS_CALLED_, records_every_event]
+6. a table's per-day metadata added for all its days at once. U the step context's `_step_execution_context`,
+   `_metadata_accumulator` [DAGSTERS_ASSET_METADATA_]"""
+
 import os
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy
-from dagster import AssetCheckEvaluation, AssetExecutionContext, AssetKey
+from dagster import (
+    AssetExecutionContext,
+    AssetKey,
+    DagsterEventType,
+    DagsterInvariantViolationError,
+    EventLogEntry,
+    partition_loading_context,
+    serialize_value,
+)
 from dagster._core.definitions.asset_checks.asset_check_evaluation import (  # noqa: F401
     AssetCheckEvaluationTargetMaterializationData,
 )
-
-# The name of the job Dagster runs the UI's backfills and materializations as: runs of it write the lake too.
-from dagster._core.definitions.assets.job.asset_job import IMPLICIT_ASSET_JOB_NAME  # noqa: F401
-
-# The tag an AssetObservation carries its data version in: an observable asset returns versions, but a restatement op
-# records the versions of the landing days its batches change as observations, which take it only as this tag.
 from dagster._core.definitions.data_version import DATA_VERSION_TAG  # noqa: F401
-from dagster._core.definitions.partitions.context import partition_loading_context
-
-# The type `define_asset_job` returns, which Dagster does not export: a job factory's annotation names it.
 from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition  # noqa: F401
-
-# A step that failed only because a blocking check failed raises this: a checks-only run reports those checks itself,
-# so its step failures are not repeated. Dagster does not export the class.
-from dagster._core.errors import (
-    DagsterAssetCheckFailedError,  # noqa: F401
-    DagsterInvariantViolationError,
-)
-from dagster._core.events import DagsterEventType
-from dagster._core.events.log import EventLogEntry
-
-# The status of a Dagster backfill, to see whether one is in progress: DagsterInstance.get_backfills takes it, and
-# Dagster exports neither it nor a filter that does without it.
+from dagster._core.execution.api import create_execution_plan  # noqa: F401
 from dagster._core.execution.backfill import BulkActionStatus  # noqa: F401
 from dagster._core.execution.context.metadata_logging import AssetMetadataHandle, OutputMetadataAccumulator
 from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
+from dagster._core.storage.asset_check_state import AssetCheckState, bulk_update_asset_check_state  # noqa: F401
 from dagster._core.storage.event_log import SqliteEventLogStorage
 from dagster._core.storage.event_log.schema import (
     AssetCheckExecutionsTable,
+    AssetEventTagsTable,  # noqa: F401
+    AssetKeyTable,  # noqa: F401
     ConcurrencySlotsTable,
     SqlEventLogStorageTable,
 )
 from dagster._core.storage.event_log.sqlite.sqlite_event_log import INDEX_SHARD_NAME
-from dagster._core.storage.sql import create_engine
 from dagster._core.storage.sqlite import SQLITE_BUSY_TIMEOUT_SECONDS
-
-# The run tags by which Dagster gives a run its partition or partition range: a run launched from the command line
-# or by a sensor over a range must carry them, and Dagster exports no constant for them.
-# BACKFILL_ID_TAG: the tag by which Dagster names the backfill a run belongs to.
 from dagster._core.storage.tags import (  # noqa: F401
     ASSET_PARTITION_RANGE_END_TAG,
     ASSET_PARTITION_RANGE_START_TAG,
     BACKFILL_ID_TAG,
     PARTITION_NAME_TAG,
 )
-from dagster._serdes import ConfigurableClassData, serialize_value
+from dagster._core.workspace.context import WorkspaceProcessContext  # noqa: F401
+from dagster._core.workspace.load_target import WorkspaceFileTarget  # noqa: F401
+from dagster._serdes import ConfigurableClassData
 from dagster._utils.concurrency import ConcurrencySlotStatus
 from dagster_postgres import PostgresEventLogStorage
 from dagster_postgres.utils import create_pg_engine, get_token_provider_from_config, pg_url_from_config
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.pool import QueuePool
 
+from exact_backfills.event_log_writes import (
+    CHECK_RESULTS_PER_WRITE,
+    OPEN_DATABASE_FILES,
+    POOL_RECYCLE_S,
+    HeldCheckResult,
+    execution_rows,
+    latest_results,
+    planned_among,
+    run_check_result,
+    sync_at_checkpoints,
+    update_planned_execution,
+)
 
+
+# 1. A pool's slot claim that is atomic across processes. Dagster claims a slot of a pool (lake_writes, whose limit is
+# 1) by selecting a free slot row, then updating that row by its id alone. Two processes claiming at the same instant
+# both select the same free row and both update it: both steps are told they hold the slot and write the lake at once,
+# which Delta then refuses half-way as a conflict. In SQLite the select takes no lock (pysqlite begins a transaction
+# only at the update); in PostgreSQL the storage runs in autocommit, so its FOR UPDATE lock is gone when the select
+# returns. The update below claims the row only while it is still free, so exactly one gets it and the other waits as
+# Dagster's own loop makes it. tests/test_dagster_private.py shows Dagster's claim still lets two in (when that test
+# fails, Dagster fixed it and this class goes), and that the project's claim lets one.
 class _AtomicSlotClaim:
     index_connection: Callable[[], AbstractContextManager[Connection]]  # the storage's own
 
@@ -109,25 +135,13 @@ class _AtomicSlotClaim:
         return ConcurrencySlotStatus.CLAIMED if claimed else ConcurrencySlotStatus.BLOCKED
 
 
-# A second change, to the SQLite event log's cost alone: Dagster's SQLite storage creates a new SQLAlchemy engine
-# for every statement it runs (each with its dialect's first-connect queries) and disposes of it after, and asks
-# SQLite whether a table exists with yet another engine each time it writes a check result: several engines per event,
-# which is most of what an event costs. Dagster has no setting for it (dagster.yaml configures only the folder). The
-# class below keeps one engine and one open SQLite connection per database file for the life of the process (each use
-# is its own transaction, under the storage's lock, so nothing is shared between threads or processes), and keeps a
-# table once found (tables are never dropped while an instance runs). bench/event_log.py measures what it buys;
-# tests/test_dagster_private.py fails when Dagster's `_connect` or `has_table` change.
-def _commit_without_fsync(dbapi_connection: Any, _: Any) -> None:
-    # In WAL mode (Dagster's), NORMAL syncs at checkpoints rather than at every commit: a crash of the process loses
-    # nothing, a crash of the machine may lose the last events written, never the files' consistency; the lake, not
-    # the event log, is the record of what is published.
-    dbapi_connection.execute("PRAGMA synchronous=NORMAL")
-
-
-# The database files kept open at once by a process: the index and the runs it writes or reads most recently.
-OPEN_DATABASE_FILES = 16
-
-
+# 2. The SQLite event log's cost: Dagster's SQLite storage creates a new SQLAlchemy engine for every statement it runs
+# (each with its dialect's first-connect queries) and disposes of it after, and asks SQLite whether a table exists with
+# yet another engine each time it writes a check result: several engines per event, most of what an event costs.
+# Dagster has no setting for it (dagster.yaml configures only the folder). The class below keeps one engine and one
+# open SQLite connection per database file for the life of the process (each use is its own transaction, under the
+# storage's lock, so nothing is shared between threads or processes), and keeps a table once found (tables are never
+# dropped while an instance runs). bench/event_log.py measures what it buys.
 class _EnginePerFile:
     _db_lock: threading.Lock  # the storage's own
     _initialized_dbs: set[str]
@@ -143,10 +157,10 @@ class _EnginePerFile:
         if engine is None:
             connect_args = {"timeout": SQLITE_BUSY_TIMEOUT_SECONDS, "check_same_thread": False}
             # One connection kept open: opening and closing it is what costs.
-            engine = create_engine(
+            engine = sqlalchemy.create_engine(
                 self.conn_string_for_shard(shard), poolclass=QueuePool, pool_size=1, connect_args=connect_args
             )
-            sqlalchemy.event.listen(engine, "connect", _commit_without_fsync)
+            sqlalchemy.event.listen(engine, "connect", sync_at_checkpoints)
         self._engines[shard] = engine  # the most recently used last
         while len(self._engines) > OPEN_DATABASE_FILES:
             self._engines.pop(next(iter(self._engines))).dispose()
@@ -185,69 +199,29 @@ class _EnginePerFile:
         self._engines.clear()
 
 
-# A fourth change, to what a range run's check results cost to store. Dagster stores each check result of a run as
-# it comes: the event serialized twice (its row in the event log, then the check's execution row), each statement
-# built anew, the index written in two transactions (SQLite) or on two connections (PostgreSQL); a range run records
-# one per check per day, tens of thousands a year. A range run's planned check rows serialize the planned event once
-# per day, which is most of what creating a run over years of days costs. Dagster batches only the materializations
-# it derives from an output (DAGSTER_EVENT_BATCH_SIZE), and has no setting for the rest.
+# 4. What a range run's check results cost to store. Dagster stores each check result of a run as it comes: the event
+# serialized twice (its row in the event log, then the check's execution row), each statement built anew, the index
+# written in two transactions (SQLite) or on two connections (PostgreSQL); a range run records one per check per day,
+# tens of thousands a year. A range run's planned check rows serialize the planned event once per day, most of what
+# creating a run over years of days costs. Dagster batches only the materializations it derives from an output
+# (DAGSTER_EVENT_BATCH_SIZE), and has no setting for the rest.
 #
-# The classes below store the same rows with the same values, but hold a run's check results until the next event of
-# any other kind (the step's next output, its end, a materialization), or until CHECK_RESULTS_PER_WRITE are held, and
-# write them together: each serialized once, in one transaction of the run's file and one of the index (SQLite), in
-# one multi-row INSERT and one UPDATE per planned row sent at once (PostgreSQL). The order of the run's events is
-# kept. What a process killed while it holds results loses: those results (the step writing them is then failed by
-# run monitoring, and the days it published show their checks as not run until they run again); the materializations
-# they check are never held. tests/test_dagster_private.py compares what these classes record with Dagster's own
-# storage, row by row, and fails when the methods they replace change.
-CHECK_RESULTS_PER_WRITE = 1000
+# The classes below store the same rows with the same values (a test compares them with Dagster's, row by row), but
+# hold a run's check results until the next event of any other kind (the step's next output, its end, a
+# materialization), or until CHECK_RESULTS_PER_WRITE are held, and write them together: each serialized once, in one
+# transaction of the run's file and one of the index (SQLite), in one multi-row INSERT and one UPDATE per planned row
+# sent at once (PostgreSQL). The run's events keep their order. A process killed while it holds results loses those
+# (run monitoring then fails its step; the days it published show their checks as not run until they run again); the
+# materializations they check are never held.
 _EVENTS = SqlEventLogStorageTable
 _CHECK_EXECUTIONS = AssetCheckExecutionsTable
 _INSERT_EVENT = _EVENTS.insert()
 _INSERT_CHECK_EXECUTION = _CHECK_EXECUTIONS.insert()
-# The execution row its planned event created: (asset, check, run, partition) identify it.
-_UPDATE_PLANNED_EXECUTION = (
-    _CHECK_EXECUTIONS.update()
-    .where(
-        _CHECK_EXECUTIONS.c.asset_key == sqlalchemy.bindparam("of_asset"),
-        _CHECK_EXECUTIONS.c.check_name == sqlalchemy.bindparam("of_check"),
-        _CHECK_EXECUTIONS.c.run_id == sqlalchemy.bindparam("of_run"),
-        _CHECK_EXECUTIONS.c.partition == sqlalchemy.bindparam("of_partition"),
-    )
-    .values(
-        execution_status=sqlalchemy.bindparam("status"),
-        evaluation_event=sqlalchemy.bindparam("event"),
-        evaluation_event_timestamp=sqlalchemy.bindparam("timestamp"),
-        evaluation_event_storage_id=sqlalchemy.bindparam("event_id"),
-        materialization_event_storage_id=sqlalchemy.bindparam("materialization_id"),
-    )
-)
-
-
-def run_check_result(event: EventLogEntry) -> AssetCheckEvaluation | None:
-    """The check result an event of a run carries on one partition (what a range run records day by day), else None."""
-    dagster_event = event.dagster_event
-    if dagster_event is None or not event.run_id:
-        return None
-    if dagster_event.event_type_value != DagsterEventType.ASSET_CHECK_EVALUATION.value:
-        return None
-    evaluation = dagster_event.event_specific_data
-    return evaluation if isinstance(evaluation, AssetCheckEvaluation) and evaluation.partition else None
-
-
-@dataclass(frozen=True)
-class HeldCheckResult:
-    """A run's check result waiting to be written, with its event log row (serialized once)."""
-
-    event: EventLogEntry
-    evaluation: AssetCheckEvaluation
-    row: dict[str, Any]
-
-    @property
-    def key(self) -> tuple[str, str, str, str]:
-        """What identifies its execution row: asset, check, run and partition."""
-        e = self.evaluation
-        return (e.asset_key.to_string(), e.check_name, self.event.run_id, e.partition or "")
+_RESULT_STATUS = {
+    True: AssetCheckExecutionRecordStatus.SUCCEEDED.value,
+    False: AssetCheckExecutionRecordStatus.FAILED.value,
+}
+_UPDATE_PLANNED_EXECUTION = update_planned_execution(_CHECK_EXECUTIONS)
 
 
 class _CheckResultsWrittenTogether:
@@ -293,53 +267,13 @@ class _CheckResultsWrittenTogether:
         """The check's execution row of each result (of its run and partition), as Dagster's
         `_update_asset_check_evaluation` writes it: the one its planned event created, or a new one; of two results
         for one row, the later is the row's."""
-        latest = {result.key: (result, event_id) for result, event_id in written}
-        executions = _CHECK_EXECUTIONS.c
-        found = conn.execute(
-            sqlalchemy.select(executions.asset_key, executions.check_name, executions.run_id, executions.partition)
-            .where(executions.run_id.in_({k[2] for k in latest}))
-            .where(executions.asset_key.in_({k[0] for k in latest}))
-            .where(executions.check_name.in_({k[1] for k in latest}))
-            .where(executions.partition.in_({k[3] for k in latest}))
-        ).all()
-        planned = {tuple(r) for r in found}
-        updates, inserts = [], []
-        for key, (result, event_id) in latest.items():
-            target = result.evaluation.target_materialization_data
-            status = (
-                AssetCheckExecutionRecordStatus.SUCCEEDED
-                if result.evaluation.passed
-                else AssetCheckExecutionRecordStatus.FAILED
-            ).value
-            values = {
-                "event": result.row["event"],
-                "timestamp": result.row["timestamp"],
-                "event_id": event_id,
-                "materialization_id": target.storage_id if target else None,
-                "status": status,
-            }
-            if key in planned:
-                updates.append(
-                    {"of_asset": key[0], "of_check": key[1], "of_run": key[2], "of_partition": key[3], **values}
-                )
-            else:
-                inserts.append(
-                    {
-                        "asset_key": key[0],
-                        "check_name": key[1],
-                        "run_id": key[2],
-                        "partition": key[3],
-                        "execution_status": status,
-                        "evaluation_event": values["event"],
-                        "evaluation_event_timestamp": values["timestamp"],
-                        "evaluation_event_storage_id": event_id,
-                        "materialization_event_storage_id": values["materialization_id"],
-                    }
-                )
-        if updates:
-            conn.execute(_UPDATE_PLANNED_EXECUTION, updates)
-        if inserts:
-            conn.execute(_INSERT_CHECK_EXECUTION, inserts)
+        latest = latest_results(written)
+        planned = {tuple(r) for r in conn.execute(planned_among(_CHECK_EXECUTIONS, latest)).all()}
+        rows = execution_rows(latest, planned, _RESULT_STATUS)
+        if rows.updates:
+            conn.execute(_UPDATE_PLANNED_EXECUTION, rows.updates)
+        if rows.inserts:
+            conn.execute(_INSERT_CHECK_EXECUTION, rows.inserts)
 
     def _store_asset_check_evaluation_planned(self, event: EventLogEntry, event_id: int | None) -> None:
         planned = event.get_dagster_event().event_specific_data
@@ -365,7 +299,7 @@ class _CheckResultsWrittenTogether:
             conn.execute(_INSERT_CHECK_EXECUTION, rows)
 
 
-# A range run's per-day figures on the materializations Dagster derives for a table's days, added for all its days at
+# 6. A range run's per-day figures on the materializations Dagster derives for a table's days, added for all its days at
 # once. Dagster's `add_asset_metadata` (the public way, one partition a call) lists the run's partitions and copies
 # every metadata added so far at each call: over thousands of days, quadratic, and most of a full-history run's time
 # after its first commit. The function below makes the same additions in one step: the same checks, the same
@@ -394,20 +328,7 @@ def add_asset_metadata_by_partition(
     step._metadata_accumulator = OutputMetadataAccumulator(per_output_metadata=merged)
 
 
-# Dagster writes the materializations it derives from a partitioned output (one per day of a range run) in batches only
-# when DAGSTER_EVENT_BATCH_SIZE is set in the process that executes the run: `DagsterInstance.handle_new_event` reads
-# it at every event, and hands a batch to the storage's `store_event_batch`, which the project's storages write at
-# once. Set by the code location in every process that loads it (unless the environment sets it): the command line's,
-# and each run's that Dagster launches.
-EVENT_BATCH_SIZE = "1000"
-EVENT_BATCH_SIZE_VARIABLE = "DAGSTER_EVENT_BATCH_SIZE"
-
-
-def batch_materializations() -> None:
-    os.environ.setdefault(EVENT_BATCH_SIZE_VARIABLE, EVENT_BATCH_SIZE)
-
-
-# A range run's planned materializations, one per asset and run (naming its days) rather than one per asset and day:
+# 3. A range run's planned materializations, one per asset and run (naming its days) rather than one per asset and day:
 # what DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS does, which Dagster reads through this property of the event
 # log storage in whichever process creates a run (the command line, the daemon, the webserver). Declared by the
 # storage, it holds in every process the instance is opened in, with no variable to set in each. What it changes: a
@@ -474,13 +395,6 @@ class AtomicClaimSqliteEventLogStorage(
                     raise DagsterInvariantViolationError("Cannot store an asset check evaluation with no event id.")
                 written.append((h, int(inserted[0])))
             self._record_check_results(conn, written)
-
-
-# The production profile's runs store their events through PgBouncer (scripts/postgres.sh). Dagster's storage holds no
-# connection, by design, so that instances do not accumulate them: each statement takes a connection and gives it
-# back, which costs a round trip of its own. Its webserver already holds one open (`optimize_for_webserver`); a run
-# process, which writes an event per check per day, holds one too.
-POOL_RECYCLE_S = 3600
 
 
 class AtomicClaimPostgresEventLogStorage(

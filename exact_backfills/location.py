@@ -6,8 +6,8 @@ from dagster import Definitions, in_process_executor
 
 from exact_backfills import automation, code_changes
 from exact_backfills.assets import all_assets_job, publish_step
-from exact_backfills.dagster_private import batch_materializations
 from exact_backfills.declare import Pipeline
+from exact_backfills.event_log_writes import batch_materializations
 from exact_backfills.rollback import rollback_job
 from resources.lake import private_files
 from resources.settings import Settings, settings
@@ -21,7 +21,7 @@ def definitions_of(pipeline: Pipeline) -> Definitions:
     configured = settings()  # a SettingsError names the variable
     if (id(pipeline), configured) not in _built:
         private_files()  # the code location's and its runs' files: its user's alone
-        batch_materializations()  # a range run's materializations written a batch at a time (dagster_private.py)
+        batch_materializations()  # a range run's materializations written a batch at a time (event_log_writes.py)
         all_assets = all_assets_job(pipeline)
         restate = automation.restate_job(pipeline)
         check_code = code_changes.check_code_versions_job(pipeline)

@@ -40,10 +40,10 @@ def credentials_file() -> Path:
 @contextmanager
 def _application(workspace: Path) -> Iterator[Any]:
     from dagster import DagsterInstance
-    from dagster._core.workspace.context import WorkspaceProcessContext
-    from dagster._core.workspace.load_target import WorkspaceFileTarget
     from dagster_webserver.app import create_app_from_workspace_process_context
     from dagster_webserver.version import __version__
+
+    from exact_backfills.dagster_private import WorkspaceFileTarget, WorkspaceProcessContext
 
     with DagsterInstance.get() as instance:
         with WorkspaceProcessContext(

@@ -15,17 +15,15 @@ from dagster import (
     define_asset_job,
 )
 
-from exact_backfills.dagster_names import LAKE_WRITES_POOL, PUBLISH_STEP
+from exact_backfills.dagster_names import LAKE_WRITES_POOL, PUBLISH_STEP, implicit_asset_job_name
 from exact_backfills.dagster_private import (
     ASSET_PARTITION_RANGE_END_TAG,
     ASSET_PARTITION_RANGE_START_TAG,
     BACKFILL_ID_TAG,
     DATA_VERSION_TAG,
-    IMPLICIT_ASSET_JOB_NAME,
     PARTITION_NAME_TAG,
     AssetCheckEvaluationTargetMaterializationData,
     BulkActionStatus,
-    DagsterAssetCheckFailedError,
 )
 from tests.support.event_storage import assert_records_as_dagsters_own, check_execution_rows
 from tests.support.slot_claims import (
@@ -41,6 +39,13 @@ def test_a_check_results_pointer_to_the_materialization_it_checked_has_the_field
 
 def test_an_observation_carries_its_data_version_in_the_tag():
     assert AssetObservation("landing", partition="2025-01-01", tags={DATA_VERSION_TAG: "v1"}).data_version == "v1"
+
+
+def test_define_asset_job_returns_the_type_the_job_factories_are_annotated_with():
+    from exact_backfills.dagster_private import UnresolvedAssetJobDefinition
+
+    assert inspect.signature(define_asset_job, eval_str=True).return_annotation is UnresolvedAssetJobDefinition
+    assert isinstance(define_asset_job("j"), UnresolvedAssetJobDefinition)
 
 
 def test_a_requested_backfill_is_one_in_progress():
@@ -74,10 +79,10 @@ def test_an_asset_materialized_without_a_job_of_its_own_runs_as_the_implicit_ass
 
     implicit = Definitions(assets=[table]).resolve_implicit_global_asset_job_def()
     with DagsterInstance.ephemeral() as instance:
-        assert implicit.execute_in_process(instance=instance).dagster_run.job_name == IMPLICIT_ASSET_JOB_NAME
+        assert implicit.execute_in_process(instance=instance).dagster_run.job_name == implicit_asset_job_name()
     # The job the UI's "Materialize" and its backfills run the project's assets as. (`dagster.materialize` runs
     # another, `__ephemeral_asset_job__`: the project never calls it.)
-    assert defs.resolve_implicit_global_asset_job_def().name == IMPLICIT_ASSET_JOB_NAME
+    assert defs.resolve_implicit_global_asset_job_def().name == implicit_asset_job_name()
 
 
 def test_a_run_carrying_the_backfill_tag_is_one_of_that_backfills_runs_and_the_daemon_tags_each_run_it_submits():
@@ -89,9 +94,9 @@ def test_a_run_carrying_the_backfill_tag_is_one_of_that_backfills_runs_and_the_d
     assert BACKFILL_ID_TAG == "dagster/backfill"  # as the UI shows it on the runs of a backfill
     with DagsterInstance.ephemeral() as instance:
         ours = instance.add_run(
-            DagsterRun(job_name=IMPLICIT_ASSET_JOB_NAME, run_id=str(uuid.uuid4()), tags={BACKFILL_ID_TAG: "bf1"})
+            DagsterRun(job_name=implicit_asset_job_name(), run_id=str(uuid.uuid4()), tags={BACKFILL_ID_TAG: "bf1"})
         )
-        instance.add_run(DagsterRun(job_name=IMPLICIT_ASSET_JOB_NAME, run_id=str(uuid.uuid4())))
+        instance.add_run(DagsterRun(job_name=implicit_asset_job_name(), run_id=str(uuid.uuid4())))
         assert [r.run_id for r in instance.get_runs(RunsFilter.for_backfill("bf1"))] == [ours.run_id]
     # Where the backfill daemon sets it: on every run of an asset backfill (the UI's) it submits.
     submit = inspect.getsource(asset_backfill._submit_runs_and_update_backfill_in_chunks)
@@ -99,25 +104,32 @@ def test_a_run_carrying_the_backfill_tag_is_one_of_that_backfills_runs_and_the_d
 
 
 def test_a_step_whose_blocking_check_fails_raises_the_check_failed_error_and_a_non_blocking_one_does_not():
-    from dagster import AssetCheckResult, AssetCheckSpec, MaterializeResult, materialize
+    from dagster import AssetCheckResult, AssetCheckSpec, Failure, MaterializeResult, materialize
+    from dagster._core.errors import DagsterAssetCheckFailedError
 
     from exact_backfills.backfill import step_failures
 
-    def table_checked(blocking: bool):
+    def table_checked(blocking: bool, then_fails: bool = False):
         @asset(name="table", check_specs=[AssetCheckSpec("positive", asset="table", blocking=blocking)])
         def table():
-            return MaterializeResult(check_results=[AssetCheckResult(check_name="positive", passed=False)])
+            yield AssetCheckResult(check_name="positive", passed=False)
+            if then_fails:
+                raise Failure("the body's own failure")
+            yield MaterializeResult()
 
         return table
 
     with DagsterInstance.ephemeral() as instance:
         blocked = materialize([table_checked(blocking=True)], instance=instance, raise_on_error=False)
         warned = materialize([table_checked(blocking=False)], instance=instance, raise_on_error=False)
+        failed = materialize([table_checked(True, then_fails=True)], instance=instance, raise_on_error=False)
     errors = [e.step_failure_data.error for e in blocked.all_events if e.is_step_failure]
     assert [e.cls_name for e in errors] == [DagsterAssetCheckFailedError.__name__]
     assert "1 blocking asset check failed" in errors[0].message
-    # What the project makes of it: a checks-only run reports the check itself, not the step's failure.
+    # What the project makes of it, from public events alone: a checks-only run reports the check itself, not the
+    # step's failure; a step whose body failed after its blocking check failed is still reported.
     assert step_failures(blocked, failed_checks=False) == [] and len(step_failures(blocked)) == 1
+    assert [f.cause for f in step_failures(failed, failed_checks=False)] == ["the body's own failure"]
     assert warned.success
 
 
@@ -304,6 +316,43 @@ def test_the_check_result_writes_the_project_replaces_are_still_dagsters_of_1_13
         )
 
 
+# The digests of the Dagster methods the project's storages call (or whose attributes they use) without replacing them,
+# and of the function the tests read a check's Partitions view with: a release that changes one makes the test below
+# fail, so each caller is read again against it.
+DAGSTERS_CALLED_SHA256 = {
+    ("SqlEventLogStorage", "_store_asset_event_tags"): "85d6f17ef04b926f",
+    ("SqlEventLogStorage", "_store_asset_event"): "fdb9340b9eef1c9b",
+    ("SqlEventLogStorage", "_event_insert_timestamp"): "02e6947ee3f9408a",
+    ("SqlEventLogStorage", "index_transaction"): "00b2488c8cdfd277",
+    ("SqliteEventLogStorage", "__init__"): "264c15baa761a7bb",
+    ("SqliteEventLogStorage", "_initdb"): "7a302d98eb61a34d",
+    ("SqliteEventLogStorage", "path_for_shard"): "0eaeb69bc81ba0a7",
+    ("SqliteEventLogStorage", "conn_string_for_shard"): "896bc510d776042e",
+    ("EventLogStorage", "store_event_batch"): "d710189545dbace2",
+    ("PostgresEventLogStorage", "_connect"): "a1935b91a983062d",
+    ("asset_check_state", "bulk_update_asset_check_state"): "28d84a4d496c72d3",
+}
+
+
+def test_the_dagster_methods_the_projects_storages_call_are_still_dagsters_of_1_13():
+    import hashlib
+
+    from dagster._core.storage import asset_check_state
+    from dagster._core.storage.event_log import SqliteEventLogStorage
+    from dagster._core.storage.event_log.base import EventLogStorage
+    from dagster._core.storage.event_log.sql_event_log import SqlEventLogStorage
+    from dagster_postgres import PostgresEventLogStorage
+
+    classes = (SqlEventLogStorage, SqliteEventLogStorage, EventLogStorage, PostgresEventLogStorage)
+    owners = {"asset_check_state": asset_check_state, **{c.__name__: c for c in classes}}
+    for (owner, name), digest in DAGSTERS_CALLED_SHA256.items():
+        source = inspect.getsource(getattr(owners[owner], name))
+        assert hashlib.sha256(source.encode()).hexdigest()[:16] == digest, (
+            f"Dagster changed {owner}.{name}: compare it with its use in exact_backfills/dagster_private.py, then "
+            "update the digest"
+        )
+
+
 def test_the_projects_sqlite_storage_records_every_event_and_check_result_as_dagsters_own_does(tmp_path, monkeypatch):
     from exact_backfills.dagster_private import AtomicClaimSqliteEventLogStorage
 
@@ -316,11 +365,11 @@ def test_the_projects_storage_records_planned_check_days_and_their_results_as_da
     """A range run's planned check rows (one per check per day, written when the run is created), then the results
     that replace them, as Dagster's own storage writes them: including a result naming the materialization it
     checked, and one on a day that was not planned."""
-    from dagster import AssetCheckEvaluation, AssetKey, DagsterEvent, EventLogEntry
-    from dagster._core.events import DagsterEventType, EngineEventData
-    from dagster._core.execution.api import create_execution_plan
+    from dagster import AssetCheckEvaluation, AssetKey, DagsterEvent, DagsterEventType, EventLogEntry
+    from dagster._core.events import EngineEventData
 
     from bench.event_log import definitions
+    from exact_backfills.dagster_private import create_execution_plan
 
     defs, days = definitions(4, 2)
     job = defs.resolve_job_def("all")
@@ -490,9 +539,61 @@ def test_adding_a_tables_days_metadata_at_once_gives_each_days_materialization_w
 def test_the_workspace_classes_the_ui_server_builds_the_webserver_from_are_still_dagsters_of_1_13():
     import inspect
 
-    from dagster._core.workspace.context import WorkspaceProcessContext
-    from dagster._core.workspace.load_target import WorkspaceFileTarget
+    from exact_backfills.dagster_private import WorkspaceFileTarget, WorkspaceProcessContext
 
     context = inspect.signature(WorkspaceProcessContext).parameters
     assert {"instance", "version", "read_only", "workspace_load_target"} <= set(context)
     assert list(WorkspaceFileTarget(paths=["workspace.yaml"]).paths) == ["workspace.yaml"]
+
+
+def test_no_module_but_dagster_private_imports_from_dagsters_private_modules():
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    allowed = root / "exact_backfills" / "dagster_private.py"
+    found = []
+    for folder in ("exact_backfills", "assets_pkg", "tests/support", "bench"):
+        for path in sorted((root / folder).rglob("*.py")):
+            if path == allowed:
+                continue
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                names = [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+                names += [a.name for a in node.names] if isinstance(node, ast.Import) else []
+                found += [f"{path.relative_to(root)}:{node.lineno} {n}" for n in names if n.startswith("dagster._")]
+    assert not found, f"private Dagster imports outside exact_backfills/dagster_private.py: {found}"
+
+
+def _private_names() -> list[str]:
+    """The names exact_backfills/dagster_private.py imports from Dagster's private modules."""
+    import ast
+    from pathlib import Path
+
+    import exact_backfills.dagster_private as module
+
+    tree = ast.parse(Path(module.__file__).read_text())
+    return [
+        a.name
+        for node in tree.body
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("dagster._")
+        for a in node.names
+    ]
+
+
+def test_the_private_modules_header_and_the_architecture_doc_list_each_private_name_and_count_them():
+    import re
+    from pathlib import Path
+
+    import exact_backfills.dagster_private as module
+
+    names = _private_names()
+    header = module.__doc__ or ""
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "architecture.md").read_text()
+    section = doc[doc.index("**Private Dagster names, in one place.**") :].split("\n\n")[0]
+    assert re.search(rf"Names imported \({len(names)}\)", header), "the header's count of private names is wrong"
+    assert f"{len(names)} names" in section, "docs/architecture.md's count of private names is wrong"
+    assert [n for n in names if n not in header] == [] and [n for n in names if f"`{n}`" not in section] == []
+    # Each guard the header names is in this file: a test's name, or a digest table.
+    guards = [g.strip() for found in re.findall(r"\[([^\]]+)\]", header) for g in found.split(",")]
+    source = Path(__file__).read_text()
+    assert guards and [g for g in guards if not re.search(rf"(def test_\w*|\b){re.escape(g)}", source)] == []

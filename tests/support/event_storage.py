@@ -1,14 +1,14 @@
 """What an event log storage records of a range run, by value: the project's storages are compared with Dagster's
 own with these (tests/test_dagster_private.py for SQLite, tests/test_cluster_profile.py for PostgreSQL)."""
 
-from dagster import DagsterInstance
+from dagster import DagsterInstance, deserialize_value
 
-from exact_backfills.dagster_private import (
-    ASSET_PARTITION_RANGE_END_TAG,
-    ASSET_PARTITION_RANGE_START_TAG,
-    EVENT_BATCH_SIZE,
-    EVENT_BATCH_SIZE_VARIABLE,
-)
+from exact_backfills.dagster_private import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
+from exact_backfills.dagster_private import AssetCheckExecutionsTable as Executions
+from exact_backfills.dagster_private import AssetEventTagsTable as Tags
+from exact_backfills.dagster_private import AssetKeyTable as Assets
+from exact_backfills.dagster_private import SqlEventLogStorageTable as Events
+from exact_backfills.event_log_writes import EVENT_BATCH_SIZE, EVENT_BATCH_SIZE_VARIABLE
 
 
 def range_run(instance: DagsterInstance) -> str:
@@ -40,9 +40,6 @@ def check_execution_rows(instance: DagsterInstance, run_id: str) -> list[tuple]:
     """Every check execution row of the run as stored, by value: its check, day and status, the event it holds (its
     type, check, day and result), that event's row in the event log, and the materialization it names."""
     import sqlalchemy
-    from dagster._core.storage.event_log.schema import AssetCheckExecutionsTable as Executions
-    from dagster._core.storage.event_log.schema import SqlEventLogStorageTable as Events
-    from dagster._serdes import deserialize_value
 
     storage = instance.event_log_storage
     with storage.index_connection() as conn:
@@ -74,9 +71,6 @@ def asset_rows(instance: DagsterInstance) -> tuple[list[tuple], list[tuple]]:
     """Each asset's entry (its last materialization: run and partition) and every indexed tag of its events, by
     value."""
     import sqlalchemy
-    from dagster._core.storage.event_log.schema import AssetEventTagsTable as Tags
-    from dagster._core.storage.event_log.schema import AssetKeyTable as Assets
-    from dagster._serdes import deserialize_value
 
     with instance.event_log_storage.index_connection() as conn:
         assets = conn.execute(sqlalchemy.select(Assets.c.asset_key, Assets.c.last_materialization)).all()

@@ -80,7 +80,8 @@ def check_partition_statuses(instance, table: str, check: str) -> dict[str, str]
     missing), computed as the webserver computes it: a result counts only while it targets the day's latest
     materialization. The browser tests check the view itself."""
     from dagster import AssetCheckKey, AssetKey
-    from dagster._core.storage.asset_check_state import AssetCheckState, bulk_update_asset_check_state
+
+    from exact_backfills.dagster_private import AssetCheckState, bulk_update_asset_check_state
 
     key = AssetCheckKey(AssetKey(table), check)
     partitions = ORDERS.partitions.definition

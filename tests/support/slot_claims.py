@@ -11,7 +11,8 @@ def claim_while_a_rival_takes_the_slot(storage, rival) -> tuple[bool, str, str]:
     select of the free slot row and our update of it: the moment two processes claiming at once meet. Returns
     whether ours was told it holds the slot, our run id and the rival's."""
     import sqlalchemy
-    from dagster._utils.concurrency import ConcurrencySlotStatus
+
+    from exact_backfills.dagster_private import ConcurrencySlotStatus
 
     our_run, rival_run, armed = str(uuid.uuid4()), str(uuid.uuid4()), [True]
 
