@@ -23,6 +23,7 @@ from exact_backfills.declare import (
     Staging,
     Table,
     TrailingDays,
+    Window,
 )
 
 # Imported when first used: each reads the settings and Dagster's definitions machinery, which a module declaring a
@@ -55,6 +56,7 @@ __all__ = [
     "Staging",
     "Table",
     "TrailingDays",
+    "Window",
     "definitions_of",
     "land_batch",
     "valid_to",

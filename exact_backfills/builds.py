@@ -23,7 +23,6 @@ from exact_backfills.declare import (
     Source,
     Staging,
     Table,
-    days_read,
 )
 from exact_backfills.partitions import first_day, last_day
 from resources.delta_io import Scan, day_filter, read_days
@@ -268,7 +267,7 @@ def build_declared(spark: SparkSession, pipeline: Pipeline, table: Table, days: 
         if upstream not in table.upstream:
             raise KeyError(f"{table.name} reads {upstream}, which its declaration does not name as an upstream table")
         if upstream not in reads:
-            reads[upstream] = read(upstream, days_read(table.upstream[upstream], days, first_day()))
+            reads[upstream] = read(upstream, table.upstream[upstream].upstream_days(days, first_day(), last_day()))
         return reads[upstream]
 
     rows = table.build(spark, days, read_upstream)
@@ -276,7 +275,7 @@ def build_declared(spark: SparkSession, pipeline: Pipeline, table: Table, days: 
     upstream = None
     if rec:
         upstream = read_upstream(rec.upstream)
-        if days_read(table.upstream[rec.upstream], days, first_day()) != sorted(set(days)):
+        if table.upstream[rec.upstream].upstream_days(days, first_day(), last_day()) != sorted(set(days)):
             upstream = upstream.where(day_filter(pipeline.day_column[rec.upstream], days))
     return Staged(table=rows, upstream=upstream, upstream_day=pipeline.day_column[rec.upstream] if rec else None)
 

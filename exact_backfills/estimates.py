@@ -15,9 +15,9 @@ from pyspark.sql import SparkSession
 from exact_backfills import landing, landing_index
 from exact_backfills.builds import narrowed
 from exact_backfills.dagster_names import PROFILE_TAG, TABLE_DAYS_TAG
-from exact_backfills.declare import Pipeline, days_read
+from exact_backfills.declare import Pipeline
 from exact_backfills.partitions import days as day_range
-from exact_backfills.partitions import first_day
+from exact_backfills.partitions import first_day, last_day
 from exact_backfills.verification import stale_code_days
 from resources import storage
 from resources.delta_io import table_exists
@@ -218,7 +218,7 @@ def reads(spark: SparkSession, pipeline: Pipeline, work: Work, compared: bool = 
                     files_of[upstream] = _files_by_day(spark, upstream, pipeline.day_column[upstream])
                 counted = files_of[upstream]
                 dependency = table.upstream.get(upstream)
-                read = set(days_read(dependency, days, first_day())) if dependency else wanted
+                read = set(dependency.upstream_days(days, first_day(), last_day())) if dependency else wanted
                 files += sum(n for d, n in counted.items() if d is None or d in read)
     return Reads(batches, size, files)
 

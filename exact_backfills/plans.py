@@ -25,10 +25,10 @@ from pyspark.sql import types as T
 
 from exact_backfills import builds, checks, code_versions
 from exact_backfills.builds import ReadDays
-from exact_backfills.declare import AsOf, Declared, Pipeline
-from exact_backfills.dependencies import CodeChange, carried
+from exact_backfills.declare import Declared, Pipeline
+from exact_backfills.dependencies import CodeChange
 from exact_backfills.partitions import days as day_range
-from exact_backfills.partitions import last_day
+from exact_backfills.partitions import first_day, last_day
 from exact_backfills.pipelines import command
 from exact_backfills.publish import Change, FromPlan, Operation, Publication, RunInfo, day_ranges, publish
 from exact_backfills.verification import stale_code_days
@@ -199,10 +199,7 @@ def _days_to_rebuild(
         days = changed.get(upstream)
         if not days:
             continue
-        if isinstance(dependency, AsOf):
-            found |= {d for d in published if d >= min(days)}
-        else:
-            found |= {d for day in days for d in carried(dependency, day, last_day())} & published
+        found |= set(dependency.downstream_of(days, first_day(), last_day())) & published
     return sorted(own | found)
 
 
