@@ -24,6 +24,7 @@ from exact_backfills.declare import (
     Staging,
     Table,
     TrailingDays,
+    Window,
 )
 
 # Imported when first used: each reads the settings and Dagster's definitions machinery, which a module declaring a
@@ -58,6 +59,7 @@ __all__ = [
     "Staging",
     "Table",
     "TrailingDays",
+    "Window",
     "definitions_of",
     "land_batch",
     "valid_to",

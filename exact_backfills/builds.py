@@ -24,7 +24,6 @@ from exact_backfills.declare import (
     Source,
     Staging,
     Table,
-    days_read,
 )
 from resources.delta_io import Scan, day_filter, read_days
 
@@ -270,13 +269,13 @@ def build_declared(spark: SparkSession, pipeline: Pipeline, table: Table, days: 
     """A user's table: its build, reading each upstream through its day dependency, and the upstream's rows of the
     same days to reconcile with."""
     reads: dict[str, DataFrame] = {}
-    first_day = pipeline.partitions.first_day
+    first_day, last_day = pipeline.partitions.first_day, pipeline.partitions.last_day
 
     def read_upstream(upstream: str) -> DataFrame:
         if upstream not in table.upstream:
             raise KeyError(f"{table.name} reads {upstream}, which its declaration does not name as an upstream table")
         if upstream not in reads:
-            reads[upstream] = read(upstream, days_read(table.upstream[upstream], days, first_day))
+            reads[upstream] = read(upstream, table.upstream[upstream].upstream_days(days, first_day, last_day))
         return reads[upstream]
 
     rows = table.build(spark, days, read_upstream)
@@ -284,7 +283,9 @@ def build_declared(spark: SparkSession, pipeline: Pipeline, table: Table, days: 
     upstream = None
     if rec:
         upstream = read_upstream(rec.upstream)
-        if rec.window_days == 1 and days_read(table.upstream[rec.upstream], days, first_day) != sorted(set(days)):
+        if rec.window_days == 1 and table.upstream[rec.upstream].upstream_days(days, first_day, last_day) != sorted(
+            set(days)
+        ):
             upstream = upstream.where(day_filter(pipeline.day_column[rec.upstream], days))
     return Staged(table=rows, upstream=upstream, upstream_day=pipeline.day_column[rec.upstream] if rec else None)
 

@@ -21,7 +21,13 @@ from exact_backfills.declare import Declared, Pipeline, Staging
 MACHINERY = "exact_backfills"
 # Modules followed no further: where rows are stored and how the process is configured, what a declaration is, and
 # which batches a build reads (not what it makes of them).
-BOUNDARIES = ("resources.", "exact_backfills.declare", "exact_backfills.landing_index", "exact_backfills.partitions")
+BOUNDARIES = (
+    "resources.",
+    "exact_backfills.declare",
+    "exact_backfills.day_dependencies",
+    "exact_backfills.landing_index",
+    "exact_backfills.partitions",
+)
 # The calls that declare: their description is left out of a version.
 DECLARATIONS = {"Table", "Staging", "Source", "Pipeline"}
 VERSION_LENGTH = 12

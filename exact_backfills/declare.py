@@ -16,7 +16,7 @@ import argparse
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import date, timedelta
+from datetime import date
 from enum import Enum
 from functools import cached_property
 from typing import NamedTuple
@@ -26,6 +26,13 @@ from pyspark.sql import types as T
 
 from exact_backfills.calendar import Calendar
 from exact_backfills.day_checks import UserCheck, refused_check
+
+# The day dependencies a table declares on its upstream tables, re-exported where a declaration imports them from.
+from exact_backfills.day_dependencies import AsOf as AsOf
+from exact_backfills.day_dependencies import DayDependency
+from exact_backfills.day_dependencies import SameDay as SameDay
+from exact_backfills.day_dependencies import TrailingDays as TrailingDays
+from exact_backfills.day_dependencies import Window as Window
 
 # The columns the machinery adds to a landed row: its batch (the folder's day) and its file, relative to the source's
 # folder.
@@ -134,49 +141,6 @@ class Source:
         if self.rules and self.kind is SourceKind.DIMENSION:
             found.append("a dimension has no quarantine: its rules would never apply")
         return found
-
-
-# Day dependencies: which of an upstream table's days a day of a table is built from, and so which of its days a
-# changed upstream day makes stale.
-
-
-@dataclass(frozen=True)
-class SameDay:
-    """Day D is built from the upstream's day D."""
-
-
-@dataclass(frozen=True)
-class TrailingDays:
-    """Day D is built from the upstream's `days` days ending on D (D-(days-1)..D): a changed upstream day makes it
-    and the next `days - 1` days stale. Dagster's `TimeWindowPartitionMapping(start_offset=-(days - 1))`."""
-
-    days: int
-
-
-@dataclass(frozen=True)
-class AsOf:
-    """Day D reads a dimension as of D: every version that took effect up to D, each valid until the next. A new
-    version taking effect on day V makes stale the days from V on whose rows hold one of its keys in the columns `on`
-    (the table's columns matching the dimension's key, in its order); with no `on`, every day from V on."""
-
-    on: Sequence[str] = ()
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "on", tuple(self.on))
-
-
-DayDependency = SameDay | TrailingDays | AsOf
-
-
-def days_read(dependency: DayDependency, days: Sequence[date], first_day: date) -> list[date]:
-    """The upstream days a build of `days` reads through `dependency`."""
-    if isinstance(dependency, SameDay):
-        return sorted(set(days))
-    if isinstance(dependency, TrailingDays):
-        return sorted(
-            {d - timedelta(days=i) for d in days for i in range(dependency.days) if d - timedelta(days=i) >= first_day}
-        )
-    return [first_day + timedelta(days=i) for i in range((max(days) - first_day).days + 1)]
 
 
 @dataclass(frozen=True)
@@ -364,14 +328,14 @@ class Pipeline:
                     found.append(f"source {t.source.name} is staged by more than one table")
                 continue
             for up, dependency in t.upstream.items():
-                if up not in by_name:
+                if up == t.name:
+                    found.append(f"table {t.name}: it reads itself; a table built from its own days is not supported")
+                elif up not in by_name:
                     found.append(f"table {t.name}: its upstream {up} is not a table of the pipeline")
-                elif isinstance(dependency, AsOf) and not (isinstance(by_name[up], Staging) and not by_name[up].events):  # type: ignore[union-attr]
-                    found.append(f"table {t.name}: it reads {up} as of the day, which only a dimension's staging is")
-                elif isinstance(dependency, TrailingDays) and dependency.days < 1:
-                    found.append(f"table {t.name}: a trailing window of {dependency.days} days")
-                elif not isinstance(dependency, SameDay | TrailingDays | AsOf):
+                elif not isinstance(dependency, DayDependency):
                     found.append(f"table {t.name}: {dependency!r} is not a day dependency")
+                elif problem := dependency.problem(up, _is_dimension(by_name[up])):
+                    found.append(f"table {t.name}: {problem}")
             if t.reconcile and t.reconcile.upstream not in t.upstream:
                 found.append(f"table {t.name}: it reconciles with {t.reconcile.upstream}, which it does not read")
             elif t.reconcile and not _reads_window(t.upstream[t.reconcile.upstream], t.reconcile.window_days):
@@ -479,6 +443,10 @@ class Pipeline:
         return [landing_asset(declared.source)] if isinstance(declared, Staging) else list(declared.upstream)
 
 
+def _is_dimension(table: Declared) -> bool:
+    return isinstance(table, Staging) and not table.events
+
+
 def landing_asset(source: Source) -> str:
     return f"landing_{source.name}"
 
@@ -487,4 +455,9 @@ def _reads_window(dependency: DayDependency, window_days: int) -> bool:
     """A reconciliation over `window_days` days of an upstream is served when its day dependency reads them all."""
     if window_days == 1:
         return True
-    return window_days > 1 and isinstance(dependency, TrailingDays) and dependency.days >= window_days
+    return (
+        window_days > 1
+        and isinstance(dependency, Window)
+        and dependency.start_offset <= -(window_days - 1)
+        and dependency.end_offset >= 0
+    )

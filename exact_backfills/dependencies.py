@@ -1,26 +1,19 @@
-"""Which days of which tables a change upstream makes stale, through every table's day dependencies: the same day;
-the day and the next N-1 for a trailing window of N days; for a dimension read as of the day, the later days. The one
-place that knows what a day dependency makes stale, whether the change is late data (`stale_downstream`, which finds
-the later days holding a dimension's changed keys), code (`stale_by_code`, pure: from what built each day) or a
-write of some days that changed what they hold (`left_stale`, pure: the days built from them it does not write)."""
+"""Which days of which tables a change upstream makes stale, through every table's day dependencies (each knows the
+days a changed upstream day reaches: day_dependencies.py), across the graph, whether the change is late data
+(`stale_downstream`, which finds the later days holding a dimension's changed keys), code (`stale_by_code`, pure: from
+what built each day) or a write of some days that changed what they hold (`left_stale`, pure: the days built from them
+it does not write)."""
 
+from bisect import bisect_right
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import date, timedelta
+from datetime import date
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from exact_backfills.declare import (
-    BATCH_COLUMN,
-    VALID_FROM,
-    AsOf,
-    DayDependency,
-    Pipeline,
-    SameDay,
-    Staging,
-    TrailingDays,
-)
+from exact_backfills.calendar import Calendar
+from exact_backfills.declare import BATCH_COLUMN, VALID_FROM, DayDependency, Pipeline, Staging
 from resources.delta_io import read_table, table_exists
 
 
@@ -73,21 +66,12 @@ class DayChange:
         return text + (f" (batches {', '.join(sorted(self.batches))})" if self.batches else "")
 
 
-def carried(dependency: SameDay | TrailingDays, day: date, last: date) -> list[date]:
-    """The days a changed upstream day makes stale through `dependency`, up to `last`."""
-    if isinstance(dependency, SameDay):
-        return [day]
-    return [day + timedelta(days=i) for i in range(dependency.days) if day + timedelta(days=i) <= last]
-
-
-def _carry(
-    dependency: SameDay | TrailingDays, day: date, change: DayChange, last: date
-) -> list[tuple[date, DayChange]]:
+def _carry(dependency: DayDependency, day: date, change: DayChange, calendar: Calendar) -> list[tuple[date, DayChange]]:
     """The stale days `day`'s change makes through `dependency`, and why each: the day itself for the same reasons,
-    a later day of a trailing window for holding the change in its window."""
+    another day for holding the change in its window."""
     return [
         (d, change if d == day else DayChange(window={day}, batches=set(change.batches), pending=change.pending))
-        for d in carried(dependency, day, last)
+        for d in dependency.downstream_days(day, calendar.first_day, calendar.last_day)
     ]
 
 
@@ -97,6 +81,8 @@ def left_stale(
     """Table -> the days a change leaves stale outside what it writes: every day built, through the day dependencies,
     from a day whose content it changed (`changed`), that it does not write itself (`written`, built from what the
     change leaves). A dimension read as of the day makes every later day stale, up to `last`."""
+    first_day = pipeline.partitions.first_day
+
     stale: dict[str, set[date]] = {}
     for name in pipeline.publish_order:
         found: set[date] = set()
@@ -104,11 +90,7 @@ def left_stale(
             days = set(changed.get(up, ())) | stale.get(up, set())
             if not days:
                 continue
-            if isinstance(dependency, AsOf):
-                since = min(days)
-                found |= {since + timedelta(days=i) for i in range((last - since).days + 1)}
-            else:
-                found |= {d for day in days for d in carried(dependency, day, last)}
+            found |= set(dependency.downstream_of(days, first_day, last))
         found -= set(written.get(name, ()))
         if found:
             stale[name] = found
@@ -188,21 +170,19 @@ def stale_downstream(
     """Table -> its stale days, in publish order: the staging tables' `changed` days, and every day of every table
     built from them that its day dependencies make stale. `dimensions`: each dimension's new versions, for the tables
     reading it as of the day."""
-    last_day = pipeline.partitions.last_day
     stale: dict[str, dict[date, DayChange]] = {}
     for name in pipeline.publish_order:
         table = pipeline.by_name[name]
         days = stale.setdefault(name, dict(changed.get(name, {})) if isinstance(table, Staging) else {})
         for up, dependency in table.upstream.items():
-            if isinstance(dependency, AsOf):
-                found = (
-                    _as_of_days(spark, pipeline, name, up, dependency.on, dimensions[up]) if up in dimensions else {}
-                )
+            keys = dependency.keys_as_of
+            if keys is not None:  # a dimension's new versions, by the keys the table's days hold
+                found = _as_of_days(spark, pipeline, name, up, keys, dimensions[up]) if up in dimensions else {}
                 for day, change in found.items():
                     days[day] = days[day].plus(change) if day in days else change
                 continue
             for upstream_day, change in stale.get(up, {}).items():
-                for day, why in _carry(dependency, upstream_day, change, last_day):
+                for day, why in _carry(dependency, upstream_day, change, pipeline.partitions):
                     days[day] = days[day].plus(why) if day in days else why
     return stale
 
@@ -223,16 +203,14 @@ def _stale_through(
     dependency: DayDependency, changed: Mapping[date, CodeChange], published: Mapping[date, object]
 ) -> dict[date, CodeChange]:
     """The published days stale through `dependency` on an upstream whose `changed` days are stale, each with the
-    upstream day's reason."""
-    if isinstance(dependency, AsOf):  # versions by the day they take effect: every day after
-        since = min(changed)
-        return {d: changed[since] for d in published if d >= since}
-    window = 1 if isinstance(dependency, SameDay) else dependency.days
+    reason of the latest changed upstream day it is built from."""
+    changed_days = sorted(changed)
     found = {}
     for d in published:
-        source = next((d - timedelta(days=i) for i in range(window) if d - timedelta(days=i) in changed), None)
-        if source is not None:
-            found[d] = changed[source]
+        span = dependency.upstream_span(d)
+        latest = bisect_right(changed_days, span.last) - 1
+        if latest >= 0 and changed_days[latest] >= span.first:
+            found[d] = changed[changed_days[latest]]
     return found
 
 

@@ -15,7 +15,7 @@ from pyspark.sql import SparkSession
 from exact_backfills import landing, landing_index
 from exact_backfills.builds import narrowed
 from exact_backfills.dagster_names import PROFILE_TAG, TABLE_DAYS_TAG
-from exact_backfills.declare import Pipeline, days_read
+from exact_backfills.declare import Pipeline
 from exact_backfills.partitions import days as day_range
 from exact_backfills.verification import stale_code_days
 from resources import storage
@@ -217,7 +217,10 @@ def reads(spark: SparkSession, pipeline: Pipeline, work: Work, compared: bool = 
                     files_of[upstream] = _files_by_day(spark, upstream, pipeline.day_column[upstream])
                 counted = files_of[upstream]
                 dependency = table.upstream.get(upstream)
-                read = set(days_read(dependency, days, pipeline.partitions.first_day)) if dependency else wanted
+                calendar = pipeline.partitions
+                read = (
+                    set(dependency.upstream_days(days, calendar.first_day, calendar.last_day)) if dependency else wanted
+                )
                 files += sum(n for d, n in counted.items() if d is None or d in read)
     return Reads(batches, size, files)
 

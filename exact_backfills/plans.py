@@ -25,8 +25,9 @@ from pyspark.sql import types as T
 
 from exact_backfills import builds, checks, code_versions
 from exact_backfills.builds import ReadDays
-from exact_backfills.declare import AsOf, Declared, Pipeline
-from exact_backfills.dependencies import CodeChange, carried
+from exact_backfills.calendar import Calendar
+from exact_backfills.declare import Declared, Pipeline
+from exact_backfills.dependencies import CodeChange
 from exact_backfills.partitions import days as day_range
 from exact_backfills.pipelines import command
 from exact_backfills.publish import Change, FromPlan, Operation, Publication, RunInfo, day_ranges, publish
@@ -189,7 +190,7 @@ class PlanRefused(RuntimeError):
 
 
 def _days_to_rebuild(
-    table: Declared, own: set[date], changed: dict[str, list[date]], published: set[date], last_day: date
+    table: Declared, own: set[date], changed: dict[str, list[date]], published: set[date], calendar: Calendar
 ) -> list[date]:
     """A table's days a plan rebuilds: those its own older code built, and those built from days the plan found
     changed upstream, through the day dependency on it (the same days, a trailing window's, or every later day of a
@@ -199,10 +200,7 @@ def _days_to_rebuild(
         days = changed.get(upstream)
         if not days:
             continue
-        if isinstance(dependency, AsOf):
-            found |= {d for d in published if d >= min(days)}
-        else:
-            found |= {d for day in days for d in carried(dependency, day, last_day)} & published
+        found |= set(dependency.downstream_of(days, calendar.first_day, calendar.last_day)) & published
     return sorted(own | found)
 
 
@@ -298,7 +296,7 @@ def make_plan(spark: SparkSession, pipeline: Pipeline, start: date, end: date, s
         table = pipeline.by_name[name]
         published = set(written.get(name, {})) & in_range
         own = {d for d, why in stale.get(name, {}).items() if why.table == name and d in in_range}
-        days = _days_to_rebuild(table, own, changed, published, pipeline.partitions.last_day)
+        days = _days_to_rebuild(table, own, changed, published, pipeline.partitions)
         if not days:
             continue
         staged = builds.build(spark, pipeline, table, days, read)

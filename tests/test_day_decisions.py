@@ -15,7 +15,7 @@ from exact_backfills.builds import LandedBatches
 from exact_backfills.checks import LATE_DATA, UP_TO_DATE, DayProfile, Outcome, keys, reconcile
 from exact_backfills.cli import print_detection
 from exact_backfills.declare import Reconcile, SameDay, TrailingDays
-from exact_backfills.dependencies import carried, carried_beyond, left_stale
+from exact_backfills.dependencies import carried_beyond, left_stale
 from exact_backfills.landing import Refusal
 from exact_backfills.landing_index import holding
 from exact_backfills.late_data import DayChange, Detection, plan_restatement
@@ -254,10 +254,11 @@ def test_every_changed_day_lands_in_exactly_one_place_and_no_change_is_lost_or_c
 
 
 def test_a_changed_day_makes_the_same_day_stale_or_the_days_of_the_trailing_windows_holding_it():
-    assert carried(SameDay(), day(3), day(89)) == [day(3)]
-    assert carried(TrailingDays(7), day(3), day(89)) == [day(3 + i) for i in range(7)]
-    assert carried(TrailingDays(7), day(86), day(89)) == [day(86), day(87), day(88), day(89)]  # not past the last
-    assert carried(TrailingDays(1), day(3), day(89)) == [day(3)]
+    assert SameDay().downstream_days(day(3), day(0), day(89)) == [day(3)]
+    assert TrailingDays(7).downstream_days(day(3), day(0), day(89)) == [day(3 + i) for i in range(7)]
+    last_days = [day(86), day(87), day(88), day(89)]
+    assert TrailingDays(7).downstream_days(day(86), day(0), day(89)) == last_days  # not past the last
+    assert TrailingDays(1).downstream_days(day(3), day(0), day(89)) == [day(3)]
 
 
 def test_a_write_that_changes_a_day_leaves_stale_the_days_built_from_it_that_it_does_not_write():
