@@ -416,11 +416,11 @@ def evaluate_blocking(
     key, day_column = list(table.key), table.day_column
     rec = table.reconcile
     # Measures by a column name of their own, apart from the profile's (a measure may be called "rows").
-    this_measures = [(_measure(name), F.expr(exprs[0])) for name, exprs in rec.measures.items()] if rec else []
+    this_measures = [(_measure(name), F.expr(m.aggregate)) for name, m in rec.measures.items()] if rec else []
     theirs_here = [
-        (_for_downstream(other, name), F.expr(exprs[1]))
+        (_for_downstream(other, name), F.expr(m.upstream_aggregate))
         for other, their_rec in (downstream or {}).items()
-        for name, exprs in their_rec.measures.items()
+        for name, m in their_rec.measures.items()
     ]
     user_error: Exception | None = None
     try:
@@ -474,7 +474,7 @@ def evaluate_blocking(
             else {
                 r.day: r.asDict()
                 for r in upstream.groupBy(F.col(upstream_day or day_column).alias("day"))  # type: ignore[union-attr]
-                .agg(*[F.expr(exprs[1]).alias(name) for name, exprs in rec.measures.items()])
+                .agg(*[F.expr(m.upstream_aggregate).alias(name) for name, m in rec.measures.items()])
                 .collect()
             }
         )
