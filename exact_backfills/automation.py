@@ -4,6 +4,8 @@ launches it when a batch lands, and a preview job that observes the landing and 
 rewrite as failing up_to_date_with_landing checks."""
 
 from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import date, datetime
 from typing import Any
 
 from dagster import (
@@ -196,34 +198,40 @@ def landing_checks(pipeline: Pipeline) -> list[AssetChecksDefinition]:
     return [_landing_contract_check(pipeline, s) for s in pipeline.sources]
 
 
-def _summary(detection: late_data.Detection) -> dict[str, Any]:
-    return {
-        "days_by_table": {
-            table: [d.isoformat() for d in days] for table, days in detection.days_by_table().items() if days
-        },
-        "outside_window": {
-            table: [d.isoformat() for d in sorted(days)] for table, days in detection.outside.items() if days
-        },
-        "refused_files": [r.describe() for r in detection.refused],
-        "watermark": detection.new_watermark_ts.isoformat() if detection.new_watermark_ts else None,
-    }
+@dataclass(frozen=True)
+class RestatementSummary:
+    """What a restatement did: the days it restated per table, the days of late rows older than its window (recorded
+    as exceptions, not restated) per table, the landed files refused, and the watermark it advanced to."""
 
+    days_by_table: dict[str, list[date]]
+    outside_window: dict[str, list[date]]
+    refused_files: list[str]  # each as the landing contract describes it
+    watermark: datetime | None
 
-def describe_restatement(summary: dict[str, Any]) -> str:
-    """A restatement's summary as one line for the run's log (and a terminal showing it)."""
-    days = summary["days_by_table"]
-    restated = "; ".join(f"{t} {len(d)} day(s)" for t, d in days.items()) if days else "nothing to restate"
-    outside = sum(len(d) for d in summary["outside_window"].values())
-    return (
-        f"restated: {restated}"
-        + (f"; {outside} day(s) older than the restatement window recorded as exceptions" if outside else "")
-        + (f"; {len(summary['refused_files'])} landed file(s) refused" if summary["refused_files"] else "")
-        + f"; watermark {summary['watermark'] or '-'}"
-    )
+    @classmethod
+    def of(cls, detection: late_data.Detection) -> "RestatementSummary":
+        return cls(
+            {table: list(days) for table, days in detection.days_by_table().items() if days},
+            {table: sorted(days) for table, days in detection.outside.items() if days},
+            [r.describe() for r in detection.refused],
+            detection.new_watermark_ts,
+        )
+
+    def describe(self) -> str:
+        """The summary as one line for the run's log (and a terminal showing it)."""
+        days = self.days_by_table
+        restated = "; ".join(f"{t} {len(d)} day(s)" for t, d in days.items()) if days else "nothing to restate"
+        outside = sum(len(d) for d in self.outside_window.values())
+        return (
+            f"restated: {restated}"
+            + (f"; {outside} day(s) older than the restatement window recorded as exceptions" if outside else "")
+            + (f"; {len(self.refused_files)} landed file(s) refused" if self.refused_files else "")
+            + f"; watermark {self.watermark.isoformat() if self.watermark else '-'}"
+        )
 
 
 def restate_job(pipeline: Pipeline) -> JobDefinition:
-    @op(name=RESTATE_OP, out=Out(dict), pool=LAKE_WRITES_POOL)
+    @op(name=RESTATE_OP, out=Out(RestatementSummary), pool=LAKE_WRITES_POOL)
     def restate_late_data_op(context: OpExecutionContext, pyspark: LazyPySparkResource) -> Iterator[Any]:
         """Restate the days changed by batches landed since the watermark, in every table, then advance the
         watermark. Dagster records each stage as it happens: the stale days (failing checks) before anything is
@@ -249,8 +257,8 @@ def restate_job(pipeline: Pipeline) -> JobDefinition:
                 yield from recording.publication_events(context, table, publication)
         finally:
             detection.unpersist()
-        summary = _summary(detection)
-        context.log.info(describe_restatement(summary))
+        summary = RestatementSummary.of(detection)
+        context.log.info(summary.describe())
         yield Output(summary)
 
     # A restatement rewrites a few days: its run is short, and its JVM is set for that (resources.spark).

@@ -4,8 +4,8 @@ and recorded in the Dagster instance, so they show in the UI like any other run.
 import os
 import time
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from datetime import date
 from typing import NamedTuple
 from urllib.parse import urlencode
@@ -19,6 +19,7 @@ from dagster import (
     DagsterEventType,
     DagsterInstance,
     ExecuteInProcessResult,
+    JobDefinition,
 )
 
 from exact_backfills import estimates, landing, liveness
@@ -165,54 +166,76 @@ def runs_url(backfill_id: str) -> str:
     return f"{base.rstrip('/')}/runs?{urlencode({'q[]': f'tag:{CLI_BACKFILL_TAG}={backfill_id}'})}"
 
 
-def run_backfill(
-    pipeline: Pipeline,
-    start: date,
-    end: date,
-    select: list[str] | None = None,
-    chunk_size: int | None = None,
-    instance: DagsterInstance | None = None,
-    echo: Callable[[str], None] = print,
-    tags: dict[str, str] | None = None,
-    dry_run: bool = False,
-) -> Backfilled:
-    """Materialize `select` (every table when None) and everything downstream over start..end, in runs of at most
-    `chunk_size` days, in this process; say first what it will write and read and how long it should take (with
-    `dry_run`, only that), and at the end what it took."""
-    calendar = pipeline.partitions
-    if start not in calendar or end not in calendar or end < start:
-        raise ValueError(f"range {start}..{end} is not within the partitions {calendar.first_day}..{calendar.last_day}")
-    instance = instance or dagster_instance()
-    keys = selected_keys(pipeline, select)
+@dataclass(frozen=True)
+class BackfillRequest:
+    """What a command-line backfill materializes: `select` (every table when None) and everything downstream over
+    start..end, in runs of at most `chunk_size` days (default: the landing's), each run tagged with `tags`; with
+    `dry_run`, it only says what it would write and read."""
+
+    pipeline: Pipeline
+    start: date
+    end: date
+    select: list[str] | None = None
+    chunk_size: int | None = None
+    tags: Mapping[str, str] = field(default_factory=dict)
+    dry_run: bool = False
+
+
+@dataclass(frozen=True)
+class _Runs:
+    """A backfill's runs: the job, the assets, and the days of each run."""
+
+    backfill_id: str
+    job: JobDefinition
+    keys: list[AssetKey]
+    ranges: list[tuple[date, date]]
+
+
+def _runs_of(request: BackfillRequest) -> _Runs:
+    pipeline, calendar = request.pipeline, request.pipeline.partitions
+    if request.start not in calendar or request.end not in calendar or request.end < request.start:
+        within = f"{calendar.first_day}..{calendar.last_day}"
+        raise ValueError(f"range {request.start}..{request.end} is not within the partitions {within}")
+    keys = selected_keys(pipeline, request.select)
     job = definitions_of(pipeline).resolve_job_def(ALL_ASSETS_JOB)
-    backfill_id = uuid.uuid4().hex[:8]
-    ranges = chunks(start, end, chunk_size or landing.days_per_backfill_run(pipeline))
+    ranges = chunks(request.start, request.end, request.chunk_size or landing.days_per_backfill_run(pipeline))
     if max((b - a).days + 1 for a, b in ranges) > events_max_days():
         # Such runs log only failing check results (see checks.events_max_days), so the checks are not planned
         # either: Dagster stores a planned row per check per day.
         job = job.get_subset(asset_selection=set(keys), asset_check_selection=set())
-    assets = ", ".join(k.to_user_string() for k in keys)
-    echo(f"backfill {backfill_id}: {start}..{end}, {len(ranges)} run(s), assets: {assets}")
-    estimate = estimates.for_backfill(get_spark(), pipeline, instance, ranges, [k.to_user_string() for k in keys])
+    return _Runs(uuid.uuid4().hex[:8], job, keys, ranges)
+
+
+def run_backfill(
+    request: BackfillRequest, instance: DagsterInstance | None = None, echo: Callable[[str], None] = print
+) -> Backfilled:
+    """Run `request` in this process; say first what it will write and read and how long it should take (with
+    `dry_run`, only that), and at the end what it took."""
+    runs = _runs_of(request)
+    instance = instance or dagster_instance()
+    backfill_id, ranges = runs.backfill_id, runs.ranges
+    assets = [k.to_user_string() for k in runs.keys]
+    echo(f"backfill {backfill_id}: {request.start}..{request.end}, {len(ranges)} run(s), assets: {', '.join(assets)}")
+    estimate = estimates.for_backfill(get_spark(), request.pipeline, instance, ranges, assets)
     for line in estimates.describe(f"backfill {backfill_id}", estimate):
         echo(line)
-    if dry_run:
+    if request.dry_run:
         echo("dry run: nothing written")
         return Backfilled(True)
     echo(f"  its runs in the Dagster UI: {runs_url(backfill_id)}")
-    before_writing(instance, pipeline, echo)
+    before_writing(instance, request.pipeline, echo)
     started = time.monotonic()
     run_ids = []
     for i, (a, b) in enumerate(ranges, 1):
         t0 = time.monotonic()
-        result = job.execute_in_process(
+        result = runs.job.execute_in_process(
             instance=instance,
-            asset_selection=None if job.is_subset else keys,
+            asset_selection=None if runs.job.is_subset else runs.keys,
             tags={
                 ASSET_PARTITION_RANGE_START_TAG: a.isoformat(),
                 ASSET_PARTITION_RANGE_END_TAG: b.isoformat(),
                 CLI_BACKFILL_TAG: backfill_id,
-                **(tags or {}),
+                **request.tags,
             },
             raise_on_error=False,
             run_config=QUIET,
@@ -223,25 +246,35 @@ def run_backfill(
         eta = f", about {(time.monotonic() - started) / i * left:.0f}s to go" if left and result.success else ""
         echo(f"  [{i}/{len(ranges)}] {a}..{b} {status} in {time.monotonic() - t0:.1f}s (run {result.run_id}){eta}")
         if not result.success:
-            failures = step_failures(result)
-            for failure in failures:
-                echo(f"    {failure.cause}")
-            failed = instance.get_run_by_id(result.run_id)
-            if failed is not None and failed.tags.get(PUBLISHED_TAG) == PUBLISHED_PARTLY:
-                echo(
-                    f"backfill {backfill_id} stopped: {a}..{b} is published in the tables named above only, days after "
-                    f"{b} were not run; run the same command again (late_data_sensor also runs {a}..{b} again)"
-                )
-            else:
-                echo(
-                    f"backfill {backfill_id} stopped: nothing of {a}..{b} was published, days from {a} on were not run"
-                )
-            return Backfilled(False, refused=any(f.refused for f in failures))
+            return _stopped(instance, backfill_id, result, (a, b), echo)
     written = sum(instance.get_run_stats(run_id).materializations for run_id in run_ids)
     measured = estimates.Measured(len(run_ids), written, time.monotonic() - started)
     echo(estimates.describe_measured(f"backfill {backfill_id}", estimate, measured))
     echo(f"backfill {backfill_id} done")
     return Backfilled(True)
+
+
+def _stopped(
+    instance: DagsterInstance,
+    backfill_id: str,
+    result: ExecuteInProcessResult,
+    days: tuple[date, date],
+    echo: Callable[[str], None],
+) -> Backfilled:
+    """A backfill stopped by its failed run over `days`: each failure's cause, and what of those days is published."""
+    a, b = days
+    failures = step_failures(result)
+    for failure in failures:
+        echo(f"    {failure.cause}")
+    failed = instance.get_run_by_id(result.run_id)
+    if failed is not None and failed.tags.get(PUBLISHED_TAG) == PUBLISHED_PARTLY:
+        echo(
+            f"backfill {backfill_id} stopped: {a}..{b} is published in the tables named above only, days after "
+            f"{b} were not run; run the same command again (late_data_sensor also runs {a}..{b} again)"
+        )
+    else:
+        echo(f"backfill {backfill_id} stopped: nothing of {a}..{b} was published, days from {a} on were not run")
+    return Backfilled(False, refused=any(f.refused for f in failures))
 
 
 def run_checks(

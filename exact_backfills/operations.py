@@ -1,5 +1,5 @@
-"""What an operator runs around backfills: report (counts and SHA-256 per day, compared), withdrawal of a landed file,
-and the minimal metrics, how far each table is behind its landing included (rollback: rollback.py)."""
+"""What an operator runs around backfills: report (counts and SHA-256 per day, compared) and withdrawal of a landed
+file (rollback: rollback.py; the metrics: metrics.py)."""
 
 import json
 import os
@@ -11,11 +11,11 @@ from typing import NamedTuple
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from exact_backfills import checks, landing, late_data
+from exact_backfills import checks, landing
 from exact_backfills.declare import FILE_COLUMN, RUN_COLUMN, Pipeline, Source, SourceKind
 from exact_backfills.partitions import days
-from exact_backfills.publish import Operation, fault_point
-from resources import audit, storage
+from exact_backfills.publish import fault_point
+from resources import storage
 from resources.audit import DayContent
 from resources.delta_io import (
     TableNotMaterialized,
@@ -46,30 +46,37 @@ class DayComparison(NamedTuple):
         return None if self.other is None else DayContent(self.rows, self.fingerprint) == self.other
 
 
+@dataclass(frozen=True)
+class Compared:
+    """What a report compares a table's days with: the same table in another lake (a LAKE_ROOT: a dual-run
+    comparison), or at another Delta version."""
+
+    lake: str | None = None
+    version: int | None = None
+
+
 def report(
     spark: SparkSession,
     pipeline: Pipeline,
     table: str,
     start: date,
     end: date,
-    against: str | None = None,
-    version: int | None = None,
+    compared: Compared | None = None,
 ) -> list[DayComparison]:
-    """Rows and fingerprint per day; compared with the same table in another lake (dual-run comparison) or at
-    another Delta version, when given."""
+    """Rows and fingerprint per day; compared with the same table elsewhere (`compared`), when given."""
     column = pipeline.day_column[table]
     # A quarantined row names the run that wrote it: not part of what it holds, which two lakes are compared by.
     content = (lambda df: df.drop(RUN_COLUMN)) if table in pipeline.side_table_of else (lambda df: df)
     mine = checks.day_contents(content(read_days(spark, table, column, days(start, end))), column)
     other = None
-    if against is not None:
-        path = table_path(table, against)
+    if compared is not None and compared.lake is not None:
+        path = table_path(table, compared.lake)
         if not is_delta_table(path):
             raise TableNotMaterialized(f"no Delta table {table!r} at {path}")
         other = checks.day_contents(content(_range(spark.read.format("delta").load(path), column, start, end)), column)
-    elif version is not None:
-        check_version(spark, table, version)
-        old = spark.read.format("delta").option("versionAsOf", version).load(table_path(table))
+    elif compared is not None and compared.version is not None:
+        check_version(spark, table, compared.version)
+        old = spark.read.format("delta").option("versionAsOf", compared.version).load(table_path(table))
         other = checks.day_contents(content(_range(old, column, start, end)), column)
     none = DayContent(0, None)
     return [
@@ -87,89 +94,6 @@ def check_version(spark: SparkSession, table: str, version: int) -> None:
         raise ValueError(
             f"version {version} is not in {table}'s history: its versions are {min(versions)}..{max(versions)}"
         )
-
-
-def landing_lag(spark: SparkSession, pipeline: Pipeline) -> dict:
-    """How far the tables are behind their landing, from the landing and the tables alone (not the wall clock): the
-    days each table must restate for the batches landed since the watermark, the newest landed and published days,
-    and the seconds of landed data not yet published (newest batch load time minus the watermark)."""
-    try:
-        detection: late_data.Detection | None = late_data.detect(spark, pipeline)
-    except late_data.NothingPublished:
-        detection = None
-    stale = detection.days_by_table() if detection else {}
-    behind = any(stale.values())
-    watermark = detection.watermark.watermark_ts if detection else None
-    lag = None
-    if detection and watermark and detection.new_watermark_ts:
-        lag = round((detection.new_watermark_ts - watermark).total_seconds(), 1) if behind else 0.0
-    newest_days = (_newest_landed_day(spark, pipeline, s) for s in pipeline.sources)
-    landed = max((d for d in newest_days if d), default=None)
-    tables = {}
-    for table in pipeline.tables:
-        newest = (
-            scalar(read_table(spark, table.name).agg(F.max(table.day_column))) if table_exists(table.name) else None
-        )
-        tables[table.name] = {
-            "stale_days": len(stale.get(table.name, [])) if detection else None,
-            "newest_published_day": newest.isoformat() if newest else None,
-        }
-    batches = [landing.batch_name(p) for s in pipeline.sources for p in landing.batch_dirs(s)]
-    return {
-        "newest_landed_batch": max(batches, default=None),
-        "newest_landed_day": landed.isoformat() if landed else None,
-        "watermark": watermark.isoformat() if watermark else None,
-        "landing_lag_s": lag,
-        # Rolled back: not restated until released.
-        "held_days": [h.day.isoformat() for h in detection.holds] if detection else [],
-        "tables": tables,
-    }
-
-
-def _newest_landed_day(spark: SparkSession, pipeline: Pipeline, source: Source) -> date | None:
-    """The newest day an events source's landed rows are on, within the partitions (a day outside them is
-    quarantined)."""
-    if source.kind is not SourceKind.EVENTS or not landing.batch_dirs(source):
-        return None
-    day = F.col(source.day)
-    calendar = pipeline.partitions
-    in_calendar = day.between(calendar.first_day, calendar.last_day)
-    return scalar(landing.read_landing(spark, source).where(in_calendar).agg(F.max(day)))
-
-
-def metrics(spark: SparkSession, pipeline: Pipeline) -> dict:
-    """Per asset: p95 run duration (a run's span of work on the asset), the latest run's duplicate keys per 1,000
-    rows and reconciliation mismatch count, and how far it is behind its landing (see `landing_lag`)."""
-    freshness = landing_lag(spark, pipeline)
-    rows = audit.read(spark, pipeline.name).where(F.col("operation") != Operation.ROLLBACK.value)
-    per_run = rows.groupBy("asset", "run_id").agg(
-        (F.max("ended_at").cast("double") - F.min("started_at").cast("double")).alias("duration_s"),
-        F.max("ended_at").alias("ended_at"),
-        F.max("duplicate_per_1k").alias("duplicate_per_1k"),
-        F.sum("mismatch_count").alias("mismatch_count"),
-    )
-    assets = []
-    for asset_rows in (
-        per_run.groupBy("asset")
-        .agg(
-            F.percentile_approx("duration_s", 0.95).alias("p95_s"),
-            F.count(F.lit(1)).alias("runs"),
-            F.max_by(F.struct("duplicate_per_1k", "mismatch_count"), "ended_at").alias("latest"),
-        )
-        .orderBy("asset")
-        .collect()
-    ):
-        assets.append(
-            {
-                "asset": asset_rows.asset,
-                "runs": asset_rows.runs,
-                "p95_run_s": round(asset_rows.p95_s, 1),
-                "duplicate_per_1k": asset_rows.latest.duplicate_per_1k,
-                "mismatch_count": asset_rows.latest.mismatch_count,
-                **freshness["tables"].get(asset_rows.asset, {"stale_days": None, "newest_published_day": None}),
-            }
-        )
-    return {**{k: v for k, v in freshness.items() if k != "tables"}, "assets": assets}
 
 
 @dataclass

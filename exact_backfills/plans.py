@@ -260,7 +260,7 @@ def _diff(table: Declared, before: DataFrame, after: DataFrame, days: list[date]
 def _measures(table: Declared, old: DataFrame, new: DataFrame, shared: list[str]) -> dict[str, tuple[str, str]]:
     """Each measure's total over the changed days, before and after: every measure the table declares it reconciles
     (whether it moved or not), then each other numeric column whose sum moved."""
-    declared = {name: F.expr(sql) for name, (sql, _) in table.reconcile.measures.items()} if table.reconcile else {}
+    declared = {name: F.expr(m.aggregate) for name, m in table.reconcile.measures.items()} if table.reconcile else {}
     columns = [f.name for f in new.schema.fields if f.name in shared and isinstance(f.dataType, _NUMERIC)]
     sums = {c: F.sum(c) for c in columns if c not in declared}
     every = {**declared, **sums}

@@ -10,7 +10,7 @@ import pytest
 
 from assets_pkg.generate import generate
 from exact_backfills import landing
-from exact_backfills.backfill import run_backfill, runs_url, selected_keys
+from exact_backfills.backfill import BackfillRequest, run_backfill, runs_url, selected_keys
 from resources.delta_io import read_table
 from resources.lake import control_path, table_path
 from resources.spark import LOCAL_FS_CLASS, LOCAL_FS_CONTEXT_CLASS
@@ -28,7 +28,7 @@ def built(spark, lake):
     _, instance = lake
     summary = generate(spark, START, END, seed=11, rows_per_day=60)
     assert summary.duplicates and summary.corrections and summary.moved_days and summary.late_rows
-    assert run_backfill(ORDERS, START, END, instance=instance, echo=lambda _: None)
+    assert run_backfill(BackfillRequest(ORDERS, START, END), instance=instance, echo=lambda _: None)
     return instance
 
 
@@ -80,7 +80,7 @@ def test_rerunning_a_subrange_changes_nothing_and_touches_only_its_days(spark, b
     commits_before = {t: len(versions(spark, t)) for t in TABLES}
 
     a, b = date(2025, 1, 8), date(2025, 1, 17)
-    assert run_backfill(ORDERS, a, b, chunk_size=5, instance=built, echo=lambda _: None)
+    assert run_backfill(BackfillRequest(ORDERS, a, b, chunk_size=5), instance=built, echo=lambda _: None)
 
     for table in TABLES:
         assert rows(spark, table) == before[table], f"{table}: content changed"
@@ -157,7 +157,9 @@ def test_a_one_day_run_reads_only_its_day_of_a_table_and_only_the_landed_batches
     day = date(2025, 1, 20)
     before = {t: rows(spark, t) for t in TABLES}
 
-    assert run_backfill(ORDERS, day, day, select=["stg_order_items"], instance=built, echo=lambda _: None)
+    assert run_backfill(
+        BackfillRequest(ORDERS, day, day, select=["stg_order_items"]), instance=built, echo=lambda _: None
+    )
     landing_read = _scanned(built, "stg_order_items", day)["landing/order_items"]
     expected = batches_that_can_hold(spark, day)
     landed_dirs = landing.batch_dirs(ORDER_ITEMS)
@@ -170,7 +172,9 @@ def test_a_one_day_run_reads_only_its_day_of_a_table_and_only_the_landed_batches
     )
     assert landing_read["bytes"] < landing_read["bytes_total"]
 
-    assert run_backfill(ORDERS, day, day, select=["daily_revenue"], instance=built, echo=lambda _: None)
+    assert run_backfill(
+        BackfillRequest(ORDERS, day, day, select=["daily_revenue"]), instance=built, echo=lambda _: None
+    )
     fact_read = _scanned(built, "daily_revenue", day)["fact_order_item"]
     fact_files = files_by_day(spark, "fact_order_item", "order_date")
     assert fact_read["files"] == len(fact_files[day.isoformat()]) == 1

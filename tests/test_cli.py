@@ -133,6 +133,41 @@ def test_every_commands_help_renders():
         assert command.format_help().startswith("usage: "), name  # a stray % in a help text raises here
 
 
+# What each command needs on the command line at the least.
+_RANGE = ["--start", "2025-01-01", "--end", "2025-01-01"]
+REQUIRED = {
+    "rollback": [*_RANGE, "--before-run", "r"],
+    "release": _RANGE,
+    "withdraw": ["--file", "f", "--reason", "r"],
+    "promote": ["p"],
+    "engine": ["status"],
+}
+
+
+def test_the_command_line_is_one_table_of_commands_which_the_operators_guide_lists():
+    """The parser is built from `commands` alone, in its order, the pipeline's own among them; each command's
+    arguments sit beside its handler; each command is a row of docs/operations.md's table of commands."""
+    import argparse
+
+    from exact_backfills.cli import build_parser, commands
+    from resources.lake import REPO_ROOT
+    from tests.support.orders import ORDERS
+
+    table = commands(ORDERS)
+    parser = build_parser(ORDERS)
+    choices = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    assert list(choices) == [c.name for c in table]
+    machinery = commands()
+    assert [c.name for c in table if c not in machinery] == ["import-tpch"]  # the orders pipeline's own
+    assert {c.name for c in table if c.within_partitions} == {"backfill", "check", "report", "rollback", "release"}
+    for command in machinery:
+        args = parser.parse_args([command.name, *REQUIRED.get(command.name, [])])
+        assert (args.func, args.within_partitions) == (command.run, command.within_partitions), command.name
+    guide = (REPO_ROOT / "docs" / "operations.md").read_text()
+    rows = {line.split("`")[1].split()[0] for line in guide.splitlines() if line.startswith("| `")}
+    assert [c.name for c in table if c.name not in rows] == []
+
+
 def test_backfill_of_an_unknown_asset_is_refused(capsys):
     assert main(["backfill", "--select", "no_such_table"]) == 2
     assert "unknown asset(s): no_such_table" in capsys.readouterr().err

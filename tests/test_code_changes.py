@@ -18,7 +18,7 @@ from dagster import RunRequest, SkipReason, build_sensor_context
 from assets_pkg.generate import generate
 from bench.harness import corrections, land_batch, next_batch_day
 from exact_backfills import code_versions
-from exact_backfills.backfill import run_backfill
+from exact_backfills.backfill import BackfillRequest, run_backfill
 from exact_backfills.checks import BUILT_BY_CURRENT_CODE
 from exact_backfills.dagster_names import CODE_CHECK_JOB
 from exact_backfills.definitions import defs
@@ -59,7 +59,7 @@ CAPPED_UNITS = 'F.sum(F.least("quantity", F.lit(5))).cast("long")'
 def built(spark, lake):
     _, instance = lake
     generate(spark, START, END, seed=3, rows_per_day=40)
-    assert run_backfill(ORDERS, START, END, instance=instance, echo=lambda _: None)
+    assert run_backfill(BackfillRequest(ORDERS, START, END), instance=instance, echo=lambda _: None)
     return instance
 
 

@@ -73,6 +73,21 @@ def test_a_calendar_the_machinery_cannot_serve_is_refused_when_declared_in_one_l
     assert "\n" not in str(refused.value)
 
 
+@pytest.mark.parametrize("declared", [("count(1)",), ("count(1)", 1), "count(1)", ["count(1)", "count(1)"]])
+def test_a_reconciled_measure_is_a_measure_or_its_pair_of_aggregates_and_anything_else_is_refused(declared):
+    from exact_backfills import Measure, Reconcile
+
+    both = Reconcile("items", {"items": ("sum(item_count)", "count(1)"), "net": Measure("sum(net)", "sum(net)")})
+    assert both.measures == {"items": Measure("sum(item_count)", "count(1)"), "net": Measure("sum(net)", "sum(net)")}
+    assert both.measures["items"].upstream_aggregate == "count(1)"
+    with pytest.raises(DeclarationError) as refused:
+        Reconcile("items", {"items": declared})
+    assert str(refused.value) == (
+        f"Reconcile('items'): measure 'items' is {declared!r}, not a Measure or a pair of SQL aggregates (this "
+        "table's, the upstream's)"
+    )
+
+
 def test_rows_landed_as_a_batch_must_have_the_contracts_columns_and_types():
     source = _source()
     assert contract_breaks(source.schema, source) == []

@@ -18,7 +18,14 @@ from hypothesis import strategies as st
 
 from assets_pkg.generate import generate
 from exact_backfills import landing, late_data
-from exact_backfills.backfill import run_backfill, run_checks, run_restatement, run_rollback, step_failures
+from exact_backfills.backfill import (
+    BackfillRequest,
+    run_backfill,
+    run_checks,
+    run_restatement,
+    run_rollback,
+    step_failures,
+)
 from exact_backfills.dagster_names import RELEASE_TAG
 from exact_backfills.rollback import RollbackRequest, plan_rollback
 from examples.ml_features.generate import generate as generate_ml
@@ -78,7 +85,7 @@ def apply(spark, instance, step: tuple, order_ids: int) -> None:
         assert run_restatement(ORDERS, instance).success
     elif kind == "backfill":
         a, b = sorted(START + timedelta(days=o) for o in args)
-        assert run_backfill(ORDERS, a, b, instance=instance, echo=lambda _: None)
+        assert run_backfill(BackfillRequest(ORDERS, a, b), instance=instance, echo=lambda _: None)
     elif kind == "rollback":  # a table to the version before its last write (its derived tables rebuilt), released
         table, (a, b) = args[0], sorted(START + timedelta(days=o) for o in args[1:])
         if versions(spark, table)[0] == 0:  # one write: no earlier version to restore (a version is 0 or above)
@@ -93,7 +100,9 @@ def apply(spark, instance, step: tuple, order_ids: int) -> None:
             ), step_failures(result)
             assert {t: versions(spark, t)[0] for t in PUBLISH_ORDER} == before, plan
             return
-        assert run_backfill(ORDERS, a, b, instance=instance, echo=lambda _: None, tags={RELEASE_TAG: "true"})
+        assert run_backfill(
+            BackfillRequest(ORDERS, a, b, tags={RELEASE_TAG: "true"}), instance=instance, echo=lambda _: None
+        )
     elif kind == "crash_before_watermark":
 
         def crash():
@@ -110,7 +119,9 @@ def test_any_schedule_of_operations_ends_equal_to_a_from_scratch_build_with_ever
         with DagsterInstance.ephemeral() as instance:
             summary = generate(spark, START, END, seed=seed, rows_per_day=4)
             assert run_backfill(
-                ORDERS, START, date.fromisoformat(max(summary.batches)), instance=instance, echo=lambda _: None
+                BackfillRequest(ORDERS, START, date.fromisoformat(max(summary.batches))),
+                instance=instance,
+                echo=lambda _: None,
             )
             for i, step in enumerate(schedule):
                 apply(spark, instance, step, order_ids=9_000_000 + 100 * i)
@@ -164,7 +175,7 @@ def apply_ml(spark, instance, step: tuple, n: int) -> None:
         assert run_restatement(ML, instance).success
     elif kind == "backfill":
         a, b = sorted(START + timedelta(days=o) for o in args)
-        assert run_backfill(ML, a, b, instance=instance, echo=lambda _: None)
+        assert run_backfill(BackfillRequest(ML, a, b), instance=instance, echo=lambda _: None)
     elif kind == "rollback":
         table, (a, b) = args[0], sorted(START + timedelta(days=o) for o in args[1:])
         if versions(spark, table)[0] == 0:  # one write: no earlier version to restore (a version is 0 or above)
@@ -174,7 +185,9 @@ def apply_ml(spark, instance, step: tuple, n: int) -> None:
         if not result.success:
             assert any("refused, nothing restored" in message for message in (f.cause for f in step_failures(result)))
             return
-        assert run_backfill(ML, a, b, instance=instance, echo=lambda _: None, tags={RELEASE_TAG: "true"})
+        assert run_backfill(
+            BackfillRequest(ML, a, b, tags={RELEASE_TAG: "true"}), instance=instance, echo=lambda _: None
+        )
     elif kind == "crash_before_watermark":
 
         def crash():
@@ -193,7 +206,9 @@ def test_any_schedule_on_the_ml_pipeline_ends_equal_to_a_from_scratch_build_with
     with environment(LAKE_ROOT=str(lake), DAGSTER_HOME=str(lake / "dagster_home"), RESTATEMENT_WINDOW_DAYS="400"):
         with DagsterInstance.ephemeral() as instance:
             generate_ml(spark, START, END, seed=seed, rows_per_day=6)
-            assert run_backfill(ML, START, END + timedelta(days=6), instance=instance, echo=lambda _: None)
+            assert run_backfill(
+                BackfillRequest(ML, START, END + timedelta(days=6)), instance=instance, echo=lambda _: None
+            )
             for i, step in enumerate(schedule):
                 apply_ml(spark, instance, step, n=i)
             assert run_restatement(ML, instance).success  # what the sensor does once the schedule is over

@@ -15,7 +15,7 @@ from dagster import DagsterRunStatus, RunRequest, RunsFilter, build_sensor_conte
 
 from assets_pkg.generate import generate
 from exact_backfills.automation import landing_state
-from exact_backfills.backfill import run_backfill
+from exact_backfills.backfill import BackfillRequest, run_backfill
 from exact_backfills.cli import main
 from exact_backfills.dagster_names import REPAIR_OF_TAG, RESTATE_JOB
 from exact_backfills.definitions import defs
@@ -43,7 +43,7 @@ def built(spark, lake):
     _, instance = lake
     summary = generate(spark, START, END, seed=11, rows_per_day=6)
     last = date.fromisoformat(max(summary.batches))  # quarantine files rows by their batch's day
-    assert run_backfill(ORDERS, START, FIRST_HALF_END, instance=instance, echo=lambda _: None)
+    assert run_backfill(BackfillRequest(ORDERS, START, FIRST_HALF_END), instance=instance, echo=lambda _: None)
     return instance, last
 
 
@@ -113,7 +113,9 @@ def publish_the_days_left_unpublished(spark, instance, last: date) -> None:
     published = {r.partition for r in audited.collect()}
     unpublished = [d for d in day_range(START, last) if d not in published]
     if unpublished:
-        assert run_backfill(ORDERS, unpublished[0], unpublished[-1], instance=instance, echo=lambda _: None)
+        assert run_backfill(
+            BackfillRequest(ORDERS, unpublished[0], unpublished[-1]), instance=instance, echo=lambda _: None
+        )
 
 
 def test_a_restatement_killed_between_its_commits_and_its_watermark_is_repaired_to_the_from_scratch_result(

@@ -19,7 +19,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from assets_pkg.generate import generate
-from exact_backfills.backfill import run_backfill, run_restatement
+from exact_backfills.backfill import BackfillRequest, run_backfill, run_restatement
 from exact_backfills.cli import main
 from exact_backfills.publish import KILL_AT
 from resources.delta_io import read_table
@@ -70,7 +70,7 @@ def write_file(batch: date, name: str, records: list[dict], types: dict | None =
 def built(spark, lake):
     _, instance = lake
     summary = generate(spark, START, END, seed=3, rows_per_day=6)
-    assert run_backfill(ORDERS, START, END, instance=instance, echo=lambda _: None)
+    assert run_backfill(BackfillRequest(ORDERS, START, END), instance=instance, echo=lambda _: None)
     return instance, date.fromisoformat(max(summary.batches)) + timedelta(days=1)
 
 

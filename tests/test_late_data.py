@@ -25,7 +25,7 @@ from assets_pkg.generate import generate
 from exact_backfills import landing, late_data
 from exact_backfills.assets import publish_step
 from exact_backfills.automation import landing_assets
-from exact_backfills.backfill import observe_landing, run_backfill
+from exact_backfills.backfill import BackfillRequest, observe_landing, run_backfill
 from exact_backfills.checks import LATE_DATA, UP_TO_DATE
 from exact_backfills.cli import main
 from exact_backfills.dagster_names import PREVIEW_JOB, RESTATE_JOB, ROLLBACK_JOB
@@ -126,7 +126,9 @@ def lake_state(spark, lake):
     summary = generate(spark, START, END, seed=31, rows_per_day=30)
     assert observe_landing(ORDERS, instance).success  # as the `generate` command does
     built_end = date.fromisoformat(max(summary.batches))
-    assert run_backfill(ORDERS, START, built_end, chunk_size=62, instance=instance, echo=lambda _: None)
+    assert run_backfill(
+        BackfillRequest(ORDERS, START, built_end, chunk_size=62), instance=instance, echo=lambda _: None
+    )
     return Lake(built_end)
 
 
@@ -294,7 +296,7 @@ def test_rolling_the_fact_back_before_a_restatement_rolls_back_its_chunk_and_hol
     assert main(["stale"]) == 0
     out = capsys.readouterr().out
     assert f"HELD {a} held since" in out and restatement.run_id in out
-    assert not run_backfill(ORDERS, a, b, instance=instance, echo=lambda _: None)
+    assert not run_backfill(BackfillRequest(ORDERS, a, b), instance=instance, echo=lambda _: None)
     assert_rewrote_exactly(spark, before, set(), tables=[])
 
     # Released: the days are published again from the landing, the batch applied, and no longer held.
@@ -465,7 +467,7 @@ def test_a_product_status_change_restates_the_later_days_and_an_old_day_reruns_i
     assert all(status == flipped for day, status in statuses.items() if day >= change_day)
     assert all(status == current.status for day, status in statuses.items() if day < change_day)
 
-    assert run_backfill(ORDERS, old_day, old_day, echo=lambda _: None)
+    assert run_backfill(BackfillRequest(ORDERS, old_day, old_day), echo=lambda _: None)
     assert rows_of_day(spark, old_day) == old_rows
 
 
@@ -493,7 +495,7 @@ def test_rows_older_than_the_window_are_exceptions_until_a_manual_backfill(
     assert late_data.restate(spark, ORDERS).detection.outside[STG_ORDER_ITEMS].keys() == {old_day}
     assert {t: control_versions(spark, t) for t in commits} == commits
 
-    assert run_backfill(ORDERS, old_day, old_day, instance=instance, echo=lambda _: None)
+    assert run_backfill(BackfillRequest(ORDERS, old_day, old_day), instance=instance, echo=lambda _: None)
     assert control.open_exceptions(spark, ORDERS.name) == []
     assert latest_check_status(instance, STG_ORDER_ITEMS, LATE_DATA, old_day) == "SUCCEEDED"
 
@@ -515,10 +517,7 @@ def test_a_restated_lake_equals_a_from_scratch_build_on_the_same_landing(spark, 
 
     with DagsterInstance.ephemeral() as instance:
         assert run_backfill(
-            ORDERS,
-            START,
-            lake_state.next_batch - timedelta(days=1),
-            chunk_size=90,
+            BackfillRequest(ORDERS, START, lake_state.next_batch - timedelta(days=1), chunk_size=90),
             instance=instance,
             echo=lambda _: None,
         )

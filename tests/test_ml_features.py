@@ -18,7 +18,14 @@ from dagster import RunRequest, SkipReason, build_sensor_context
 
 from exact_backfills import landing
 from exact_backfills.automation import landing_state
-from exact_backfills.backfill import observe_landing, run_backfill, run_checks, run_restatement, run_rollback
+from exact_backfills.backfill import (
+    BackfillRequest,
+    observe_landing,
+    run_backfill,
+    run_checks,
+    run_restatement,
+    run_rollback,
+)
 from exact_backfills.checks import LATE_DATA, UP_TO_DATE
 from exact_backfills.dagster_names import RELEASE_TAG, RESTATE_JOB
 from exact_backfills.location import definitions_of
@@ -75,7 +82,9 @@ def built(spark, lake):
     with environment(RESTATEMENT_WINDOW_DAYS="200"):
         generate(spark, START, END, seed=11, rows_per_day=12)
         assert observe_landing(ML, instance).success
-        assert run_backfill(ML, ML.partitions.first_day, ML.partitions.last_day, instance=instance, echo=lambda _: None)
+        assert run_backfill(
+            BackfillRequest(ML, ML.partitions.first_day, ML.partitions.last_day), instance=instance, echo=lambda _: None
+        )
         assert run_restatement(ML, instance).success  # reads every batch once: nothing to restate
         yield Lake()
 
@@ -167,7 +176,7 @@ def test_a_label_landing_beyond_the_restatement_window_is_an_exception_until_a_m
     assert [(e.table, e.day) for e in control.open_exceptions(spark, ML.name)] == [(STG_LABELS, day)]
     assert latest_check_status(instance, STG_LABELS, LATE_DATA, day) == "FAILED"
 
-    assert run_backfill(ML, day, day, instance=instance, echo=lambda _: None)
+    assert run_backfill(BackfillRequest(ML, day, day), instance=instance, echo=lambda _: None)
     assert control.open_exceptions(spark, ML.name) == []
     assert latest_check_status(instance, STG_LABELS, LATE_DATA, day) == "SUCCEEDED"
     flipped = read_days(spark, TRAINING_SET, "feature_date", [day]).where(f"user_id = {labelled.user_id}").first()
@@ -191,7 +200,7 @@ def test_a_backfill_by_hand_of_a_day_too_old_to_restate_leaves_its_later_window_
     context = build_sensor_context(instance=instance, definitions=definitions_of(ML), cursor=seen)
     assert isinstance(late_data_sensor(context), SkipReason)
 
-    assert run_backfill(ML, day, day, instance=instance, echo=lambda _: None)
+    assert run_backfill(BackfillRequest(ML, day, day), instance=instance, echo=lambda _: None)
     pending = control.read_watermark(spark, ML.name).pending
     assert pending == {t: sorted(later) for t in (USER_DAILY_FEATURES, TRAINING_SET)}
     for table in (USER_DAILY_FEATURES, TRAINING_SET):
@@ -250,7 +259,9 @@ def test_a_day_rolled_back_rebuilds_the_six_days_its_window_reaches_and_ends_as_
     before = snapshot(spark, EVERY_TABLE, ML.day_column)
     assert run_restatement(ML, instance).success
     assert_rewrote_exactly(spark, before, {}, tables=[], day_column=ML.day_column)  # no commit in any table
-    assert run_backfill(ML, day, day, instance=instance, echo=lambda _: None, tags={RELEASE_TAG: "true"})
+    assert run_backfill(
+        BackfillRequest(ML, day, day, tags={RELEASE_TAG: "true"}), instance=instance, echo=lambda _: None
+    )
     assert control.open_holds(spark, ML.name) == []
     assert {t: rows(spark, t) for t in EVERY_TABLE} == restated
 

@@ -14,7 +14,7 @@ from assets_pkg.generate import generate
 from exact_backfills import publish as publishing
 from exact_backfills import recording
 from exact_backfills.automation import landing_state
-from exact_backfills.backfill import Backfilled, run_backfill, run_checks
+from exact_backfills.backfill import Backfilled, BackfillRequest, run_backfill, run_checks
 from exact_backfills.checks import UP_TO_DATE
 from exact_backfills.dagster_names import ALL_ASSETS_JOB, PUBLISHED_TAG, REPAIR_OF_TAG
 from exact_backfills.definitions import defs
@@ -49,7 +49,7 @@ TABLES = [*PUBLISH_ORDER, QUARANTINE_ORDER_ITEMS]
 def built(spark, lake):
     _, instance = lake
     generate(spark, START, END, seed=5, rows_per_day=8, bad_rate=0.1)
-    assert run_backfill(ORDERS, START, END, instance=instance, echo=lambda _: None)
+    assert run_backfill(BackfillRequest(ORDERS, START, END), instance=instance, echo=lambda _: None)
     return instance
 
 
@@ -97,7 +97,9 @@ def test_a_failure_between_commits_names_what_was_committed_and_the_days_are_run
     a, b = date(2025, 1, 3), date(2025, 1, 5)
     _conflict_on_the_fact(monkeypatch)
     said = []
-    assert run_backfill(ORDERS, a, b, instance=instance, echo=said.append) == Backfilled(False)  # failed, not refused
+    assert run_backfill(BackfillRequest(ORDERS, a, b), instance=instance, echo=said.append) == Backfilled(
+        False
+    )  # failed, not refused
     monkeypatch.undo()
     out = "\n".join(said)
     assert "failed after committing quarantine_order_items (" in out and "stg_order_items (version" in out
@@ -146,7 +148,7 @@ def test_committing_one_table_after_the_other_no_commit_starts_after_a_failed_on
     assert set(failed.value.commits) == set(with_side_tables(before_the_fact))
     assert failed.value.not_committed == downstream({FACT_ORDER_ITEM})
     monkeypatch.undo()
-    assert run_backfill(ORDERS, a, b, instance=built, echo=lambda _: None)
+    assert run_backfill(BackfillRequest(ORDERS, a, b), instance=built, echo=lambda _: None)
     assert content(spark) == expected
 
 
@@ -169,7 +171,9 @@ def test_a_tables_days_are_recorded_in_dagster_while_the_next_table_is_committed
 
     monkeypatch.setattr(committing, "overwrite_days", fact)
     monkeypatch.setattr(recording, "publication_events", staging_waits_for_the_facts_commit)
-    assert run_backfill(ORDERS, date(2025, 1, 2), date(2025, 1, 3), instance=instance, echo=lambda _: None)
+    assert run_backfill(
+        BackfillRequest(ORDERS, date(2025, 1, 2), date(2025, 1, 3)), instance=instance, echo=lambda _: None
+    )
     monkeypatch.undo()
 
     assert staging_recorded_during_the_facts_commit == [True]

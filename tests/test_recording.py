@@ -7,7 +7,7 @@ import pytest
 from dagster import AssetCheckKey, AssetKey, AssetRecordsFilter
 
 from assets_pkg.generate import generate
-from exact_backfills.backfill import run_backfill
+from exact_backfills.backfill import BackfillRequest, run_backfill
 from exact_backfills.checks import FINGERPRINT, RECONCILES, UNIQUE_KEY
 from exact_backfills.cli import main
 from exact_backfills.definitions import defs
@@ -27,7 +27,7 @@ DAY = date(2025, 1, 5)
 def built(spark, lake):
     _, instance = lake
     generate(spark, START, END, seed=3, rows_per_day=20)
-    assert run_backfill(ORDERS, START, END, instance=instance, echo=lambda _: None)
+    assert run_backfill(BackfillRequest(ORDERS, START, END), instance=instance, echo=lambda _: None)
     return instance
 
 
@@ -79,5 +79,7 @@ def test_a_duplicate_written_behind_the_pipelines_back_shows_its_day_failed_with
     assert failed and failed[0].event.dagster_event.event_specific_data.metadata["duplicate_rows"].value == 1
 
     # Rebuilding the day publishes it afresh: every check passes on it again.
-    assert run_backfill(ORDERS, DAY, DAY, select=["fact_order_item"], instance=built, echo=lambda _: None)
+    assert run_backfill(
+        BackfillRequest(ORDERS, DAY, DAY, select=["fact_order_item"]), instance=built, echo=lambda _: None
+    )
     assert check_partition_statuses(built, "fact_order_item", UNIQUE_KEY)[DAY.isoformat()] == "SUCCEEDED"

@@ -14,7 +14,7 @@ import pytest
 from dagster import DagsterEventType, DagsterRun, DagsterRunStatus, RunsFilter, SkipReason, build_sensor_context
 
 from assets_pkg.generate import generate
-from exact_backfills.backfill import run_backfill
+from exact_backfills.backfill import BackfillRequest, run_backfill
 from exact_backfills.cli import main
 from exact_backfills.dagster_names import (
     ALL_ASSETS_JOB,
@@ -54,7 +54,7 @@ def _started_run(instance, tags: dict[str, str] | None = None, timeout: float = 
 def built(spark, lake):
     _, instance = lake
     generate(spark, START, END, seed=2, rows_per_day=5)
-    assert run_backfill(ORDERS, START, END, instance=instance, echo=lambda _: None)
+    assert run_backfill(BackfillRequest(ORDERS, START, END), instance=instance, echo=lambda _: None)
     return instance
 
 

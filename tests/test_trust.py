@@ -10,7 +10,7 @@ from pyspark.sql import functions as F
 from assets_pkg.generate import generate
 from exact_backfills import checks, landing
 from exact_backfills.automation import landing_state
-from exact_backfills.backfill import Backfilled, run_backfill
+from exact_backfills.backfill import Backfilled, BackfillRequest, run_backfill
 from exact_backfills.checks import day_contents
 from exact_backfills.cli import main
 from exact_backfills.definitions import defs
@@ -40,7 +40,9 @@ def built(spark, lake):
     assert summary.bad_rows > 0
     # Through the last landed batch: a row without a usable order_date is quarantined on its batch's day.
     assert max(summary.batches) == BUILT_END.isoformat()
-    assert run_backfill(ORDERS, START, BUILT_END, chunk_size=27, instance=instance, echo=lambda _: None)
+    assert run_backfill(
+        BackfillRequest(ORDERS, START, BUILT_END, chunk_size=27), instance=instance, echo=lambda _: None
+    )
     return instance
 
 
@@ -130,7 +132,9 @@ def test_a_blocking_failure_publishes_nothing_and_stops_the_downstream_partition
     dup = inject_duplicate(spark, "stg_order_items", DAY)
     before = {t: versions(spark, t)[0] for t in downstream({"fact_order_item"})}
 
-    refused = run_backfill(ORDERS, START, END, select=["fact_order_item"], chunk_size=31, instance=built)
+    refused = run_backfill(
+        BackfillRequest(ORDERS, START, END, select=["fact_order_item"], chunk_size=31), instance=built
+    )
     assert refused == Backfilled(False, refused=True) and refused.exit_code == 2
     out = capsys.readouterr().out
     assert f"unique_key of fact_order_item on {DAY}" in out and "nothing written in any of" in out

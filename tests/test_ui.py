@@ -19,7 +19,7 @@ from dagster import AssetKey, RunsFilter
 from assets_pkg.generate import generate
 from exact_backfills import cli
 from exact_backfills.automation import landing_state
-from exact_backfills.backfill import observe_landing, run_backfill, run_restatement
+from exact_backfills.backfill import BackfillRequest, observe_landing, run_backfill, run_restatement
 from exact_backfills.checks import (
     BUILT_BY_CURRENT_CODE,
     FINGERPRINT,
@@ -86,7 +86,9 @@ def dagster_dev(spark, lake):
         # the landing observed, the history built in one run, then the restatement the sensor then does not repeat.
         for pipeline in (ORDERS, ML):
             assert observe_landing(pipeline, instance).success
-            assert run_backfill(pipeline, START, end, chunk_size=DAYS, instance=instance, echo=lambda _: None)
+            assert run_backfill(
+                BackfillRequest(pipeline, START, end, chunk_size=DAYS), instance=instance, echo=lambda _: None
+            )
             assert run_restatement(pipeline, instance).success
     dev = DagsterDev(
         home,
@@ -261,7 +263,7 @@ def test_a_duplicate_written_behind_the_pipelines_back_shows_its_day_failed_with
 
     # Rebuilding the day puts it right, and the view says so.
     with instance_at(root / "dagster_dev_home") as instance:
-        assert run_backfill(ORDERS, day, day, instance=instance, echo=lambda _: None)
+        assert run_backfill(BackfillRequest(ORDERS, day, day), instance=instance, echo=lambda _: None)
     seen = ui.check_partitions("fact_order_item", UNIQUE_KEY, ALL_DAYS)
     assert (seen["Failed"], seen["Passed"]) == (0, DAYS), seen
 

@@ -384,18 +384,70 @@ def test_a_stale_day_names_its_table_once_and_the_table_whose_code_changed():
 
 
 def test_a_restatement_is_one_readable_line_in_its_runs_log():
-    from exact_backfills.automation import describe_restatement
+    from exact_backfills.automation import RestatementSummary
 
-    line = describe_restatement(
-        {
-            "days_by_table": {"stg": ["2025-01-02", "2025-01-03"], "fact": ["2025-01-02"]},
-            "outside_window": {"stg": ["2024-01-01"]},
-            "refused_files": [],
-            "watermark": "2025-02-01T02:00:00",
-        }
-    )
+    line = RestatementSummary(
+        days_by_table={"stg": [date(2025, 1, 2), date(2025, 1, 3)], "fact": [date(2025, 1, 2)]},
+        outside_window={"stg": [date(2024, 1, 1)]},
+        refused_files=[],
+        watermark=datetime(2025, 2, 1, 2),
+    ).describe()
     assert line == (
         "restated: stg 2 day(s); fact 1 day(s); 1 day(s) older than the restatement window recorded as exceptions; "
         "watermark 2025-02-01T02:00:00"
     )
     assert "{" not in line
+    nothing = RestatementSummary({}, {}, ["order_items/ingest_date=2025-01-02/a.parquet: no column day"], None)
+    assert nothing.describe() == "restated: nothing to restate; 1 landed file(s) refused; watermark -"
+
+
+def test_metrics_show_on_the_terminal_and_as_json_by_the_same_figures():
+    from exact_backfills.cli import describe_metrics
+    from exact_backfills.metrics import AssetMetrics, LandingLag, Metrics, TableLag
+
+    landing = LandingLag("2025-01-04", date(2025, 1, 3), datetime(2025, 1, 4, 2), 86400.0, [date(2025, 1, 2)], {})
+    figures = Metrics(
+        landing,
+        [
+            AssetMetrics("fact_order_item", 3, 4.2, 1.5, 0, 2, date(2025, 1, 3)),
+            AssetMetrics("stg_order_items", 1, 10.0, None, None, None, None),
+        ],
+    )
+    assert describe_metrics(figures) == [
+        "landing: newest batch 2025-01-04, newest day 2025-01-03; watermark 2025-01-04T02:00:00; landed data not yet "
+        "published: 86400 s",
+        "asset                       runs  p95 run s  dup per 1k  mismatches  stale days  newest day",
+        "fact_order_item                3        4.2         1.5           0           2  2025-01-03",
+        "stg_order_items                1       10.0           0           0           -  -",
+    ]
+    assert figures.to_json() == {
+        "newest_landed_batch": "2025-01-04",
+        "newest_landed_day": "2025-01-03",
+        "watermark": "2025-01-04T02:00:00",
+        "landing_lag_s": 86400.0,
+        "held_days": ["2025-01-02"],
+        "assets": [
+            {
+                "asset": "fact_order_item",
+                "runs": 3,
+                "p95_run_s": 4.2,
+                "duplicate_per_1k": 1.5,
+                "mismatch_count": 0,
+                "stale_days": 2,
+                "newest_published_day": "2025-01-03",
+            },
+            {
+                "asset": "stg_order_items",
+                "runs": 1,
+                "p95_run_s": 10.0,
+                "duplicate_per_1k": None,
+                "mismatch_count": None,
+                "stale_days": None,
+                "newest_published_day": None,
+            },
+        ],
+    }
+    never = Metrics(LandingLag(None, None, None, None, [], {"t": TableLag()}), [])
+    assert describe_metrics(never)[0] == (
+        "landing: newest batch -, newest day -; watermark - (never restated); landed data not yet published: -"
+    )

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from exact_backfills import land_batch
-from exact_backfills.backfill import run_backfill, run_checks, run_restatement, run_rollback
+from exact_backfills.backfill import BackfillRequest, run_backfill, run_checks, run_restatement, run_rollback
 from exact_backfills.cli import main
 from exact_backfills.dagster_names import RELEASE_TAG
 from exact_backfills.pipelines import load
@@ -182,7 +182,7 @@ def built(spark, lake, shop):
             for i in range(6)
         ]
         _landed(spark, shop, "shop_visits", visits, day + timedelta(days=1))
-    assert run_backfill(shop, START, END, instance=instance, echo=lambda _: None)
+    assert run_backfill(BackfillRequest(shop, START, END), instance=instance, echo=lambda _: None)
     assert run_restatement(shop, instance).success  # reads every batch once: nothing to restate
     return instance
 
@@ -251,7 +251,9 @@ def test_the_late_day_rolled_back_rebuilds_the_weeks_that_hold_it_and_its_releas
         )
     assert refused.code == 2 and "held since a rollback" in refused.out, refused
 
-    assert run_backfill(shop, late_day, late_day, instance=built, echo=lambda _: None, tags={RELEASE_TAG: "true"})
+    assert run_backfill(
+        BackfillRequest(shop, late_day, late_day, tags={RELEASE_TAG: "true"}), instance=built, echo=lambda _: None
+    )
     assert control.open_holds(spark, shop.name) == []
     assert every_table(spark, shop) == restated
 

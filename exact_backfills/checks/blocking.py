@@ -39,11 +39,11 @@ def _measure_columns(table: Declared, downstream: Mapping[str, Reconcile]) -> li
     """This table's side of its reconciliation, and the upstream side of each table reconciling with it, each by a
     column name of its own, apart from the profile's (a measure may be called "rows")."""
     rec = table.reconcile
-    mine = [(_measure(name), F.expr(exprs[0])) for name, exprs in rec.measures.items()] if rec else []
+    mine = [(_measure(name), F.expr(m.aggregate)) for name, m in rec.measures.items()] if rec else []
     theirs = [
-        (_for_downstream(other, name), F.expr(exprs[1]))
+        (_for_downstream(other, name), F.expr(m.upstream_aggregate))
         for other, their_rec in downstream.items()
-        for name, exprs in their_rec.measures.items()
+        for name, m in their_rec.measures.items()
     ]
     return [*mine, *theirs]
 

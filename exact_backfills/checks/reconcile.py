@@ -47,7 +47,7 @@ def upstream_measures(rec: Reconcile, upstream: DataFrame, day_column: str) -> M
     return {
         r.day: r.asDict()
         for r in upstream.groupBy(F.col(day_column).alias("day"))
-        .agg(*[F.expr(exprs[1]).alias(name) for name, exprs in rec.measures.items()])
+        .agg(*[F.expr(m.upstream_aggregate).alias(name) for name, m in rec.measures.items()])
         .collect()
     }
 

@@ -86,13 +86,15 @@ def from_scratch(spark, tmp_path, start, end, view=None, pipeline: Pipeline = OR
     copy, as `<source>/ingest_date=D`."""
     from dagster import DagsterInstance
 
-    from exact_backfills.backfill import run_backfill
+    from exact_backfills.backfill import BackfillRequest, run_backfill
 
     scratch = tmp_path / "scratch"
     copy_landing(scratch, leave_out)
     said: list[str] = []
     with environment(LAKE_ROOT=str(scratch)), DagsterInstance.ephemeral() as instance:
-        assert run_backfill(pipeline, start, end, chunk_size=366, instance=instance, echo=said.append), "\n".join(said)
+        assert run_backfill(
+            BackfillRequest(pipeline, start, end, chunk_size=366), instance=instance, echo=said.append
+        ), "\n".join(said)
         return view(spark) if view else {t: rows(spark, t) for t in pipeline.every_table}
 
 

@@ -40,7 +40,8 @@ def _audits(table: str) -> list:
         audits.append(("unique_combination_of_columns", {"columns": columns}))
     rec = BY_NAME[table].reconcile if table in BY_NAME else None
     if rec:
-        here, there = zip(*rec.measures.values(), strict=True)
+        here = [m.aggregate for m in rec.measures.values()]
+        there = [m.upstream_aggregate for m in rec.measures.values()]
         audits.append(
             (
                 "reconciles_by_day",

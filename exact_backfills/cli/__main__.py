@@ -1,0 +1,5 @@
+import sys
+
+from exact_backfills.cli import main
+
+sys.exit(main())
