@@ -31,7 +31,7 @@ from dagster import (
 from dagster_pyspark import LazyPySparkResource
 from pydantic import Field
 
-from exact_backfills import checks, code_versions, liveness, plans, recording
+from exact_backfills import checks, code_versions, liveness, plans, promotion, recording
 from exact_backfills.dagster_names import (
     CODE_CHECK_JOB,
     CODE_CHECK_OP,
@@ -168,16 +168,16 @@ def promote_job(pipeline: Pipeline) -> JobDefinition:
         liveness.record(context, pipeline)
         spark = session_of(pyspark)
         try:
-            promotion = plans.promote(spark, pipeline, config.plan_id, RunInfo.of(context.run))
+            promoted = promotion.promote(spark, pipeline, config.plan_id, RunInfo.of(context.run))
         except (plans.PlanRefused, Refused) as refused:
             raise recording.refusal(str(refused)) from None
-        for table, publication in promotion.publications.items():
+        for table, publication in promoted.publications.items():
             yield from recording.publication_events(context, table, publication)
         current = code_versions.current(pipeline)
-        for table, days in promotion.unchanged.items():
+        for table, days in promoted.unchanged.items():
             unchanged = [checks.code.unchanged_by_plan(day, current[table], config.plan_id) for day in days]
             yield from checks.check_evaluations(context.instance, table, unchanged)
-        yield Output({"plan_id": config.plan_id, "note": plans.version_note(promotion.plan)})
+        yield Output({"plan_id": config.plan_id, "note": plans.version_note(promoted.plan)})
 
     @job(
         name=PROMOTE_JOB,

@@ -24,7 +24,10 @@ MACHINERY = "exact_backfills"
 BOUNDARIES = (
     "resources.",
     "exact_backfills.declare",
+    "exact_backfills.declaration_error",
+    "exact_backfills.day_checks",
     "exact_backfills.day_dependencies",
+    "exact_backfills.calendar",
     "exact_backfills.landing_index",
     "exact_backfills.partitions",
 )

@@ -1,9 +1,52 @@
-"""The user's own checks, as a pipeline declares them on a table: a check of each day's figures (`DayCheck`), and a
-check of a day's figure against the days before it (`DayOverDay`). The checks package evaluates them."""
+"""The checks a pipeline declares on a table beyond the built-in ones: its reconciliation with an upstream table
+(`Reconcile`, of `Measure`s), a check of each day's figures (`DayCheck`), and a check of a day's figure against the
+days before it (`DayOverDay`). The checks package evaluates them."""
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from exact_backfills.declaration_error import DeclarationError
+
+
+@dataclass(frozen=True)
+class Measure:
+    """One measure a table reconciles with its upstream: a SQL aggregate over the table's rows of a day
+    (`aggregate`) equal to one over the upstream's rows of that day (`upstream_aggregate`)."""
+
+    aggregate: str
+    upstream_aggregate: str
+
+
+@dataclass(frozen=True, init=False)
+class Reconcile:
+    """`measures` of a table equal the same measures of `upstream` day by day (blocking): name -> a `Measure`, or
+    its pair (a SQL aggregate over this table's rows of the day, one over the upstream's rows of the day).
+
+    A table over a trailing window (`TrailingDays(n)` on `upstream`) reconciles its day with the upstream's
+    `window_days` days ending on it (at most n): the upstream's side of each measure is then summed over those days,
+    so it must add up across days (a sum or a count)."""
+
+    upstream: str
+    measures: Mapping[str, Measure]
+    window_days: int = 1
+
+    def __init__(self, upstream: str, measures: Mapping[str, Measure | tuple[str, str]], window_days: int = 1) -> None:
+        object.__setattr__(self, "upstream", upstream)
+        object.__setattr__(self, "measures", {name: _measure(upstream, name, m) for name, m in measures.items()})
+        object.__setattr__(self, "window_days", window_days)
+
+
+def _measure(upstream: str, name: str, declared: object) -> Measure:
+    """A measure as declared, a `Measure` or a pair of SQL strings; anything else is a DeclarationError naming it."""
+    if isinstance(declared, Measure):
+        return declared
+    if isinstance(declared, tuple) and len(declared) == 2 and all(isinstance(sql, str) for sql in declared):
+        return Measure(*declared)
+    raise DeclarationError(
+        f"Reconcile({upstream!r}): measure {name!r} is {declared!r}, not a Measure or a pair of SQL aggregates "
+        "(this table's, the upstream's)"
+    )
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
 from exact_backfills.calendar import Calendar
+from exact_backfills.day_checks import Measure as Measure
+from exact_backfills.day_checks import Reconcile as Reconcile
 from exact_backfills.day_checks import UserCheck, refused_check
 
 # The day dependencies a table declares on its upstream tables, re-exported where a declaration imports them from.
@@ -33,6 +35,7 @@ from exact_backfills.day_dependencies import DayDependency
 from exact_backfills.day_dependencies import SameDay as SameDay
 from exact_backfills.day_dependencies import TrailingDays as TrailingDays
 from exact_backfills.day_dependencies import Window as Window
+from exact_backfills.declaration_error import DeclarationError as DeclarationError
 
 # The columns the machinery adds to a landed row: its batch (the folder's day) and its file, relative to the source's
 # folder.
@@ -54,10 +57,6 @@ KEY_TYPES = (T.StringType, T.IntegralType, T.DecimalType, T.DateType, T.Timestam
 Read = Callable[[str], DataFrame]
 # `build(spark, days, read)`: the table's rows of `days`.
 Build = Callable[[SparkSession, list[date], Read], DataFrame]
-
-
-class DeclarationError(ValueError):
-    """A declaration the machinery cannot build from: one line naming the pipeline, the table or source, and why."""
 
 
 class SourceKind(Enum):
@@ -141,46 +140,6 @@ class Source:
         if self.rules and self.kind is SourceKind.DIMENSION:
             found.append("a dimension has no quarantine: its rules would never apply")
         return found
-
-
-@dataclass(frozen=True)
-class Measure:
-    """One measure a table reconciles with its upstream: a SQL aggregate over the table's rows of a day
-    (`aggregate`) equal to one over the upstream's rows of that day (`upstream_aggregate`)."""
-
-    aggregate: str
-    upstream_aggregate: str
-
-
-@dataclass(frozen=True, init=False)
-class Reconcile:
-    """`measures` of a table equal the same measures of `upstream` day by day (blocking): name -> a `Measure`, or
-    its pair (a SQL aggregate over this table's rows of the day, one over the upstream's rows of the day).
-
-    A table over a trailing window (`TrailingDays(n)` on `upstream`) reconciles its day with the upstream's
-    `window_days` days ending on it (at most n): the upstream's side of each measure is then summed over those days,
-    so it must add up across days (a sum or a count)."""
-
-    upstream: str
-    measures: Mapping[str, Measure]
-    window_days: int = 1
-
-    def __init__(self, upstream: str, measures: Mapping[str, Measure | tuple[str, str]], window_days: int = 1) -> None:
-        object.__setattr__(self, "upstream", upstream)
-        object.__setattr__(self, "measures", {name: _measure(upstream, name, m) for name, m in measures.items()})
-        object.__setattr__(self, "window_days", window_days)
-
-
-def _measure(upstream: str, name: str, declared: object) -> Measure:
-    """A measure as declared, a `Measure` or a pair of SQL strings; anything else is a DeclarationError naming it."""
-    if isinstance(declared, Measure):
-        return declared
-    if isinstance(declared, tuple) and len(declared) == 2 and all(isinstance(sql, str) for sql in declared):
-        return Measure(*declared)
-    raise DeclarationError(
-        f"Reconcile({upstream!r}): measure {name!r} is {declared!r}, not a Measure or a pair of SQL aggregates "
-        "(this table's, the upstream's)"
-    )
 
 
 class SideTable(NamedTuple):

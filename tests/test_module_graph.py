@@ -162,3 +162,20 @@ def test_the_write_path_is_named_stages_each_a_module_of_short_functions():
     assert len(publish.read_text().splitlines()) < 200
     assert [p.name for p in stages if len(p.read_text().splitlines()) > 450] == []
     assert [f for p in [publish, *stages] for f in _too_long(p)] == []
+
+
+def test_no_module_of_the_machinery_is_over_450_lines_nor_a_function_over_60_lines_or_6_parameters():
+    modules = sorted((REPO_ROOT / "exact_backfills").rglob("*.py"))
+    assert len(modules) > 40  # its packages' modules too
+    lines = {p: len(p.read_text().splitlines()) for p in modules}
+    too_big = [f"{p.relative_to(REPO_ROOT)}: {n} lines" for p, n in lines.items() if n > 450]
+    assert too_big + [f for p in modules for f in _too_long(p)] == []
+
+
+def test_a_function_over_60_lines_or_6_parameters_is_named(tmp_path):
+    module = tmp_path / "long.py"
+    body = "\n".join(f"    x{i} = {i}" for i in range(60))
+    module.write_text(
+        f"def f(a, b, c, d, e, f, g):\n{body}\n\n\nclass C:\n    def m(self, a, b, c, d, e, f):\n        pass\n"
+    )
+    assert _too_long(module) == ["long.py:1: f: 61 lines, 7 parameters"]

@@ -18,7 +18,8 @@ def _plan(pipeline: "Pipeline", args: argparse.Namespace) -> int:
     from exact_backfills.backfill import dagster_instance, run_plan
     from exact_backfills.dagster_names import PLAN_OP
     from exact_backfills.pipelines import command
-    from exact_backfills.plans import Plan, drop, version_note
+    from exact_backfills.plans import Plan, version_note
+    from exact_backfills.promotion import drop
     from resources.spark import get_spark
 
     if args.drop:
