@@ -42,8 +42,8 @@ class Staged:
     side_tables: dict[str, DataFrame] = field(default_factory=dict)  # written with it, e.g. quarantine
     cached: list[DataFrame] = field(default_factory=list)  # inputs read once for the build, checks and writes
     scans: list[Scan] = field(default_factory=list)  # what its reads of the landing and of published tables scan
-    # Its rows are a selection of rows held in `cached`, computed once for the build: they are not held again.
-    selects_held: bool = False
+    # Its rows are a selection of rows kept in `cached`, computed once for the build: they are not cached again.
+    selects_cached: bool = False
 
     def unpersist(self) -> None:
         for df in [self.table, *self.side_tables.values(), *self.cached]:
@@ -217,7 +217,7 @@ def _build_events_whole(spark: SparkSession, pipeline: Pipeline, table: Staging,
         lost=quarantine.missing(key, expected.select(F.col(source.day).alias("day"), *key), staged, quarantined),
         cached=[marked],
         scans=[landed_read.scan],
-        selects_held=True,
+        selects_cached=True,
     )
 
 

@@ -33,7 +33,7 @@ measures; what of Dagster's each replaces (R) or uses (U):
    `conn_string_for_shard`, `__init__`'s `_db_lock`, `_initialized_dbs` [DAGSTERS_SQLITE_CONNECT_, DAGSTERS_CALLED_]
 3. a range run's planned materializations one event per asset. R the storage's
    `supports_partition_subset_in_asset_materialization_planned_events` [plans_a_range_run]
-4. a run's check results held until its next event, written together. R `store_event`,
+4. a run's check results buffered until its next event, written together. R `store_event`,
    `_store_asset_check_evaluation_planned`; U `_event_to_row`, `_event_insert_timestamp`, PostgreSQL's `_connect`,
    `_engine`, `_token_provider` [DAGSTERS_CHECK_RESULT_WRITES_, DAGSTERS_CALLED_]
 5. a batch of materializations written as one (DAGSTER_EVENT_BATCH_SIZE: event_log_writes.py). R `store_event_batch`;
@@ -96,7 +96,7 @@ from exact_backfills.event_log_writes import (
     CHECK_RESULTS_PER_WRITE,
     OPEN_DATABASE_FILES,
     POOL_RECYCLE_S,
-    HeldCheckResult,
+    BufferedCheckResult,
     execution_rows,
     latest_results,
     planned_among,
@@ -207,12 +207,12 @@ class _EnginePerFile:
 # (DAGSTER_EVENT_BATCH_SIZE), and has no setting for the rest.
 #
 # The classes below store the same rows with the same values (a test compares them with Dagster's, row by row), but
-# hold a run's check results until the next event of any other kind (the step's next output, its end, a
-# materialization), or until CHECK_RESULTS_PER_WRITE are held, and write them together: each serialized once, in one
+# buffer a run's check results until the next event of any other kind (the step's next output, its end, a
+# materialization), or until CHECK_RESULTS_PER_WRITE are buffered, and write them together: each serialized once, in one
 # transaction of the run's file and one of the index (SQLite), in one multi-row INSERT and one UPDATE per planned row
-# sent at once (PostgreSQL). The run's events keep their order. A process killed while it holds results loses those
+# sent at once (PostgreSQL). The run's events keep their order. A process killed while it buffers results loses those
 # (run monitoring then fails its step; the days it published show their checks as not run until they run again); the
-# materializations they check are never held.
+# materializations they check are never buffered.
 _EVENTS = SqlEventLogStorageTable
 _CHECK_EXECUTIONS = AssetCheckExecutionsTable
 _INSERT_EVENT = _EVENTS.insert()
@@ -229,41 +229,41 @@ class _CheckResultsWrittenTogether:
     index_connection: Callable[[], AbstractContextManager[Connection]]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self._held: list[HeldCheckResult] = []
-        self._held_lock = threading.RLock()
+        self._buffered: list[BufferedCheckResult] = []
+        self._buffer_lock = threading.RLock()
         super().__init__(*args, **kwargs)
 
-    def _write_check_results(self, held: list[HeldCheckResult]) -> None:
+    def _write_check_results(self, buffered: list[BufferedCheckResult]) -> None:
         raise NotImplementedError  # each storage's own
 
     def store_event(self, event: EventLogEntry) -> None:
         evaluation = run_check_result(event)
-        with self._held_lock:
+        with self._buffer_lock:
             if evaluation is None:
-                self.write_held_check_results()  # first: the run's events stay in order
+                self.write_buffered_check_results()  # first: the run's events stay in order
                 super().store_event(event)  # type: ignore[misc]
                 return
-            self._held.append(HeldCheckResult(event, evaluation, self._event_to_row(event)))
-            if len(self._held) >= CHECK_RESULTS_PER_WRITE:
-                self.write_held_check_results()
+            self._buffered.append(BufferedCheckResult(event, evaluation, self._event_to_row(event)))
+            if len(self._buffered) >= CHECK_RESULTS_PER_WRITE:
+                self.write_buffered_check_results()
 
     def store_event_batch(self, events: Sequence[EventLogEntry]) -> None:
-        with self._held_lock:
-            self.write_held_check_results()
+        with self._buffer_lock:
+            self.write_buffered_check_results()
             super().store_event_batch(events)  # type: ignore[misc]
 
-    def write_held_check_results(self) -> None:
-        """Write the check results held so far (any other event, and disposing of the storage, write them first)."""
-        with self._held_lock:
-            held, self._held = self._held, []
-            if held:
-                self._write_check_results(held)
+    def write_buffered_check_results(self) -> None:
+        """Write the check results buffered so far (any other event, and disposing of the storage, write them first)."""
+        with self._buffer_lock:
+            buffered, self._buffered = self._buffered, []
+            if buffered:
+                self._write_check_results(buffered)
 
     def dispose(self) -> None:
-        self.write_held_check_results()
+        self.write_buffered_check_results()
         super().dispose()  # type: ignore[misc]
 
-    def _record_check_results(self, conn: Connection, written: list[tuple[HeldCheckResult, int]]) -> None:
+    def _record_check_results(self, conn: Connection, written: list[tuple[BufferedCheckResult, int]]) -> None:
         """The check's execution row of each result (of its run and partition), as Dagster's
         `_update_asset_check_evaluation` writes it: the one its planned event created, or a new one; of two results
         for one row, the later is the row's."""
@@ -364,8 +364,8 @@ class AtomicClaimSqliteEventLogStorage(
         if not events or kinds != {DagsterEventType.ASSET_MATERIALIZATION} or len(runs) != 1:
             super().store_event_batch(events)
             return
-        with self._held_lock:
-            self.write_held_check_results()
+        with self._buffer_lock:
+            self.write_buffered_check_results()
             rows = [self._event_to_row(e) for e in events]
             with self.run_connection(events[0].run_id) as conn:
                 conn.execute(_INSERT_EVENT, rows)
@@ -381,15 +381,15 @@ class AtomicClaimSqliteEventLogStorage(
                 for event, event_id in last.values():
                     self._store_asset_event(conn, event, event_id)
 
-    def _write_check_results(self, held: list[HeldCheckResult]) -> None:
+    def _write_check_results(self, buffered: list[BufferedCheckResult]) -> None:
         """Check results as Dagster's SQLite storage stores each: in its run's file, then mirrored in the index with
         the check's execution row; here one transaction per run file and one of the index for them all."""
-        for run_id in dict.fromkeys(h.event.run_id for h in held):
+        for run_id in dict.fromkeys(h.event.run_id for h in buffered):
             with self.run_connection(run_id) as conn:
-                conn.execute(_INSERT_EVENT, [h.row for h in held if h.event.run_id == run_id])
+                conn.execute(_INSERT_EVENT, [h.row for h in buffered if h.event.run_id == run_id])
         with self.index_connection() as conn:
             written = []
-            for h in held:
+            for h in buffered:
                 inserted = conn.execute(_INSERT_EVENT, h.row).inserted_primary_key
                 if inserted is None:
                     raise DagsterInvariantViolationError("Cannot store an asset check evaluation with no event id.")
@@ -427,12 +427,12 @@ class AtomicClaimPostgresEventLogStorage(
             token_provider=get_token_provider_from_config(config_value),
         )
 
-    def _write_check_results(self, held: list[HeldCheckResult]) -> None:
+    def _write_check_results(self, buffered: list[BufferedCheckResult]) -> None:
         """Check results as Dagster's PostgreSQL storage stores each (the event, then the check's execution row), in
         one INSERT of every event and their execution rows sent together, on one connection. (Dagster's also sends a
         NOTIFY per event, which nothing listens to since Dagster polls.)"""
         with self._connect() as conn:
             ids = conn.execute(
-                _INSERT_EVENT.returning(_EVENTS.c.id, sort_by_parameter_order=True), [h.row for h in held]
+                _INSERT_EVENT.returning(_EVENTS.c.id, sort_by_parameter_order=True), [h.row for h in buffered]
             ).scalars()
-            self._record_check_results(conn, list(zip(held, [int(i) for i in ids], strict=True)))
+            self._record_check_results(conn, list(zip(buffered, [int(i) for i in ids], strict=True)))

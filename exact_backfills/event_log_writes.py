@@ -13,7 +13,7 @@ from dagster import AssetCheckEvaluation, DagsterEventType, EventLogEntry
 # The database files kept open at once by a process: the index and the runs it writes or reads most recently.
 OPEN_DATABASE_FILES = 16
 
-# A run's check results held at most before they are written together.
+# A run's check results buffered at most before they are written together.
 CHECK_RESULTS_PER_WRITE = 1000
 
 # The production profile's runs store their events through PgBouncer (scripts/postgres.sh). Dagster's storage holds no
@@ -58,7 +58,7 @@ ExecutionKey = tuple[str, str, str, str]
 
 
 @dataclass(frozen=True)
-class HeldCheckResult:
+class BufferedCheckResult:
     """A run's check result waiting to be written, with its event log row (serialized once)."""
 
     event: EventLogEntry
@@ -80,13 +80,15 @@ class ExecutionRows:
     inserts: list[dict[str, Any]] = field(default_factory=list)
 
 
-def latest_results(written: list[tuple[HeldCheckResult, int]]) -> dict[ExecutionKey, tuple[HeldCheckResult, int]]:
+def latest_results(
+    written: list[tuple[BufferedCheckResult, int]],
+) -> dict[ExecutionKey, tuple[BufferedCheckResult, int]]:
     """Each execution row's result with its event id: of two results for one row, the later is the row's."""
     return {result.key: (result, event_id) for result, event_id in written}
 
 
 def execution_rows(
-    latest: dict[ExecutionKey, tuple[HeldCheckResult, int]],
+    latest: dict[ExecutionKey, tuple[BufferedCheckResult, int]],
     planned: set[tuple[str, ...]],
     status_of: Mapping[bool, str],
 ) -> ExecutionRows:

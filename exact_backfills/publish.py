@@ -60,7 +60,7 @@ from exact_backfills.write_path.commit import (
 from exact_backfills.write_path.context import Started, Writing, at_once, threads
 from exact_backfills.write_path.intent import carried_days, carried_through, intend, settle_pending, with_carried
 from exact_backfills.write_path.record import commit_metadata, commit_totals, record
-from exact_backfills.write_path.staging import checkpointed, hold, rows_as_of, stage
+from exact_backfills.write_path.staging import cached, checkpointed, rows_as_of, stage
 from exact_backfills.write_path.verify import check, reconciled_within, verify
 from resources import audit, control
 
@@ -89,7 +89,7 @@ __all__ = [
     "commit_totals",
     "day_ranges",
     "fault_point",
-    "hold",
+    "cached",
     "operation_of",
     "publish",
     "publishing",

@@ -340,12 +340,12 @@ def test_a_table_reconciles_with_measures_its_upstreams_checks_computed_as_with_
     )
 
 
-def test_a_tables_cached_rows_are_held_by_day_so_that_writing_or_grouping_them_by_day_exchanges_none(spark):
+def test_a_tables_cached_rows_are_kept_by_day_so_that_writing_or_grouping_them_by_day_exchanges_none(spark):
     import io
     from contextlib import redirect_stdout
 
     from exact_backfills.builds import Staged
-    from exact_backfills.publish import Change, Operation, checkpointed, hold
+    from exact_backfills.publish import Change, Operation, cached, checkpointed
     from tests.support.orders import BY_NAME, FACT_ORDER_ITEM, ORDERS
 
     def above_the_cache(df) -> str:
@@ -370,19 +370,19 @@ def test_a_tables_cached_rows_are_held_by_day_so_that_writing_or_grouping_them_b
         (F.col("id") % 7).alias("customer_id"),
     )
     assert exchanged_above_the_cache(rows.repartition("order_date"))  # the probe sees an exchange where there is one
-    held = hold(ORDERS, Staged(table=rows), BY_NAME[FACT_ORDER_ITEM], change)
+    kept = cached(ORDERS, Staged(table=rows), BY_NAME[FACT_ORDER_ITEM], change)
     try:
-        assert held.table.count() == 1000
+        assert kept.table.count() == 1000
         # What overwrite_days writes, the checks' distinct keys of a day, a downstream table grouped by a day.
-        assert not exchanged_above_the_cache(held.table.repartition("order_date"))
+        assert not exchanged_above_the_cache(kept.table.repartition("order_date"))
         key = ["order_id", "order_item_id"]
-        assert not exchanged_above_the_cache(distinct_keys_by_day(held.table, key, "order_date"))
-        assert not exchanged_above_the_cache(held.table.groupBy("customer_id", "order_date").count())
+        assert not exchanged_above_the_cache(distinct_keys_by_day(kept.table, key, "order_date"))
+        assert not exchanged_above_the_cache(kept.table.groupBy("customer_id", "order_date").count())
         # Sorted by day and key once: the write's order by day (what it asks of its rows) sorts nothing again.
         assert sorted_above_the_cache(rows.repartition("order_date").sortWithinPartitions("order_date"))
-        assert not sorted_above_the_cache(held.table.repartition("order_date").sortWithinPartitions("order_date"))
+        assert not sorted_above_the_cache(kept.table.repartition("order_date").sortWithinPartitions("order_date"))
     finally:
-        held.unpersist()
+        kept.unpersist()
 
 
 def test_a_table_reads_its_upstream_through_one_overlay_of_the_writes_own_days_over_the_published_ones(spark):

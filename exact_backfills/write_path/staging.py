@@ -25,7 +25,7 @@ def stage(w: Writing, table: str) -> None:
     built = _built(w, spec)
     if not w.staged and _interpreted(built.scans):
         w.evaluation.enter_context(interpreted(w.spark))
-    w.staged[table] = hold(w.pipeline, built, spec, w.change)
+    w.staged[table] = cached(w.pipeline, built, spec, w.change)
 
 
 def _interpreted(scans: list[Scan]) -> bool:
@@ -69,15 +69,16 @@ def _built(w: Writing, table: Declared) -> Staged:
     return result
 
 
-def hold(pipeline: Pipeline, built: Staged, table: Declared, change: Change) -> Staged:
-    """`built`, its rows held so that they are checked, read downstream and written from the same computed rows.
+def cached(pipeline: Pipeline, built: Staged, table: Declared, change: Change) -> Staged:
+    """`built`, its rows cached (or checkpointed) so that they are checked, read downstream and written from the same
+    computed rows.
 
-    Cached rows are held partitioned by day, as `overwrite_days` lays them out to write them: Spark then finds them
+    Cached rows are kept partitioned by day, as `overwrite_days` lays them out to write them: Spark then finds them
     so and exchanges none of them again, neither for the write nor for what groups them by day (the checks' distinct
     keys, a downstream table grouping by the day and more). Within a partition they are sorted by day and key, once:
     the write, which orders its rows by day, then sorts nothing; the distinct keys' sort finds its rows in order; what
     groups them by day aggregates one day after another. A checkpoint keeps neither."""
-    if built.selects_held:
+    if built.selects_cached:
         return built
     if checkpointed(pipeline, table, change, built.scans):
         built.table = built.table.localCheckpoint()
