@@ -43,7 +43,7 @@ def _record(w: Writing, table: str, ended: datetime) -> tuple[Publication, list[
     outcomes = [
         *checked.outcomes,
         *checks.evaluate_after_commit(checked, previous, days),
-        *_freshness(spec, days, held),
+        *_up_to_date(spec, days, held),
         *_code(pipeline, table, days, source),
     ]
     if checks.publishes_late_rows(spec):
@@ -179,7 +179,7 @@ def _late_data(w: Writing, table: str, days: list[date], source: RowSource, now:
     return outcomes
 
 
-def _freshness(table: Declared, days: list[date], held: dict[date, control.HeldDay]) -> list[checks.Outcome]:
+def _up_to_date(table: Declared, days: list[date], held: dict[date, control.HeldDay]) -> list[checks.Outcome]:
     """Just written: up to date with the landing, or, on a day held since a rollback, left out as the operator wants
     it (what landed for it is not published until it is released)."""
     outcomes = []
