@@ -32,7 +32,7 @@ from exact_backfills.dagster_names import (
     PUBLISHED_TAG,
 )
 from exact_backfills.dagster_private import UnresolvedAssetJobDefinition
-from exact_backfills.declare import Pipeline
+from exact_backfills.declare import Declared, Pipeline
 from exact_backfills.partitions import backfill_policy, run_days
 from exact_backfills.publish import (
     Change,
@@ -59,6 +59,14 @@ def freshness_policy() -> FreshnessPolicy:
     return FreshnessPolicy.time_window(fail_window=timedelta(hours=settings().freshness_fail_window_h))
 
 
+def day_dependencies(table: Declared) -> dict[str, str]:
+    """Each upstream table's days that a day D reads ("reads stg_app_events": "D-6..D"), shown on the asset's page.
+    Metadata, not Dagster partition mappings on the dependencies: Dagster's asset backfill runs a table in the same
+    run as its upstream only through a day-to-day mapping, so a window's mapping would split each chunk of a UI range
+    backfill into one run per level of the graph (tests/test_day_mappings.py measures it)."""
+    return {f"reads {upstream}": dependency.reads() for upstream, dependency in table.upstream.items()}
+
+
 def _specs(pipeline: Pipeline) -> list[AssetSpec]:
     specs = []
     versions = code_versions.current(pipeline)
@@ -69,6 +77,7 @@ def _specs(pipeline: Pipeline) -> list[AssetSpec]:
                 t.name,
                 deps=deps,
                 description=t.description,
+                metadata=day_dependencies(t),
                 kinds={"spark", "delta"},
                 group_name=pipeline.name,
                 freshness_policy=freshness_policy(),

@@ -51,6 +51,10 @@ class DayDependency(ABC):
     def to_dagster(self) -> PartitionMapping:
         """Dagster's partition mapping from the table's days to the upstream's."""
 
+    @abstractmethod
+    def reads(self) -> str:
+        """What day D reads of the upstream, as the asset's page shows it: "D-6..D", "D-1", "every day up to D"."""
+
     def problem(self, upstream: str, reads_dimension: bool) -> str:
         """Why the dependency cannot be declared on `upstream` (a dimension's staging or not), or ""."""
         return ""
@@ -93,6 +97,10 @@ class Window(DayDependency):
     def to_dagster(self) -> PartitionMapping:
         return TimeWindowPartitionMapping(start_offset=self.start_offset, end_offset=self.end_offset)
 
+    def reads(self) -> str:
+        start, end = (f"D{o:+d}" if o else "D" for o in (self.start_offset, self.end_offset))
+        return start if start == end else f"{start}..{end}"
+
     def problem(self, upstream: str, reads_dimension: bool) -> str:
         if self.start_offset > self.end_offset:
             return f"its window on {upstream}, D{self.start_offset:+d}..D{self.end_offset:+d}, ends before it starts"
@@ -130,6 +138,9 @@ class AsOf(DayDependency):
 
     def to_dagster(self) -> PartitionMapping:
         return TimeWindowPartitionMapping(start_offset=-AS_OF_REACH_DAYS, end_offset=0)
+
+    def reads(self) -> str:
+        return "as of D: every version up to D"
 
     def problem(self, upstream: str, reads_dimension: bool) -> str:
         return "" if reads_dimension else f"it reads {upstream} as of the day, which only a dimension's staging is"

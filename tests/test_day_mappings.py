@@ -152,6 +152,23 @@ def test_a_day_dependency_the_machinery_cannot_serve_is_refused_in_one_line(upst
     assert "\n" not in str(refused.value)
 
 
+def test_each_window_says_what_day_d_reads_as_its_assets_page_shows_it():
+    said = [Window(-6, 0), Window(-1, -1), Window(0, 2), SameDay(), AsOf(on=["user_id"])]
+    assert [d.reads() for d in said] == ["D-6..D", "D-1", "D..D+2", "D", "as of D: every version up to D"]
+
+
+def test_the_asset_of_a_table_over_a_window_shows_each_upstreams_days_in_dagster():
+    from exact_backfills.location import definitions_of
+    from examples.ml_features.pipeline import DIM_USER_STATUS, STG_APP_EVENTS, USER_DAILY_FEATURES
+    from examples.ml_features.pipeline import pipeline as ml
+
+    node = definitions_of(ml).resolve_asset_graph().get(AssetKey(USER_DAILY_FEATURES))
+    assert {k: v for k, v in node.metadata.items() if k.startswith("reads ")} == {
+        f"reads {STG_APP_EVENTS}": "D-6..D",
+        f"reads {DIM_USER_STATUS}": "as of D: every version up to D",
+    }
+
+
 # Two copies of one multi_asset as the project declares its tables (daily, can_subset, chunked by
 # BackfillPolicy.multi_run): `plain_*` with its dependencies as names, as the assets declare them, `mapped_*` with
 # each dependency's partition mapping.
