@@ -107,7 +107,7 @@ def _bare() -> None:
     out = Path(lake_root()) / "bare"
 
     def write(df, table):
-        column = pipeline.day_column[table]
+        column = pipeline.day_columns[table]
         df.repartition(column).write.format("delta").mode("overwrite").partitionBy(column).save(str(out / table))
 
     def read(table, days):  # each upstream table as written above: the whole history, as every build asks for here

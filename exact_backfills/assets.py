@@ -60,7 +60,7 @@ def freshness_policy() -> FreshnessPolicy:
 
 
 def day_dependencies(table: Declared) -> dict[str, str]:
-    """Each upstream table's days that a day D reads ("reads stg_app_events": "D-6..D"), shown on the asset's page.
+    """Each upstream table's days that a day D reads ("reads <upstream>": "D-6..D"), shown on the asset's page.
     Metadata, not Dagster partition mappings on the dependencies: Dagster's asset backfill runs a table in the same
     run as its upstream only through a day-to-day mapping, so a window's mapping would split each chunk of a UI range
     backfill into one run per level of the graph (tests/test_day_mappings.py measures it)."""

@@ -286,8 +286,8 @@ def build_declared(spark: SparkSession, pipeline: Pipeline, table: Table, days: 
         if rec.window_days == 1 and table.upstream[rec.upstream].upstream_days(days, first_day, last_day) != sorted(
             set(days)
         ):
-            upstream = upstream.where(day_filter(pipeline.day_column[rec.upstream], days))
-    return Staged(table=rows, upstream=upstream, upstream_day=pipeline.day_column[rec.upstream] if rec else None)
+            upstream = upstream.where(day_filter(pipeline.day_columns[rec.upstream], days))
+    return Staged(table=rows, upstream=upstream, upstream_day=pipeline.day_columns[rec.upstream] if rec else None)
 
 
 def build(spark: SparkSession, pipeline: Pipeline, table: Declared, days: list[date], read: ReadDays) -> Staged:

@@ -368,7 +368,7 @@ class Pipeline:
         return order
 
     @cached_property
-    def day_column(self) -> dict[str, str]:
+    def day_columns(self) -> dict[str, str]:
         """Every table's day column (its partition, and what a write replaces), side tables included."""
         return {
             **{t.name: t.day_column for t in self.tables},

@@ -135,7 +135,7 @@ def _as_of_days(
     source = pipeline.by_name[dimension].source
     assert source is not None
     key = list(source.key)
-    day = pipeline.day_column[table]
+    day = pipeline.day_columns[table]
     since = change.versions.groupBy(*key).agg(
         F.min(VALID_FROM).alias("_since"), F.collect_set(F.col(BATCH_COLUMN).cast("string")).alias("_batches")
     )

@@ -214,7 +214,7 @@ def reads(spark: SparkSession, pipeline: Pipeline, work: Work, compared: bool = 
             published = [u for u in table.upstream if compared or u not in work.days]
             for upstream in [*published, name] if compared else published:
                 if upstream not in files_of:
-                    files_of[upstream] = _files_by_day(spark, upstream, pipeline.day_column[upstream])
+                    files_of[upstream] = _files_by_day(spark, upstream, pipeline.day_columns[upstream])
                 counted = files_of[upstream]
                 dependency = table.upstream.get(upstream)
                 calendar = pipeline.partitions

@@ -64,7 +64,7 @@ def report(
     compared: Compared | None = None,
 ) -> list[DayComparison]:
     """Rows and fingerprint per day; compared with the same table elsewhere (`compared`), when given."""
-    column = pipeline.day_column[table]
+    column = pipeline.day_columns[table]
     # A quarantined row names the run that wrote it: not part of what it holds, which two lakes are compared by.
     content = (lambda df: df.drop(RUN_COLUMN)) if table in pipeline.side_table_of else (lambda df: df)
     mine = checks.day_contents(content(read_days(spark, table, column, days(start, end))), column)

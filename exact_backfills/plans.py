@@ -215,10 +215,10 @@ def _overlay(
     published rows as of the pinned version elsewhere."""
 
     def shadow(upstream: str, days: list[date]) -> DataFrame:
-        return read_path(spark, shadow_path(plan_id, upstream), pipeline.day_column[upstream], days)
+        return read_path(spark, shadow_path(plan_id, upstream), pipeline.day_columns[upstream], days)
 
     def published(upstream: str, days: list[date]) -> DataFrame:
-        return read_path(spark, table_path(upstream), pipeline.day_column[upstream], days, pinned[upstream])
+        return read_path(spark, table_path(upstream), pipeline.day_columns[upstream], days, pinned[upstream])
 
     return overlay(changed, shadow, published, across_code_versions=True)
 

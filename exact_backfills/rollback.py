@@ -227,7 +227,7 @@ def preview(spark: SparkSession, pipeline: Pipeline, plan: RollbackPlan) -> list
     """Per restored table and day: rows and fingerprint now and after the rollback. Writes nothing."""
     found = []
     for table, version in plan.restore.items():
-        column = pipeline.day_column[table]
+        column = pipeline.day_columns[table]
         now = day_contents(read_days(spark, table, column, plan.days), column)
         after = day_contents(rows_as_of(spark, table, column, version, plan.days), column)
         none = DayContent(0, None)

@@ -63,18 +63,18 @@ def check_published(
     upstream = None
     if rec and not measures:
         upstream = read_days(
-            spark, rec.upstream, pipeline.day_column[rec.upstream], checks.reconcile.days_read(rec, days)
+            spark, rec.upstream, pipeline.day_columns[rec.upstream], checks.reconcile.days_read(rec, days)
         )
     lost = None
     if isinstance(spec, Staging) and spec.events:
-        quarantined = read_days(spark, spec.quarantine, pipeline.day_column[spec.quarantine], days)
+        quarantined = read_days(spark, spec.quarantine, pipeline.day_columns[spec.quarantine], days)
         narrow = narrowed(days, pipeline.partitions)
         batches = landing_index.batches_holding(spark, pipeline, spec.source, days) if narrow else None
         lost = quarantine.lost_keys(
             spec.source, landing.read_landing(spark, spec.source, batches), df, quarantined, days
         )
     downstream = {t: r for t, r in reconciled.within.items() if r.upstream == table}
-    upstream_day = pipeline.day_column[rec.upstream] if rec else None
+    upstream_day = pipeline.day_columns[rec.upstream] if rec else None
     with _evaluated_for(spark, df, table):
         against = checks.Upstream(upstream, upstream_day, measures)
         verified = checks.evaluate_blocking(df, spec, days, against, lost, downstream)
@@ -199,7 +199,7 @@ def _held_outcome(o: checks.Outcome, hold: control.HeldDay) -> checks.Outcome:
 
 
 def _quarantine_outcomes(spark: SparkSession, pipeline: Pipeline, table: str, days: list[date]) -> list[checks.Outcome]:
-    column = pipeline.day_column[table]
+    column = pipeline.day_columns[table]
     return _guarded(
         [checks.quarantined.HELD_APART],
         days,

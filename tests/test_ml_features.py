@@ -123,7 +123,7 @@ def test_a_late_event_restates_its_day_and_the_six_after_in_the_features_and_the
 ):
     _, instance = lake
     day = START + timedelta(days=10)
-    before = snapshot(spark, EVERY_TABLE, ML.day_column)
+    before = snapshot(spark, EVERY_TABLE, ML.day_columns)
     built.land(spark, [event("late-1", 3, day, "purchase", Decimal("42.00"))])
     # The sensor sees the batch and launches the restatement.
     tick = late_data_sensor(build_sensor_context(instance=instance, definitions=definitions_of(ML)))
@@ -131,7 +131,7 @@ def test_a_late_event_restates_its_day_and_the_six_after_in_the_features_and_the
     found = run_restatement(ML, instance)
     assert found.success
     expected = {STG_APP_EVENTS: {day}, USER_DAILY_FEATURES: window(day), TRAINING_SET: window(day)}
-    assert_rewrote_exactly(spark, before, expected, tables=list(expected), day_column=ML.day_column)
+    assert_rewrote_exactly(spark, before, expected, tables=list(expected), day_column=ML.day_columns)
     features = {r.feature_date: r for r in read_table(spark, USER_DAILY_FEATURES).where("user_id = 3").collect()}
     assert all(features[d].purchases_7d >= 1 for d in window(day))
     for table in (USER_DAILY_FEATURES, TRAINING_SET):
@@ -150,12 +150,12 @@ def test_a_users_status_change_restates_the_later_days_holding_that_user_and_not
         .where(f"user_id = {user} AND feature_date >= '{since}'")
         .collect()
     }
-    before = snapshot(spark, EVERY_TABLE, ML.day_column)
+    before = snapshot(spark, EVERY_TABLE, ML.day_columns)
     at = datetime.combine(since, datetime.min.time(), tzinfo=UTC) + timedelta(hours=9)
     built.land(spark, [(user, "vip", at, None)], USER_STATUS)
     assert run_restatement(ML).success
     expected = {DIM_USER_STATUS: {since}, USER_DAILY_FEATURES: later, TRAINING_SET: later}
-    assert_rewrote_exactly(spark, before, expected, tables=list(expected), day_column=ML.day_column)
+    assert_rewrote_exactly(spark, before, expected, tables=list(expected), day_column=ML.day_columns)
     statuses = {r.feature_date: r.status for r in read_table(spark, TRAINING_SET).where(f"user_id = {user}").collect()}
     assert all(status == "vip" for d, status in statuses.items() if d >= since)
     assert all(status != "vip" for d, status in statuses.items() if d < since)
@@ -169,10 +169,10 @@ def test_a_label_landing_beyond_the_restatement_window_is_an_exception_until_a_m
     day = START + timedelta(days=3)
     labelled = read_days(spark, STG_LABELS, "label_date", [day]).orderBy("user_id").first()
     at = datetime.combine(built.next_batch, datetime.min.time(), tzinfo=UTC)
-    before = snapshot(spark, EVERY_TABLE, ML.day_column)
+    before = snapshot(spark, EVERY_TABLE, ML.day_columns)
     built.land(spark, [(labelled.user_id, day, not labelled.converted, at, None)], LABELS)
     assert run_restatement(ML, instance).success
-    assert_rewrote_exactly(spark, before, set(), tables=[], day_column=ML.day_column)
+    assert_rewrote_exactly(spark, before, set(), tables=[], day_column=ML.day_columns)
     assert [(e.table, e.day) for e in control.open_exceptions(spark, ML.name)] == [(STG_LABELS, day)]
     assert latest_check_status(instance, STG_LABELS, LATE_DATA, day) == "FAILED"
 
@@ -207,13 +207,13 @@ def test_a_backfill_by_hand_of_a_day_too_old_to_restate_leaves_its_later_window_
         assert {d: latest_check_status(instance, table, UP_TO_DATE, d) for d in later} == dict.fromkeys(later, "FAILED")
         assert latest_check_status(instance, table, UP_TO_DATE, day) == "SUCCEEDED"
 
-    before = snapshot(spark, EVERY_TABLE, ML.day_column)
+    before = snapshot(spark, EVERY_TABLE, ML.day_columns)
     context = build_sensor_context(instance=instance, definitions=definitions_of(ML), cursor=seen)
     tick = late_data_sensor(context)
     assert isinstance(tick, RunRequest) and tick.job_name == RESTATE_JOB
     assert run_restatement(ML, instance).success
     expected = {USER_DAILY_FEATURES: later, TRAINING_SET: later}
-    assert_rewrote_exactly(spark, before, expected, tables=list(expected), day_column=ML.day_column)
+    assert_rewrote_exactly(spark, before, expected, tables=list(expected), day_column=ML.day_columns)
     assert control.read_watermark(spark, ML.name).pending == {}
     features = {r.feature_date: r for r in read_table(spark, USER_DAILY_FEATURES).where("user_id = 1").collect()}
     assert all(features[d].purchases_7d >= 1 for d in window(day))
@@ -256,9 +256,9 @@ def test_a_day_rolled_back_rebuilds_the_six_days_its_window_reaches_and_ends_as_
         )
     assert rolled_back == without
     # Held: a restatement leaves the day as it is, and the days built from it too.
-    before = snapshot(spark, EVERY_TABLE, ML.day_column)
+    before = snapshot(spark, EVERY_TABLE, ML.day_columns)
     assert run_restatement(ML, instance).success
-    assert_rewrote_exactly(spark, before, {}, tables=[], day_column=ML.day_column)  # no commit in any table
+    assert_rewrote_exactly(spark, before, {}, tables=[], day_column=ML.day_columns)  # no commit in any table
     assert run_backfill(
         BackfillRequest(ML, day, day, tags={RELEASE_TAG: "true"}), instance=instance, echo=lambda _: None
     )
@@ -300,7 +300,7 @@ def test_a_code_change_is_planned_and_promoted_on_exactly_the_days_a_from_scratc
         expected = {t: rows(spark, t) for t in ML.publish_order}
     published = {t: rows(spark, t) for t in ML.publish_order}
     changed = {
-        t: {r[ML.day_column[t]] for r in [*expected[t], *published[t]] if (r in expected[t]) != (r in published[t])}
+        t: {r[ML.day_columns[t]] for r in [*expected[t], *published[t]] if (r in expected[t]) != (r in published[t])}
         for t in ML.publish_order
     }
     assert changed[USER_DAILY_FEATURES] and changed[USER_DAILY_FEATURES] == changed[TRAINING_SET]

@@ -451,7 +451,7 @@ def test_a_late_event_shows_its_day_and_the_six_after_stale_then_passed_after_th
     day = START + timedelta(days=10)
     window = {day + timedelta(days=i) for i in range(7)}
     expected = {STG_APP_EVENTS: {day}, USER_DAILY_FEATURES: window, TRAINING_SET: window}
-    before = snapshot(spark, ML.every_table, ML.day_column)
+    before = snapshot(spark, ML.every_table, ML.day_columns)
     batch = next_batch_day(APP_EVENTS)
     land_batch(spark, [("late-ui", 2, day, "purchase", Decimal("30.00"), None)], batch, APP_EVENTS)
 
@@ -467,7 +467,7 @@ def test_a_late_event_shows_its_day_and_the_six_after_stale_then_passed_after_th
     ui.set_sensor("late_data_sensor", running=True, location="ml_features")
     run = dagster_dev.wait_for_run(RESTATE_JOB, (LANDING_STATE_TAG, landing_state(ML)))
     assert run["status"] == "SUCCESS"
-    assert_rewrote_exactly(spark, before, expected, tables=list(expected), day_column=ML.day_column)
+    assert_rewrote_exactly(spark, before, expected, tables=list(expected), day_column=ML.day_columns)
     for table in expected:
         seen = ui.check_partitions(table, UP_TO_DATE, ALL_DAYS)
         assert (seen["Failed"], seen["Passed"]) == (0, DAYS), (table, seen)

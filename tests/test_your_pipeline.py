@@ -211,7 +211,7 @@ def test_late_and_corrected_batches_restate_exactly_their_days_through_the_windo
     spark, shop, built, tmp_path
 ):
     late_day, moved = START + timedelta(days=9), START + timedelta(days=20)
-    before = snapshot(spark, shop.every_table, shop.day_column)
+    before = snapshot(spark, shop.every_table, shop.day_columns)
     batch = END + timedelta(days=3)
     _landed(spark, shop, "shop_visits", [("late-1", 1, late_day, Decimal("12.00"), _at(batch))], batch)
     _landed(spark, shop, "shop_stores", [(2, "east", _at(moved, 9), _at(batch))], batch)
@@ -223,7 +223,7 @@ def test_late_and_corrected_batches_restate_exactly_their_days_through_the_windo
         "dim_shop_stores": {moved},
         "shop_store_week": window | week_of_store_2,
     }  # (quarantine_shop_visits: its day written empty again, which Delta records as no commit)
-    assert_rewrote_exactly(spark, before, expected, tables=list(expected), day_column=shop.day_column)
+    assert_rewrote_exactly(spark, before, expected, tables=list(expected), day_column=shop.day_columns)
     regions = {r.week_ending: r.region for r in read_table(spark, "shop_store_week").where("store_id = 2").collect()}
     assert all((region == "east") == (day >= moved) for day, region in regions.items())
     assert every_table(spark, shop) == from_scratch(spark, tmp_path, START, END, pipeline=shop)

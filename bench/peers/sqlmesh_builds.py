@@ -101,7 +101,7 @@ def build(context: Any, table: str, start: Any, end: Any) -> DataFrame:
 
     def read(upstream: str, upstream_days: list[date]) -> DataFrame:
         physical = context.resolve_table(f"{SCHEMA}.{upstream}")
-        return spark.table(physical).where(day_filter(pipeline.day_column[upstream], upstream_days))
+        return spark.table(physical).where(day_filter(pipeline.day_columns[upstream], upstream_days))
 
     def built(name: str) -> Staged:
         return build_days(spark, pipeline, pipeline.by_name[name], days, read)

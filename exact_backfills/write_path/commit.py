@@ -119,10 +119,10 @@ def _commit(w: Writing, table: str) -> dict[str, Commit]:
         else:
             side_df = side_df.withColumn("run_id", F.lit(run.run_id))  # which run put the row there
             info_side = {**info, "asset": side}
-        commits[side] = overwrite_days(side_df, side, pipeline.day_column[side], days, info_side)
+        commits[side] = overwrite_days(side_df, side, pipeline.day_columns[side], days, info_side)
     restored = {"restored_version": source.version} if isinstance(source, Restored) else {}
     commits[table] = overwrite_days(
-        staged[table].table, table, pipeline.day_column[table], days, {**info, "asset": table, **restored}
+        staged[table].table, table, pipeline.day_columns[table], days, {**info, "asset": table, **restored}
     )
     fault_point(f"commit:{table}")
     return commits

@@ -40,7 +40,7 @@ def _built(w: Writing, table: Declared) -> Staged:
     """The table's rows for the change's days, from its source, not computed yet."""
     spark, pipeline, change, staged = w.spark, w.pipeline, w.change, w.staged
     scans: list[Scan] = []
-    day_column = pipeline.day_column
+    day_column = pipeline.day_columns
 
     def published(upstream: str, days: list[date]) -> DataFrame:
         df = read_days(spark, upstream, day_column[upstream], days)
@@ -123,7 +123,7 @@ def _from_plan(
     return Staged(
         table=read_path(spark, shadow[table.name], table.day_column, days),
         upstream=read(rec.upstream, days) if rec else None,
-        upstream_day=pipeline.day_column[rec.upstream] if rec else None,
+        upstream_day=pipeline.day_columns[rec.upstream] if rec else None,
         side_tables={s.name: read_path(spark, shadow[s.name], s.day_column, days).persist() for s in table.side_tables},
     )
 
@@ -135,7 +135,7 @@ def _restored(
     days the change does not restore (reached through a day dependency from a restored upstream day) rebuilt from
     that upstream. Nothing lost is not checked: the days are held, what landed for them left out on purpose."""
     rec = table.reconcile
-    column = pipeline.day_column
+    column = pipeline.day_columns
     restored = [d for d in days if source.restores(d)]
     rows = rows_as_of(spark, table.name, table.day_column, source.version, restored)
     rebuilt = [d for d in days if not source.restores(d)]

@@ -52,7 +52,7 @@ def day_sha256(spark, pipeline: Pipeline = ORDERS) -> dict[str, dict]:
         return rows
 
     return {
-        t: {r.day: r.fingerprint for r in day_fingerprints(comparable(t), pipeline.day_column[t]).collect()}
+        t: {r.day: r.fingerprint for r in day_fingerprints(comparable(t), pipeline.day_columns[t]).collect()}
         for t in pipeline.every_table
     }
 

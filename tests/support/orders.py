@@ -38,7 +38,7 @@ __all__ = [
 BY_NAME = ORDERS.by_name
 TABLES = ORDERS.tables
 PUBLISH_ORDER = ORDERS.publish_order
-DAY_COLUMN = ORDERS.day_column
+DAY_COLUMN = ORDERS.day_columns
 ORDER_ITEM_KEY = list(ORDER_ITEMS.key)
 # The tables by order day: every table but the dimension.
 ORDER_TABLES = [t for t in PUBLISH_ORDER if t != DIM_PRODUCT]

@@ -14,7 +14,7 @@ from sqlmesh.core.model.kind import ModelKindName
 from assets_pkg.pipeline import pipeline
 from bench.peers.sqlmesh_builds import COLUMNS, SCHEMA, build
 
-BY_NAME, DAY_COLUMN = pipeline.by_name, pipeline.day_column
+BY_NAME, DAY_COLUMN = pipeline.by_name, pipeline.day_columns
 
 
 def _struct(aggregates: list[str]) -> exp.Expression:
