@@ -27,8 +27,9 @@ from exact_backfills.declare import (
 )
 from resources.delta_io import Scan, day_filter, read_days
 
-# `read(table, days)`: a table's rows of `days`, as the change that builds them gives them.
-ReadDays = Callable[[str, list[date]], DataFrame]
+# A table's rows of `days`, as the change that builds them gives them (the published rows, or its own). A build reads
+# its upstream through the declaration's `Read` (declare.py), these rows of the days its day dependency names.
+RowsOfDays = Callable[[str, list[date]], DataFrame]
 
 
 @dataclass
@@ -265,7 +266,7 @@ def build_dimension(spark: SparkSession, pipeline: Pipeline, table: Staging, day
     )
 
 
-def build_declared(spark: SparkSession, pipeline: Pipeline, table: Table, days: list[date], read: ReadDays) -> Staged:
+def build_declared(spark: SparkSession, pipeline: Pipeline, table: Table, days: list[date], read: RowsOfDays) -> Staged:
     """A user's table: its build, reading each upstream through its day dependency, and the upstream's rows of the
     same days to reconcile with."""
     reads: dict[str, DataFrame] = {}
@@ -290,7 +291,7 @@ def build_declared(spark: SparkSession, pipeline: Pipeline, table: Table, days: 
     return Staged(table=rows, upstream=upstream, upstream_day=pipeline.day_columns[rec.upstream] if rec else None)
 
 
-def build(spark: SparkSession, pipeline: Pipeline, table: Declared, days: list[date], read: ReadDays) -> Staged:
+def build(spark: SparkSession, pipeline: Pipeline, table: Declared, days: list[date], read: RowsOfDays) -> Staged:
     """The table's rows of `days`, from the landing (a staging table) or its upstream tables, not computed yet."""
     if isinstance(table, Table):
         return build_declared(spark, pipeline, table, days, read)

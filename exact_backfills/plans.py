@@ -24,7 +24,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from exact_backfills import builds, checks, code_versions
-from exact_backfills.builds import ReadDays
+from exact_backfills.builds import RowsOfDays
 from exact_backfills.calendar import Calendar
 from exact_backfills.declare import Declared, Pipeline
 from exact_backfills.dependencies import CodeChange
@@ -210,7 +210,7 @@ def _overlay(
     plan_id: str,
     changed: dict[str, list[date]],
     pinned: dict[str, int | None],
-) -> ReadDays:
+) -> RowsOfDays:
     """What a table of the plan reads of an upstream table: the plan's rows on the days it changed them, the
     published rows as of the pinned version elsewhere."""
 

@@ -9,7 +9,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from exact_backfills import builds
-from exact_backfills.builds import ReadDays, Staged, narrowed
+from exact_backfills.builds import RowsOfDays, Staged, narrowed
 from exact_backfills.declare import Declared, Pipeline, Staging
 from exact_backfills.write_path.changes import Change, FromPlan, Restated, Restored
 from exact_backfills.write_path.context import Writing
@@ -114,7 +114,7 @@ def rows_as_of(spark: SparkSession, table: str, day_column: str, version: int, d
 
 
 def _from_plan(
-    pipeline: Pipeline, table: Declared, source: FromPlan, days: list[date], read: ReadDays, spark: SparkSession
+    pipeline: Pipeline, table: Declared, source: FromPlan, days: list[date], read: RowsOfDays, spark: SparkSession
 ) -> Staged:
     """A table's days as a plan built them (its side tables' too), with its upstream to reconcile with as this change
     leaves it. Nothing lost was checked when the plan built them."""
@@ -129,7 +129,7 @@ def _from_plan(
 
 
 def _restored(
-    spark: SparkSession, pipeline: Pipeline, table: Declared, source: Restored, days: list[date], read: ReadDays
+    spark: SparkSession, pipeline: Pipeline, table: Declared, source: Restored, days: list[date], read: RowsOfDays
 ) -> Staged:
     """A table's days as of an earlier version, with its upstream to reconcile with as this change leaves it; its
     days the change does not restore (reached through a day dependency from a restored upstream day) rebuilt from
@@ -154,11 +154,11 @@ def _restored(
 
 def overlay(
     own_days: Mapping[str, Collection[date]],
-    own: ReadDays,
-    published: ReadDays,
+    own: RowsOfDays,
+    published: RowsOfDays,
     published_exists: Callable[[str], bool] = lambda _: True,
     across_code_versions: bool = False,
-) -> ReadDays:
+) -> RowsOfDays:
     """What a table reads of an upstream table: the rows this write has of it (a change's staged rows, a plan's
     shadow) on the days it has them (`own_days`), what is published on the others. Rows of two code versions
     (`across_code_versions`: a plan's) may differ by a column, null where a version has none; else they must not."""
