@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql import types as T
 
 from exact_backfills import (
     Calendar,
@@ -18,7 +17,6 @@ from exact_backfills import (
     Pipeline,
     Reconcile,
     SameDay,
-    Source,
     Staging,
     Table,
     TrailingDays,
@@ -27,6 +25,7 @@ from exact_backfills import (
 from exact_backfills.builds import build_declared
 from resources.lake import REPO_ROOT, table_path
 from tests.support.lake import environment
+from tests.support.visits import visits_source
 
 DAGSTER_RESULTS = {"AssetCheckResult", "AssetCheckEvaluation"}
 CHECKED = ("exact_backfills", "assets_pkg")
@@ -59,20 +58,7 @@ def test_dagster_check_results_are_built_in_the_checks_package_alone():
 
 # A shop's pipeline, declared here: visits staged from their landing, a 3-day trailing table reconciling with the
 # visits of its window, and a daily table whose visit count may not jump from the days before it.
-VISITS = Source(
-    "cv_visits",
-    schema=T.StructType(
-        [
-            T.StructField("visit_id", T.StringType(), False),
-            T.StructField("visit_date", T.DateType(), False),
-            T.StructField("loaded_at", T.TimestampType(), False),
-        ]
-    ),
-    key=["visit_id"],
-    day="visit_date",
-    newest="loaded_at",
-    loaded_at="loaded_at",
-)
+VISITS = visits_source("cv_visits")
 STG, TRAILING, DAILY = "cv_stg_visits", "cv_visits_3d", "cv_daily_visits"
 CALENDAR = Calendar(first_day=date(2025, 1, 1), last_day=date(2025, 3, 31))
 JAN = [date(2025, 1, d) for d in range(1, 7)]

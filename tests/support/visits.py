@@ -7,20 +7,20 @@ from pyspark.sql import types as T
 
 from exact_backfills import Calendar, Pipeline, Source, Staging
 
-VISITS = Source(
-    "visits",
-    T.StructType(
-        [
-            T.StructField("visit_id", T.StringType(), False),
-            T.StructField("visit_date", T.DateType(), False),
-            T.StructField("loaded_at", T.TimestampType(), False),
-        ]
-    ),
-    key=["visit_id"],
-    day="visit_date",
-    newest="loaded_at",
-    loaded_at="loaded_at",
-)
+
+def visits_source(name: str) -> Source:
+    """A source of site visits, one row per visit, by the day of the visit."""
+    columns = [
+        T.StructField("visit_id", T.StringType(), False),
+        T.StructField("visit_date", T.DateType(), False),
+        T.StructField("loaded_at", T.TimestampType(), False),
+    ]
+    return Source(
+        name, T.StructType(columns), key=["visit_id"], day="visit_date", newest="loaded_at", loaded_at="loaded_at"
+    )
+
+
+VISITS = visits_source("visits")
 
 pipeline = Pipeline(
     name="visits",
