@@ -138,7 +138,7 @@ def test_committing_one_table_after_the_other_no_commit_starts_after_a_failed_on
     it are committed and none after it, and running the same days again publishes them all."""
     expected = content(spark)
     a, b = date(2025, 1, 3), date(2025, 1, 5)
-    monkeypatch.setattr(publishing, "at_once", lambda change: False)
+    monkeypatch.setattr(publishing, "at_once", lambda change, calendar: False)
     _conflict_on_the_fact(monkeypatch)
     with pytest.raises(publishing.PartlyPublished) as failed:
         publish(
