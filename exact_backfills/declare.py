@@ -262,7 +262,7 @@ class Pipeline:
     name: str
     sources: Sequence[Source]
     tables: Sequence[Declared]
-    calendar: Calendar
+    calendar: Calendar | None = None  # refused when missing: every pipeline states its days
     generate: Callable[[SparkSession, Demo], str] | None = None
     commands: Sequence[Command] = ()
     description: str = ""
@@ -285,13 +285,16 @@ class Pipeline:
     def partitions(self) -> Calendar:
         """The calendar its tables are partitioned by now: its own, with the environment's PARTITION_START_DATE and
         PARTITION_END_DATE where set (read on every call, never at import)."""
+        assert self.calendar is not None  # refused when declared without one
         return self.calendar.in_effect()
 
     def _problems(self) -> list[str]:
         found: list[str] = []
         if not self.name.isidentifier():
             found.append(f"its name {self.name!r} is not an identifier (it names a Dagster group and a folder)")
-        if not isinstance(self.calendar, Calendar):
+        if self.calendar is None:
+            found.append("it declares no calendar: Pipeline(..., calendar=Calendar(first_day=..., last_day=...))")
+        elif not isinstance(self.calendar, Calendar):
             found.append(f"its calendar {self.calendar!r} is not a Calendar(first_day=..., last_day=...)")
         else:
             found += self.calendar.problems()
