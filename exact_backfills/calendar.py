@@ -56,6 +56,15 @@ class Calendar:
         return _in_effect(self, configured.partition_start_date, configured.partition_end_date)
 
 
+def declared_calendar_problems(declared: object) -> list[str]:
+    """Why a pipeline's declared calendar cannot be served ([] when it can)."""
+    if declared is None:
+        return ["it declares no calendar: Pipeline(..., calendar=Calendar(first_day=..., last_day=...))"]
+    if not isinstance(declared, Calendar):
+        return [f"its calendar {declared!r} is not a Calendar(first_day=..., last_day=...)"]
+    return declared.problems()
+
+
 @functools.lru_cache(maxsize=32)
 def _in_effect(declared: Calendar, start: str, end: str) -> Calendar:
     first = date.fromisoformat(start) if start else declared.first_day

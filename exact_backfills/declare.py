@@ -24,7 +24,7 @@ from typing import NamedTuple
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
-from exact_backfills.calendar import Calendar
+from exact_backfills.calendar import Calendar, declared_calendar_problems
 from exact_backfills.day_checks import Measure as Measure
 from exact_backfills.day_checks import Reconcile as Reconcile
 from exact_backfills.day_checks import UserCheck, refused_check
@@ -292,12 +292,7 @@ class Pipeline:
         found: list[str] = []
         if not self.name.isidentifier():
             found.append(f"its name {self.name!r} is not an identifier (it names a Dagster group and a folder)")
-        if self.calendar is None:
-            found.append("it declares no calendar: Pipeline(..., calendar=Calendar(first_day=..., last_day=...))")
-        elif not isinstance(self.calendar, Calendar):
-            found.append(f"its calendar {self.calendar!r} is not a Calendar(first_day=..., last_day=...)")
-        else:
-            found += self.calendar.problems()
+        found += declared_calendar_problems(self.calendar)
         source_names = [s.name for s in self.sources]
         found += [
             f"source {n} is declared twice" for n in sorted({n for n in source_names if source_names.count(n) > 1})
