@@ -181,14 +181,14 @@ DAILY = DailyPartitionsDefinition(start_date="2025-01-01", end_date="2025-04-01"
 UPSTREAM = {"features": {"events": TrailingDays(7), "status": AsOf()}, "training": {"features": SameDay()}}
 
 
-def step(prefix, mapped):
+def step(prefix, mapped, policy=BackfillPolicy.multi_run(max_partitions_per_run=15)):
     def deps(table):
         return [AssetDep(prefix + u, partition_mapping=d.to_dagster()) if mapped else prefix + u
                 for u, d in UPSTREAM.get(table, {}).items()]
 
     @multi_asset(name=prefix + "step", specs=[AssetSpec(prefix + t, deps=deps(t))
                  for t in ("events", "status", "features", "training")], partitions_def=DAILY,
-                 backfill_policy=BackfillPolicy.multi_run(max_partitions_per_run=15), can_subset=True)
+                 backfill_policy=policy, can_subset=True)
     def publish(context):
         for key in context.selected_asset_keys:
             yield MaterializeResult(asset_key=key)
@@ -196,7 +196,10 @@ def step(prefix, mapped):
     return publish
 
 
-defs = Definitions(assets=[step("plain_", False), step("mapped_", True)])
+# the other levers of a backfill policy: the whole range in one run, or a chunk larger than the range
+defs = Definitions(assets=[step("plain_", False), step("mapped_", True),
+                           step("onerun_", True, BackfillPolicy.single_run()),
+                           step("bigchunk_", True, BackfillPolicy.multi_run(max_partitions_per_run=31))])
 """
 
 
@@ -206,7 +209,8 @@ def test_dagster_runs_a_table_with_its_upstream_in_one_run_of_a_chunk_only_when_
 ):
     """Why the assets name their upstream tables without a partition mapping: the first tick of a 30-day backfill, in
     chunks of 15 days, requests each chunk as one run of every table; with the windows' mappings, only the tables
-    reading nothing, the others waiting for later runs. When this fails, Dagster groups windows: declare them."""
+    reading nothing, the others waiting for later runs, even when one run may hold the whole range. When this fails,
+    Dagster groups windows: declare them."""
     # Dagster's backfill daemon, one iteration, in this process (its private API: the public path is the UI's
     # launchPartitionBackfill and a running daemon, tests/test_ui.py).
     from dagster._core.execution.backfill import PartitionBackfill
@@ -224,7 +228,7 @@ def test_dagster_runs_a_table_with_its_upstream_in_one_run_of_a_chunk_only_when_
         with create_test_daemon_workspace_context(target, instance) as workspace:
             graph = workspace.create_request_context().asset_graph
             runs = {}
-            for prefix in ("plain_", "mapped_"):
+            for prefix in ("plain_", "mapped_", "onerun_", "bigchunk_"):
                 keys = [AssetKey(prefix + t) for t in ("events", "status", "features", "training")]
                 backfill = PartitionBackfill.from_asset_partitions(
                     prefix, graph, days, keys, time.time(), {}, instance, False, None, None, None
@@ -242,3 +246,5 @@ def test_dagster_runs_a_table_with_its_upstream_in_one_run_of_a_chunk_only_when_
     ]
     reading_nothing = ["mapped_events", "mapped_status"]
     assert runs["mapped_"] == [("2025-01-01", reading_nothing), ("2025-01-16", reading_nothing)]
+    for prefix in ("onerun_", "bigchunk_"):  # nor does one run for the whole range bring them together
+        assert runs[prefix] == [("2025-01-01", [f"{prefix}events", f"{prefix}status"])]
