@@ -78,7 +78,7 @@ def _generate(spark: SparkSession, demo: Demo) -> str:
 pipeline = Pipeline(
     name="orders",
     sources=[ORDER_ITEMS, PRODUCTS],
-    calendar=Calendar(first_day=date(2025, 1, 1), last_day=date(2025, 3, 31)),
+    calendar=Calendar(first_day=date(2025, 1, 1)),  # open: a partition a day, up to today (UTC)
     tables=[
         Staging(
             STG_ORDER_ITEMS,

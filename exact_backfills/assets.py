@@ -8,10 +8,12 @@ from datetime import date, timedelta
 from typing import Any, NoReturn
 
 from dagster import (
+    AssetCheckSpec,
     AssetExecutionContext,
     AssetsDefinition,
     AssetSelection,
     AssetSpec,
+    DailyPartitionsDefinition,
     Failure,
     FreshnessPolicy,
     define_asset_job,
@@ -20,7 +22,7 @@ from dagster import (
 from dagster_pyspark import LazyPySparkResource
 from pyspark.sql import SparkSession
 
-from exact_backfills import checks, code_versions, landing, liveness, recording
+from exact_backfills import checks, code_versions, deadlines, landing, liveness, recording
 from exact_backfills.dagster_names import (
     ALL_ASSETS_JOB,
     LAKE_WRITES_POOL,
@@ -147,6 +149,16 @@ def _refusal(error: Refused) -> NoReturn:
     raise recording.refusal(str(error), metadata) from None
 
 
+def _check_specs(pipeline: Pipeline, partitions: DailyPartitionsDefinition) -> list[AssetCheckSpec]:
+    """Every table's checks (the deadline's where the calendar declares one), and each quarantine's."""
+    deadline = deadlines.declared(pipeline)
+    tables = [spec for t in pipeline.tables for spec in checks.check_specs(t, partitions, deadline)]
+    sides = [
+        s for t in pipeline.tables for side in t.side_tables for s in checks.quarantine_check_specs(side, partitions)
+    ]
+    return tables + sides
+
+
 def publish_step(pipeline: Pipeline) -> AssetsDefinition:
     """The one step that materializes any of the pipeline's tables (and runs any of their checks)."""
     partitions = pipeline.partitions.definition
@@ -156,15 +168,7 @@ def publish_step(pipeline: Pipeline) -> AssetsDefinition:
     @multi_asset(
         name=PUBLISH_STEP,
         specs=_specs(pipeline),
-        check_specs=[
-            *(spec for t in pipeline.tables for spec in checks.check_specs(t, partitions)),
-            *(
-                spec
-                for t in pipeline.tables
-                for side in t.side_tables
-                for spec in checks.quarantine_check_specs(side, partitions)
-            ),
-        ],
+        check_specs=_check_specs(pipeline, partitions),
         partitions_def=partitions,
         backfill_policy=backfill_policy(landing.days_per_backfill_run(pipeline)),
         can_subset=True,

@@ -192,9 +192,9 @@ class _Runs:
 
 
 def _runs_of(request: BackfillRequest) -> _Runs:
-    pipeline, calendar = request.pipeline, request.pipeline.partitions
-    if request.start not in calendar or request.end not in calendar or request.end < request.start:
-        within = f"{calendar.first_day}..{calendar.last_day}"
+    pipeline, partitions = request.pipeline, request.pipeline.partitions
+    if request.start not in partitions or request.end not in partitions or request.end < request.start:
+        within = f"{partitions.first_day}..{partitions.last_day}"
         raise ValueError(f"range {request.start}..{request.end} is not within the partitions {within}")
     keys = selected_keys(pipeline, request.select)
     job = definitions_of(pipeline).resolve_job_def(ALL_ASSETS_JOB)

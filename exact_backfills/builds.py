@@ -13,7 +13,7 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from exact_backfills import landing, landing_index, quarantine
-from exact_backfills.calendar import Calendar
+from exact_backfills.calendar import Partitions
 from exact_backfills.declare import (
     BATCH_COLUMN,
     FILE_COLUMN,
@@ -71,8 +71,8 @@ class LandedBatches:
 NARROWED_UP_TO_DAYS = 366
 
 
-def narrowed(days: list[date], calendar: Calendar) -> bool:
-    return len(days) <= NARROWED_UP_TO_DAYS and len(days) < len(calendar.days)
+def narrowed(days: list[date], partitions: Partitions) -> bool:
+    return len(days) <= NARROWED_UP_TO_DAYS and len(days) < len(partitions.days)
 
 
 # Versions: which of a key's versions is the newest.
@@ -100,7 +100,7 @@ LATEST = "_latest"  # its key's newest version, whether it meets the contract or
 LATEST_VALID = "_latest_valid"  # its key's newest version among those that meet the contract
 
 
-def by_key(source: Source, landed: DataFrame, calendar: Calendar) -> DataFrame:
+def by_key(source: Source, landed: DataFrame, partitions: Partitions) -> DataFrame:
     """Every landed row, tagged with its reason (quarantine.tagged) and marked in one pass over its key's versions,
     newest first: whether it is the key's latest version (what the nothing-lost check expects on its day), the key's
     latest valid one (what staging holds) and how many versions the key has (what the landing index links). The rows
@@ -111,7 +111,7 @@ def by_key(source: Source, landed: DataFrame, calendar: Calendar) -> DataFrame:
     valid = F.col(quarantine.REASON).isNull()
     valid_so_far = F.sum(valid.cast("int")).over(order.rowsBetween(Window.unboundedPreceding, Window.currentRow))
     versions = F.count(F.lit(1)).over(order.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing))
-    return quarantine.tagged(source, landed, calendar).select(
+    return quarantine.tagged(source, landed, partitions).select(
         "*",
         (F.row_number().over(order) == 1).alias(LATEST),
         (valid & (valid_so_far == 1)).alias(LATEST_VALID),
@@ -174,20 +174,20 @@ def _landed(spark: SparkSession, pipeline: Pipeline, source: Source, days: list[
 
 def build_events(spark: SparkSession, pipeline: Pipeline, table: Staging, days: list[date]) -> Staged:
     """An events source's staging days: each key's current version on them, and its quarantine's days."""
-    calendar = pipeline.partitions
-    if not narrowed(days, calendar):
+    partitions = pipeline.partitions
+    if not narrowed(days, partitions):
         return _build_events_whole(spark, pipeline, table, days)
     source = table.source
     landed_read = _landed(spark, pipeline, source, days)
     # Up to a year: only the keys with a version on the days can be on them. Their versions are kept for the build
     # and checks, with every row breaking the contract, which quarantine files by a day of its own: one scan for both.
     marked = mark_keys_dated_on(source, landed_read.rows, days)
-    breaks = quarantine.breaks_contract(source, calendar)
+    breaks = quarantine.breaks_contract(source, partitions)
     scanned = marked.where(F.col(KEY_ON_DAYS) | breaks).persist()
     keys_on_days = scanned.where(KEY_ON_DAYS).drop(KEY_ON_DAYS)
     landed = scanned.drop(KEY_ON_DAYS)
-    versions, _ = quarantine.split(source, keys_on_days, calendar)
-    _, rejected = quarantine.split(source, landed, calendar)  # by quarantine day, whatever the key
+    versions, _ = quarantine.split(source, keys_on_days, partitions)
+    _, rejected = quarantine.split(source, landed, partitions)  # by quarantine day, whatever the key
     staged = current_versions(source, versions, days)
     quarantined = quarantine.for_days(source, rejected, days).persist()
     return Staged(

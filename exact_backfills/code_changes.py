@@ -129,9 +129,9 @@ def plan_job(pipeline: Pipeline) -> JobDefinition:
     def build_plan_op(context: OpExecutionContext, config: PlanConfig, pyspark: LazyPySparkResource) -> Iterator[Any]:
         """Rebuild the days older code built, beside the lake, and compare them day by day with what is published."""
         liveness.record(context, pipeline)
-        calendar = pipeline.partitions
-        start = date.fromisoformat(config.start) if config.start else calendar.first_day
-        end = date.fromisoformat(config.end) if config.end else calendar.last_day
+        partitions = pipeline.partitions
+        start = date.fromisoformat(config.start) if config.start else partitions.first_day
+        end = date.fromisoformat(config.end) if config.end else partitions.last_day
         unknown = [t for t in config.select if t not in pipeline.by_name]
         if unknown:
             raise recording.refusal(f"not tables of {pipeline.name}: {', '.join(unknown)}")

@@ -17,6 +17,7 @@ PLAN_JOB = "plan_code_change"
 PLAN_OP = "build_plan"
 PROMOTE_JOB = "promote_plan"
 PROMOTE_OP = "promote_changed_days"
+DAILY_RUN_SCHEDULE = "daily_run"  # publishes each day once it closes (daily_run.py)
 
 # Every step that writes the lake claims this concurrency pool, whose limit dagster.yaml sets to 1: steps of any runs
 # (the UI's, the sensor's, the command line's) write one at a time, so two runs over the same days wait for each
@@ -41,6 +42,11 @@ PUBLISHED_TAG = "exact_backfills/published"
 # Set on a run that changed days which days of other tables, outside its own, are built from: late_data_sensor then
 # launches the restatement that rewrites them (they are pending in the watermark).
 LEFT_STALE_TAG = "exact_backfills/left_stale"
+DAILY_RUN_TAG = "exact_backfills/daily_run"  # the day a daily run publishes, on its run
+# Dagster's run priority (the queued run coordinator's public tag): a daily run goes ahead of a backfill's queued runs
+# (priority 0), so a long backfill never makes yesterday miss its deadline.
+PRIORITY_TAG = "dagster/priority"
+DAILY_RUN_PRIORITY = "10"
 PUBLISHED_NOTHING = "nothing"
 PUBLISHED_PARTLY = "partly"
 

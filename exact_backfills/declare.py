@@ -24,7 +24,7 @@ from typing import NamedTuple
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
-from exact_backfills.calendar import Calendar, declared_calendar_problems
+from exact_backfills.calendar import Calendar, Partitions, declared_calendar_problems
 from exact_backfills.day_checks import Measure as Measure
 from exact_backfills.day_checks import Reconcile as Reconcile
 from exact_backfills.day_checks import UserCheck, refused_check
@@ -282,9 +282,9 @@ class Pipeline:
             )
 
     @property
-    def partitions(self) -> Calendar:
-        """The calendar its tables are partitioned by now: its own, with the environment's PARTITION_START_DATE and
-        PARTITION_END_DATE where set (read on every call, never at import)."""
+    def partitions(self) -> Partitions:
+        """The days its tables are partitioned by now: its calendar's, with the environment's PARTITION_START_DATE and
+        PARTITION_END_DATE where set, an open calendar ending today (read on every call, never at import)."""
         assert self.calendar is not None  # refused when declared without one
         return self.calendar.in_effect()
 

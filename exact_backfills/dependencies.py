@@ -12,7 +12,7 @@ from datetime import date
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from exact_backfills.calendar import Calendar
+from exact_backfills.calendar import Partitions
 from exact_backfills.declare import BATCH_COLUMN, VALID_FROM, DayDependency, Pipeline, Staging
 from resources.delta_io import read_table, table_exists
 
@@ -66,12 +66,14 @@ class DayChange:
         return text + (f" (batches {', '.join(sorted(self.batches))})" if self.batches else "")
 
 
-def _carry(dependency: DayDependency, day: date, change: DayChange, calendar: Calendar) -> list[tuple[date, DayChange]]:
+def _carry(
+    dependency: DayDependency, day: date, change: DayChange, partitions: Partitions
+) -> list[tuple[date, DayChange]]:
     """The stale days `day`'s change makes through `dependency`, and why each: the day itself for the same reasons,
     another day for holding the change in its window."""
     return [
         (d, change if d == day else DayChange(window={day}, batches=set(change.batches), pending=change.pending))
-        for d in dependency.downstream_days(day, calendar.first_day, calendar.last_day)
+        for d in dependency.downstream_days(day, partitions.first_day, partitions.last_day)
     ]
 
 

@@ -217,9 +217,11 @@ def reads(spark: SparkSession, pipeline: Pipeline, work: Work, compared: bool = 
                     files_of[upstream] = _files_by_day(spark, upstream, pipeline.day_columns[upstream])
                 counted = files_of[upstream]
                 dependency = table.upstream.get(upstream)
-                calendar = pipeline.partitions
+                partitions = pipeline.partitions
                 read = (
-                    set(dependency.upstream_days(days, calendar.first_day, calendar.last_day)) if dependency else wanted
+                    set(dependency.upstream_days(days, partitions.first_day, partitions.last_day))
+                    if dependency
+                    else wanted
                 )
                 files += sum(n for d, n in counted.items() if d is None or d in read)
     return Reads(batches, size, files)

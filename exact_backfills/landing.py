@@ -12,7 +12,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from exact_backfills.calendar import Calendar
+from exact_backfills.calendar import Partitions
 from exact_backfills.declare import BATCH_COLUMN, FILE_COLUMN, Pipeline, Source, SourceKind
 from exact_backfills.partitions import bytes_by_day, days_per_run
 from resources import storage
@@ -353,18 +353,18 @@ def land_batch(source: Source, rows: DataFrame, batch: date) -> str:
     return batch.isoformat()
 
 
-def event_day(source: Source, calendar: Calendar) -> Column:
+def event_day(source: Source, partitions: Partitions) -> Column:
     """The day a landed row belongs to, as its landing asset is partitioned: an event's day; the day a dimension's
     version takes effect (versions dated before the first partition take effect on it)."""
     if source.kind is SourceKind.EVENTS:
         return F.col(source.day)
-    return F.greatest(F.to_date(source.day), F.lit(calendar.first_day))
+    return F.greatest(F.to_date(source.day), F.lit(partitions.first_day))
 
 
 def day_versions(
     spark: SparkSession,
     source: Source,
-    calendar: Calendar,
+    partitions: Partitions,
     days: Iterable[date] | None = None,
     batches: list[str] | None = None,
 ) -> dict[date, str]:
@@ -375,8 +375,8 @@ def day_versions(
     quarantine's and have no landing day."""
     if not batch_dirs(source) or batches == []:
         return {}
-    day = event_day(source, calendar)
-    rows = read_landing(spark, source, batches).where(day.between(calendar.first_day, calendar.last_day))
+    day = event_day(source, partitions)
+    rows = read_landing(spark, source, batches).where(day.between(partitions.first_day, partitions.last_day))
     if days is not None:
         wanted = sorted(set(days))
         if not wanted:

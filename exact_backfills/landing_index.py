@@ -24,7 +24,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from exact_backfills import landing
-from exact_backfills.calendar import Calendar
+from exact_backfills.calendar import Partitions
 from exact_backfills.declare import BATCH_COLUMN, Pipeline, Source, SourceKind
 from exact_backfills.landing import LandingRead
 from resources.delta_io import is_delta_table
@@ -82,11 +82,11 @@ def _event_days(
 
 
 def _dimension_days(
-    spark: SparkSession, source: Source, new: list[str], landed: DataFrame | None, calendar: Calendar
+    spark: SparkSession, source: Source, new: list[str], landed: DataFrame | None, partitions: Partitions
 ) -> DataFrame:
     versions = landing.read_landing(spark, source, new) if landed is None else landed
     versions = versions.where(F.col(BATCH_COLUMN).isin([date.fromisoformat(b) for b in new]))
-    return versions.select(F.col(BATCH_COLUMN).alias("batch"), landing.event_day(source, calendar).alias("day"))
+    return versions.select(F.col(BATCH_COLUMN).alias("batch"), landing.event_day(source, partitions).alias("day"))
 
 
 def indexed(spark: SparkSession, pipeline: Pipeline) -> dict[str, dict[str, set[date]]]:
@@ -122,7 +122,7 @@ def _index_new(
 ) -> dict[str, dict[str, set[date]]]:
     """`update`, given the index so far; frames it caches are added to `cached`."""
     parts = []
-    calendar = pipeline.partitions
+    partitions = pipeline.partitions
     for source in pipeline.sources:
         # The batches the build read, or those listed now: any landed since is indexed by the next update.
         build_read = read.get(source.name)
@@ -135,13 +135,13 @@ def _index_new(
             # A batch's own day, and that day clamped into the partitions: where quarantine files its rows that have
             # no valid day.
             own_days = spark.createDataFrame(
-                [(batch, day) for batch in map(date.fromisoformat, new) for day in {batch, calendar.clamped(batch)}],
+                [(batch, day) for batch in map(date.fromisoformat, new) for day in {batch, partitions.clamped(batch)}],
                 "batch date, day date",
             )
             if source.kind is SourceKind.EVENTS:
                 days_of = _event_days(spark, source, new, known, landed, cached)
             else:
-                days_of = _dimension_days(spark, source, new, landed, calendar)
+                days_of = _dimension_days(spark, source, new, landed, partitions)
             parts.append(days_of.unionByName(own_days).withColumn("dataset", F.lit(source.name)))
     if not parts:
         return index

@@ -25,14 +25,14 @@ table, nothing written), `plan_restatement` (RestatementPlan: the change to publ
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from datetime import UTC, date, datetime, timedelta
+from datetime import date, datetime, timedelta
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from exact_backfills import dependencies, landing, quarantine
+from exact_backfills import clock, dependencies, landing, quarantine
 from exact_backfills.builds import LandedBatches, latest_versions
-from exact_backfills.calendar import Calendar
+from exact_backfills.calendar import Partitions
 from exact_backfills.declare import BATCH_COLUMN, VALID_FROM, Pipeline, Staging
 from exact_backfills.dependencies import DayChange, DimensionChange
 from exact_backfills.publish import (
@@ -139,7 +139,7 @@ class BatchesRead:
 def _event_changes(
     spark: SparkSession,
     table: Staging,
-    calendar: Calendar,
+    partitions: Partitions,
     batches: BatchesRead,
     days: dict[date, DayChange],
     keep: bool,
@@ -151,7 +151,7 @@ def _event_changes(
     candidates = landing.read_landing(spark, source, batches.names).persist()
     cached = [candidates]
     try:
-        valid, rejected = quarantine.split(source, candidates, calendar)
+        valid, rejected = quarantine.split(source, candidates, partitions)
         new = valid.select(*columns).withColumn("_published", F.lit(False))
         # A correction may carry another day, so the landed keys are looked for in the whole of staging, but in their
         # columns alone: then only the days that hold them are read whole. When every batch is read, every staged key
@@ -206,7 +206,7 @@ def _tally(rows: DataFrame, day_column: str, counter: str, days: dict[date, DayC
 
 
 def _dimension_changes(
-    spark: SparkSession, table: Staging, calendar: Calendar, batches: list[str], days: dict[date, DayChange]
+    spark: SparkSession, table: Staging, partitions: Partitions, batches: list[str], days: dict[date, DayChange]
 ) -> tuple[datetime | None, DataFrame | None]:
     """Add the days a dimension's batches add a version to (one it does not hold yet, and no newer one of the same day
     either) to `days`; return the batches' highest load time and the new versions (key, valid_from, batch)."""
@@ -214,7 +214,7 @@ def _dimension_changes(
         return None, None
     source = table.source
     versions = landing.read_landing(spark, source, batches)
-    dated = versions.withColumn(VALID_FROM, landing.event_day(source, calendar))
+    dated = versions.withColumn(VALID_FROM, landing.event_day(source, partitions))
     if table_exists(table.name):
         known = read_table(spark, table.name).select(
             *[F.col(k).alias(f"_known_{k}") for k in source.key],
@@ -385,7 +385,7 @@ def apply_restatement(
 ) -> Restatement:
     """Record the exceptions, then, when there are days to write, record them as pending and publish them; advance
     the watermark only once every table's write committed. A replayed tick, with nothing new, commits nothing."""
-    now = datetime.now(UTC)
+    now = clock.now()
     control.record_exceptions(spark, pipeline.name, plan.exceptions, run.run_id, now)
     wm = plan.detection.watermark
     publications: dict[str, Publication] = {}
@@ -397,7 +397,7 @@ def apply_restatement(
     before_watermark(publications)
     fault_point("before-watermark")
     if plan.change.days or plan.watermark != wm:
-        control.write_watermark(spark, pipeline.name, plan.watermark, run.run_id, datetime.now(UTC))
+        control.write_watermark(spark, pipeline.name, plan.watermark, run.run_id, clock.now())
     return Restatement(plan.detection, publications)
 
 

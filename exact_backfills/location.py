@@ -6,6 +6,7 @@ from dagster import Definitions, in_process_executor
 
 from exact_backfills import automation, code_changes
 from exact_backfills.assets import all_assets_job, publish_step
+from exact_backfills.daily_run import daily_run_schedule
 from exact_backfills.declare import Pipeline
 from exact_backfills.event_log_writes import batch_materializations
 from exact_backfills.rollback import rollback_job
@@ -37,6 +38,7 @@ def definitions_of(pipeline: Pipeline) -> Definitions:
                 code_changes.plan_job(pipeline),
                 code_changes.promote_job(pipeline),
             ],
+            schedules=[daily_run_schedule(pipeline, all_assets)],
             sensors=[
                 automation.late_data_sensor(pipeline, restate, all_assets),
                 code_changes.code_version_sensor(pipeline, check_code),

@@ -72,9 +72,9 @@ def _newest_landed_day(spark: SparkSession, pipeline: Pipeline, source: Source) 
     if source.kind is not SourceKind.EVENTS or not landing.batch_dirs(source):
         return None
     day = F.col(source.day)
-    calendar = pipeline.partitions
-    in_calendar = day.between(calendar.first_day, calendar.last_day)
-    return scalar(landing.read_landing(spark, source).where(in_calendar).agg(F.max(day)))
+    partitions = pipeline.partitions
+    in_partitions = day.between(partitions.first_day, partitions.last_day)
+    return scalar(landing.read_landing(spark, source).where(in_partitions).agg(F.max(day)))
 
 
 @dataclass(frozen=True)

@@ -5,13 +5,13 @@ import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from datetime import UTC, date, datetime
+from datetime import date
 from typing import NamedTuple
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from exact_backfills import checks, landing
+from exact_backfills import checks, clock, landing
 from exact_backfills.declare import FILE_COLUMN, RUN_COLUMN, Pipeline, Source, SourceKind
 from exact_backfills.partitions import days
 from exact_backfills.publish import fault_point
@@ -251,7 +251,7 @@ def withdraw(
 def published_again(withdrawal: Withdrawal) -> None:
     """Record that a withdrawal's days are published again: the withdrawal is done."""
     note = WithdrawalNote.read(withdrawal.note)
-    _write_note(replace(note, status=PUBLISHED, published_at=datetime.now(UTC).isoformat()))
+    _write_note(replace(note, status=PUBLISHED, published_at=clock.now().isoformat()))
 
 
 def begin_withdrawal(
@@ -260,7 +260,7 @@ def begin_withdrawal(
     """Write the note of a new withdrawal of the landed file `rel`, whose bytes are `withdrawn`, before anything
     moves. A note is only ever created where none is: two withdrawals of one file begun at once do not both go on."""
     to = _free_destination(source, rel)
-    now = datetime.now(UTC).isoformat()
+    now = clock.now().isoformat()
     note = WithdrawalNote(
         to + NOTE_SUFFIX, rel, source.name, reason, now, tuple(days_to_publish), to, WITHDRAWING, withdrawn
     )
@@ -319,8 +319,8 @@ def move_withdrawn(note: WithdrawalNote, landed: str) -> WithdrawalNote:
 def _days_to_publish(spark: SparkSession, pipeline: Pipeline, source: Source, rel: str) -> list[date]:
     """The days, within the partitions, that a withdrawal of the landed file `rel` publishes again, decided before
     anything moves (see `withdraw`)."""
-    calendar = pipeline.partitions
-    first, last = calendar.first_day, calendar.last_day
+    partitions = pipeline.partitions
+    first, last = partitions.first_day, partitions.last_day
     if source.kind is SourceKind.EVENTS:
         affected: set[date] = set()
         staging = pipeline.staging[source.name]
@@ -338,6 +338,6 @@ def _days_to_publish(spark: SparkSession, pipeline: Pipeline, source: Source, re
         affected |= {r[0] for r in versions.select(source.day).distinct().collect() if r[0]}
     else:
         versions = landing.read_landing(spark, source).where(F.col(FILE_COLUMN) == rel)
-        since = scalar(versions.agg(F.min(landing.event_day(source, calendar))))
+        since = scalar(versions.agg(F.min(landing.event_day(source, partitions))))
         affected = set(days(max(since, first), last)) if since else set()
     return sorted(d for d in affected if first <= d <= last)

@@ -66,6 +66,7 @@ def backfill_policy(days: int) -> BackfillPolicy:
 
 
 def run_days(context: AssetExecutionContext) -> list[date]:
-    """The days a run materializes: one partition or a range."""
-    window = context.partition_time_window
-    return days(window.start.date(), (window.end - timedelta(days=1)).date())
+    """The days a run materializes: one partition or a range (by key: a day of a daylight-saving change is 23 or 25
+    hours long in its timezone)."""
+    keys = context.partition_key_range
+    return days(date.fromisoformat(keys.start), date.fromisoformat(keys.end))

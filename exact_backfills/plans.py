@@ -16,16 +16,16 @@ failed in the shadow, or the code loaded is not the code the plan was built with
 import json
 import uuid
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime
+from datetime import date, datetime
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from exact_backfills import builds, checks, code_versions
+from exact_backfills import builds, checks, clock, code_versions
 from exact_backfills.builds import RowsOfDays
-from exact_backfills.calendar import Calendar
+from exact_backfills.calendar import Partitions
 from exact_backfills.declare import Declared, Pipeline
 from exact_backfills.dependencies import CodeChange
 from exact_backfills.partitions import days as day_range
@@ -190,7 +190,7 @@ class PlanRefused(RuntimeError):
 
 
 def _days_to_rebuild(
-    table: Declared, own: set[date], changed: dict[str, list[date]], published: set[date], calendar: Calendar
+    table: Declared, own: set[date], changed: dict[str, list[date]], published: set[date], partitions: Partitions
 ) -> list[date]:
     """A table's days a plan rebuilds: those its own older code built, and those built from days the plan found
     changed upstream, through the day dependency on it (the same days, a trailing window's, or every later day of a
@@ -200,7 +200,7 @@ def _days_to_rebuild(
         days = changed.get(upstream)
         if not days:
             continue
-        found |= set(dependency.downstream_of(days, calendar.first_day, calendar.last_day)) & published
+        found |= set(dependency.downstream_of(days, partitions.first_day, partitions.last_day)) & published
     return sorted(own | found)
 
 
@@ -282,7 +282,7 @@ def make_plan(spark: SparkSession, pipeline: Pipeline, start: date, end: date, s
     chosen = set(pipeline.downstream(set(select))) if select else set(pipeline.publish_order)
     plan = Plan(
         uuid.uuid4().hex[:8],
-        datetime.now(UTC),
+        clock.now(),
         start,
         end,
         versions,

@@ -4,11 +4,11 @@ no longer holds (closed, failing a blocking check, built with other code, or a t
 
 import json
 from dataclasses import dataclass
-from datetime import UTC, date, datetime
+from datetime import date
 
 from pyspark.sql import SparkSession
 
-from exact_backfills import code_versions
+from exact_backfills import clock, code_versions
 from exact_backfills.declare import Pipeline
 from exact_backfills.plans import Plan, PlanRefused, load_plan
 from exact_backfills.publish import Change, FromPlan, Operation, Publication, RunInfo, publish
@@ -84,7 +84,7 @@ def promote(spark: SparkSession, pipeline: Pipeline, plan_id: str, run: RunInfo)
     }
     change = Change(Operation.PROMOTION, changed, {t: FromPlan(plan.plan_id) for t in changed}, note=note)
     publications = publish(spark, pipeline, change, run) if changed else {}
-    now = datetime.now(UTC)
+    now = clock.now()
     unchanged = {t: p.unchanged_days for t, p in plan.tables.items() if p.unchanged_days}
     every_day = sorted({d for days in unchanged.values() for d in days})
     written = audit.latest_before_run(spark, pipeline.name, run.run_id, every_day)
@@ -118,5 +118,5 @@ def drop(spark: SparkSession, pipeline: Pipeline, plan_id: str, run_id: str) -> 
     """Remove a plan: its shadow tables deleted, its record closed."""
     plan, status = load_plan(spark, pipeline, plan_id)
     if status == "open":
-        control.resolve_plan(spark, pipeline.name, plan.plan_id, "dropped", run_id, datetime.now(UTC))
+        control.resolve_plan(spark, pipeline.name, plan.plan_id, "dropped", run_id, clock.now())
     storage.delete_tree(storage.join(plans_root(), plan.plan_id))

@@ -24,10 +24,10 @@ days; the days are then repaired by running the same change again (see automatio
 
 from collections.abc import Iterator
 from dataclasses import replace
-from datetime import UTC, datetime
 
 from pyspark.sql import SparkSession
 
+from exact_backfills import clock
 from exact_backfills.declare import Pipeline
 from exact_backfills.pipelines import command
 from exact_backfills.write_path.changes import (
@@ -142,7 +142,7 @@ def _commit_and_record(w: Writing) -> Iterator[tuple[str, Publication]]:
     commit starts; those already under way end, and every table committed is named (PartlyPublished)."""
     assert w.reading_previous is not None
     w.previous_content = w.reading_previous.result()
-    w.held_at = datetime.now(UTC)
+    w.held_at = clock.now()
     w.held = held_days(w.change, w.run, w.held_at)
     intend(w)
     fault_point("before-commits")

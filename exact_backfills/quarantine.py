@@ -13,7 +13,7 @@ from datetime import date
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from exact_backfills.calendar import Calendar
+from exact_backfills.calendar import Partitions
 from exact_backfills.declare import BATCH_COLUMN, QUARANTINE_DAY, Source
 from exact_backfills.landing import REFUSED
 from resources.delta_io import day_filter
@@ -32,7 +32,7 @@ def structural_reasons(source: Source) -> list[str]:
     ]
 
 
-def _reason(source: Source, calendar: Calendar) -> Column:
+def _reason(source: Source, partitions: Partitions) -> Column:
     c = F.col
     day = c(source.day)
     null_key = F.lit(False)
@@ -44,23 +44,24 @@ def _reason(source: Source, calendar: Calendar) -> Column:
         .when(null_key, null_key_)
         .when(day.isNull(), null_day)
         .when(c(source.newest).isNull() | c(source.loaded_at).isNull(), null_timestamp)
-        .when((day < F.lit(calendar.first_day)) | (day > F.lit(calendar.last_day)), out_of_range)
-        .when(day > F.to_date(source.loaded_at), after_landing)
+        .when((day < F.lit(partitions.first_day)) | (day > F.lit(partitions.last_day)), out_of_range)
+        # the day it was loaded on, in the pipeline's timezone (east of UTC, today there is yesterday's date in UTC)
+        .when(day > F.to_date(F.from_utc_timestamp(c(source.loaded_at), partitions.timezone)), after_landing)
     )
     for rule in source.rules:
         reason = reason.when(F.expr(rule.breaks), rule.reason)
     return reason
 
 
-def breaks_contract(source: Source, calendar: Calendar) -> Column:
-    return _reason(source, calendar).isNotNull()
+def breaks_contract(source: Source, partitions: Partitions) -> Column:
+    return _reason(source, partitions).isNotNull()
 
 
-def tagged(source: Source, versions: DataFrame, calendar: Calendar) -> DataFrame:
+def tagged(source: Source, versions: DataFrame, partitions: Partitions) -> DataFrame:
     """Landed rows with their `reason` (null: the row meets the contract) and, for a row that does not, its
     `quarantine_day`."""
-    reasoned = versions.withColumn(REASON, _reason(source, calendar))
-    in_partitions = F.greatest(F.least(F.col(BATCH_COLUMN), F.lit(calendar.last_day)), F.lit(calendar.first_day))
+    reasoned = versions.withColumn(REASON, _reason(source, partitions))
+    in_partitions = F.greatest(F.least(F.col(BATCH_COLUMN), F.lit(partitions.last_day)), F.lit(partitions.first_day))
     structural = F.col(REFUSED).isNotNull() | F.col(REASON).isin(*structural_reasons(source))
     return reasoned.withColumn(
         QUARANTINE_DAY,
@@ -76,9 +77,9 @@ def split_tagged(rows: DataFrame) -> tuple[DataFrame, DataFrame]:
     return valid, rows.where(F.col(REASON).isNotNull())
 
 
-def split(source: Source, versions: DataFrame, calendar: Calendar) -> tuple[DataFrame, DataFrame]:
+def split(source: Source, versions: DataFrame, partitions: Partitions) -> tuple[DataFrame, DataFrame]:
     """(rows that meet the contract, rows that do not, with `reason` and `quarantine_day`), from landed rows."""
-    return split_tagged(tagged(source, versions, calendar))
+    return split_tagged(tagged(source, versions, partitions))
 
 
 def for_days(source: Source, rejected: DataFrame, days: list[date]) -> DataFrame:

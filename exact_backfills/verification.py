@@ -14,7 +14,7 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
-from exact_backfills import checks, code_versions, landing, landing_index, late_data, quarantine
+from exact_backfills import checks, code_versions, deadlines, landing, landing_index, late_data, quarantine
 from exact_backfills.builds import narrowed
 from exact_backfills.declare import Pipeline, Reconcile, Staging
 from exact_backfills.dependencies import CodeChange, DayChange, stale_by_code
@@ -230,4 +230,5 @@ def verify_published(
     else:
         error = state.code_error or RuntimeError("not found")
         outcomes += _not_evaluated([checks.code.CURRENT_CODE], days, error)
-    return outcomes
+    deadline = [checks.deadline.DEADLINE] if deadlines.declared(pipeline) else []
+    return outcomes + _guarded(deadline, days, lambda: deadlines.outcomes(spark, pipeline, table, days))

@@ -17,6 +17,8 @@ case "${1:-} ${2:-}" in
   *) echo "usage: bash scripts/demo.sh [--profile embedded|cluster]" >&2; exit 2 ;;
 esac
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
+# The pipelines' calendars run up to today; the demo's data is 90 days of 2025, and its partitions those days.
+export PARTITION_START_DATE="${PARTITION_START_DATE:-2025-01-01}" PARTITION_END_DATE="${PARTITION_END_DATE:-2025-03-31}"
 if [ "${PROFILE:-}" = cluster ]; then
   bash scripts/cluster-profile.sh start
   source .cluster/profile.env

@@ -4,6 +4,7 @@ from datetime import date
 
 import pytest
 
+from exact_backfills import clock
 from exact_backfills.cli import main
 from tests.support import visits
 from tests.support.lake import environment
@@ -32,8 +33,9 @@ def test_each_pipeline_refuses_the_days_outside_its_own_calendar(capsys):
         assert main(["--pipeline", visits.REFERENCE, "check", "--start", "2024-11-30", "--end", "2024-12-02"]) == 2
         earlier = capsys.readouterr().err
     said = "is outside the partitions {} (the calendar of pipeline {}, or PARTITION_START_DATE, PARTITION_END_DATE)"
-    assert f"--start 2024-12-01 {said.format('2025-01-01..2025-03-31', 'orders')}" in orders, orders
-    assert f"--start 2024-11-30 {said.format('2024-12-01..2025-03-31', 'visits')}" in earlier, earlier
+    orders_days, visits_days = f"2025-01-01..{clock.today('UTC')}", f"2024-12-01..{clock.today('America/New_York')}"
+    assert f"--start 2024-12-01 {said.format(orders_days, 'orders')}" in orders, orders
+    assert f"--start 2024-11-30 {said.format(visits_days, 'visits')}" in earlier, earlier
 
 
 @pytest.mark.parametrize(

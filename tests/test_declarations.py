@@ -63,7 +63,8 @@ def test_a_source_the_machinery_cannot_serve_is_refused_when_declared_in_one_lin
         ),
         (Calendar("2025-01-01", date(2025, 3, 31)), "its calendar's first and last day are dates, not ('2025-01-01', "),
         ("2025-01-01..2025-03-31", "its calendar '2025-01-01..2025-03-31' is not a Calendar(first_day=..., last_day="),
-        (None, "it declares no calendar: Pipeline(..., calendar=Calendar(first_day=..., last_day=...))"),
+        (Calendar(date(2025, 1, 1), timezone="Europe/Atlantis"), "its calendar's timezone 'Europe/Atlantis' is not an"),
+        (None, "it declares no calendar: Pipeline(..., calendar=Calendar(first_day=..., timezone=...))"),
     ],
 )
 def test_a_calendar_the_machinery_cannot_serve_is_refused_when_declared_in_one_line(calendar, said):

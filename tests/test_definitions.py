@@ -5,7 +5,7 @@ from datetime import timedelta
 import pytest
 from dagster import AssetKey, Definitions, FreshnessPolicy, in_process_executor
 
-from exact_backfills import checks
+from exact_backfills import checks, clock
 from exact_backfills.assets import freshness_policy
 from exact_backfills.dagster_names import ALL_ASSETS_JOB, RESTATE_JOB
 from exact_backfills.definitions import defs
@@ -68,8 +68,9 @@ def test_two_pipelines_with_different_first_days_load_side_by_side_each_with_its
         Definitions.validate_loadable(orders)
         Definitions.validate_loadable(visits_location)
         orders_days, visits_days = _days_of(orders), _days_of(visits_location)
-    assert set(orders_days.values()) == {("2025-01-01", "2025-03-31")}, orders_days
-    assert set(visits_days.values()) == {("2024-12-01", "2025-03-31")}, visits_days
+    # each up to today in its own timezone (the orders pipeline's UTC, the visits' New York)
+    assert set(orders_days.values()) == {("2025-01-01", clock.today("UTC").isoformat())}, orders_days
+    assert set(visits_days.values()) == {("2024-12-01", clock.today("America/New_York").isoformat())}, visits_days
     assert {"landing_visits", "stg_visits", "stg_visits:unique_key"} <= set(visits_days)
     assert {"landing_order_items", "daily_revenue", "daily_revenue:unique_key"} <= set(orders_days)
 
@@ -79,7 +80,7 @@ def test_a_pipelines_calendar_is_read_when_its_definitions_are_loaded_not_when_i
     (the pipeline, its definitions module): nothing about the days is fixed at import."""
     with environment(PARTITION_START_DATE="2025-02-01"):
         moved = _days_of(definitions_of(ORDERS))
-    assert set(moved.values()) == {("2025-02-01", "2025-03-31")}
+    assert set(moved.values()) == {("2025-02-01", "2025-03-31")}  # the end still the tests' PARTITION_END_DATE
     assert set(_days_of(definitions_of(ORDERS)).values()) == {("2025-01-01", "2025-03-31")}
 
 

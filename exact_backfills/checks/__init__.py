@@ -14,6 +14,7 @@ change are recorded after the commit.
 from exact_backfills.checks import (
     code,
     content,
+    deadline,
     keys,
     late_data,
     nothing_lost,
@@ -44,6 +45,7 @@ from exact_backfills.checks.content import (
     fingerprint_changed,
     row_count_tolerance,
 )
+from exact_backfills.checks.deadline import PUBLISHED_BY_DEADLINE
 from exact_backfills.checks.keys import KEYS_NOT_NULL, UNIQUE_KEY
 from exact_backfills.checks.late_data import LATE_DATA, publishes_late_rows
 from exact_backfills.checks.nothing_lost import NOTHING_LOST, checks_nothing_lost
@@ -76,6 +78,7 @@ __all__ = [
     "ERROR",
     "FINGERPRINT",
     "KEYS_NOT_NULL",
+    "PUBLISHED_BY_DEADLINE",
     "LATE_DATA",
     "NOTHING_LOST",
     "NO_ROWS",
@@ -99,6 +102,7 @@ __all__ = [
     "checks_of",
     "code",
     "content",
+    "deadline",
     "day_contents",
     "day_fingerprints",
     "distinct_keys_by_day",

@@ -3,6 +3,7 @@
 from exact_backfills.checks import (
     code,
     content,
+    deadline,
     keys,
     late_data,
     nothing_lost,
@@ -25,13 +26,14 @@ BUILT_IN_CHECKS = (
     code.CURRENT_CODE,
     late_data.LATE,
     quarantined.HELD_APART,
+    deadline.DEADLINE,
 )
 BUILT_IN = tuple(c.name for c in BUILT_IN_CHECKS)
 BLOCKING = tuple(c.name for c in BUILT_IN_CHECKS if c.blocking)
 
 
-def checks_of(table: Declared) -> list[Check]:
-    """Every check of a table, the built-in ones first."""
+def checks_of(table: Declared, deadline_declared: bool = False) -> list[Check]:
+    """Every check of a table, the built-in ones first (the deadline's where its pipeline's calendar declares one)."""
     found = [keys.UNIQUE, keys.NOT_NULL]
     found += [reconcile.RECONCILED] if table.reconcile else []
     found += [nothing_lost.LOST] if nothing_lost.checks_nothing_lost(table) else []
@@ -43,6 +45,7 @@ def checks_of(table: Declared) -> list[Check]:
         up_to_date.FRESH,
         code.CURRENT_CODE,
         *late,
+        *([deadline.DEADLINE] if deadline_declared else []),
         *(user.check_of(c) for c in table.checks),
     ]
 

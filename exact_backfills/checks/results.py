@@ -33,14 +33,16 @@ def events_max_days() -> int:
     return settings().check_events_max_days
 
 
-def check_specs(table: Declared, partitions: DailyPartitionsDefinition) -> list[AssetCheckSpec]:
+def check_specs(
+    table: Declared, partitions: DailyPartitionsDefinition, deadline_declared: bool = False
+) -> list[AssetCheckSpec]:
     # The blocking checks run on the staged rows before the write: a failing day stops it, the step fails, and
     # nothing downstream runs. Declared blocking so that Dagster shows them so (and would gate on them too).
     return [
         AssetCheckSpec(
             c.name, asset=table.name, partitions_def=partitions, description=c.description, blocking=c.blocking
         )
-        for c in checks_of(table)
+        for c in checks_of(table, deadline_declared)
     ]
 
 

@@ -79,11 +79,11 @@ def _checked_range(pipeline: "Pipeline", args: argparse.Namespace) -> None:
     if start and end and start > end:
         raise ValueError(f"--start {start} is after --end {end}")
     if args.within_partitions:
-        calendar = pipeline.partitions
+        partitions = pipeline.partitions
         for flag, value in (("--start", start), ("--end", end)):
-            if value and value not in calendar:
+            if value and value not in partitions:
                 raise ValueError(
-                    f"{flag} {value} is outside the partitions {calendar.first_day}..{calendar.last_day} "
+                    f"{flag} {value} is outside the partitions {partitions.first_day}..{partitions.last_day} "
                     f"(the calendar of pipeline {pipeline.name}, or PARTITION_START_DATE, PARTITION_END_DATE)"
                 )
 

@@ -9,11 +9,12 @@ import signal
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import UTC, date, datetime
+from datetime import date, datetime
 from typing import TypeVar
 
 from pyspark.sql import functions as F
 
+from exact_backfills import clock
 from exact_backfills.write_path.changes import Change, Operation, Restored, RunInfo, built_by
 from exact_backfills.write_path.context import Writing
 from resources import control
@@ -145,4 +146,4 @@ def hold_or_release(w: Writing) -> None:
         days = list(hold.days) or change.every_day()
         control.hold_days(spark, pipeline.name, days, hold.why, hold.batches, run.run_id, w.held_at)
     elif change.operation is Operation.RELEASE and holds:
-        control.release_holds(spark, pipeline.name, [h.day for h in holds], run.run_id, datetime.now(UTC))
+        control.release_holds(spark, pipeline.name, [h.day for h in holds], run.run_id, clock.now())

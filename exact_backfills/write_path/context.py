@@ -5,13 +5,13 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime
+from datetime import date, datetime
 
 from pyspark.sql import SparkSession
 
-from exact_backfills import checks
+from exact_backfills import checks, clock
 from exact_backfills.builds import Staged, narrowed
-from exact_backfills.calendar import Calendar
+from exact_backfills.calendar import Partitions
 from exact_backfills.declare import Pipeline, Reconcile
 from exact_backfills.write_path.changes import Change, RunInfo
 from resources import audit, control
@@ -27,15 +27,15 @@ class Started:
 
     @classmethod
     def now(cls) -> "Started":
-        return cls(datetime.now(UTC), time.monotonic())
+        return cls(clock.now(), time.monotonic())
 
 
-def at_once(change: Change, calendar: Calendar) -> bool:
+def at_once(change: Change, partitions: Partitions) -> bool:
     """Whether the change checks and commits its tables at once: when each has a few days (`narrowed`), its checks and
     commits cost mostly Spark's and Delta's own steps (scheduling, the log's replay, a version's files), which wait on
     each other less side by side; many days' are work on rows, which would share the same cores. Every table's rows
     are staged and checked before the first commit, so no commit needs another's."""
-    return all(narrowed(change.days[table], calendar) for table in change.tables())
+    return all(narrowed(change.days[table], partitions) for table in change.tables())
 
 
 def threads(pipeline: Pipeline, change: Change, together: bool) -> ThreadPoolExecutor:
@@ -72,7 +72,7 @@ class Writing:
     left_stale: dict[str, dict[str, set[date]]] = field(default_factory=dict)
     watermark: control.Watermark | None = None
     # Committing: the days the change holds once committed (a rollback's), as of when; each table's commit.
-    held_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    held_at: datetime = field(default_factory=lambda: clock.now())
     held: dict[date, control.HeldDay] = field(default_factory=dict)
     committing: dict[str, Future[dict[str, Commit]]] = field(default_factory=dict)
     commits: dict[str, Commit] = field(default_factory=dict)

@@ -4,11 +4,11 @@ for the next restatement; once every table is committed, the pending days it wro
 a release carries such days into itself instead (`carried_through`, `with_carried`)."""
 
 from dataclasses import replace
-from datetime import UTC, date, datetime
+from datetime import date
 
 from pyspark.sql import SparkSession
 
-from exact_backfills import checks, dependencies
+from exact_backfills import checks, clock, dependencies
 from exact_backfills.declare import Pipeline
 from exact_backfills.write_path.changes import Change, Operation, day_ranges
 from exact_backfills.write_path.context import Writing
@@ -22,7 +22,7 @@ def intend(w: Writing) -> None:
     if wm is not None and any(w.left_stale.values()):
         every = _merged(wm.pending, *w.left_stale.values())
         wm = replace(wm, pending=every)
-        control.write_watermark(w.spark, w.pipeline.name, wm, w.run.run_id, datetime.now(UTC))
+        control.write_watermark(w.spark, w.pipeline.name, wm, w.run.run_id, clock.now())
     w.watermark = wm
 
 
@@ -33,7 +33,7 @@ def settle_pending(w: Writing) -> None:
     if wm is not None and _overlap(wm.pending, days):
         rest = {t: [d for d in pending if d not in days.get(t, [])] for t, pending in wm.pending.items()}
         wm = replace(wm, pending={t: pending for t, pending in rest.items() if pending})
-        control.write_watermark(w.spark, w.pipeline.name, wm, w.run.run_id, datetime.now(UTC))
+        control.write_watermark(w.spark, w.pipeline.name, wm, w.run.run_id, clock.now())
         w.watermark = wm
 
 

@@ -10,7 +10,7 @@ from typing import Any
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from exact_backfills import checks, code_versions
+from exact_backfills import checks, clock, code_versions, deadlines
 from exact_backfills.declare import Declared, Pipeline, Staging
 from exact_backfills.write_path.changes import (
     CODE_VERSION,
@@ -29,7 +29,7 @@ from resources.delta_io import Commit, scalar
 
 def record(w: Writing, table: str) -> Publication:
     """A committed table's publication, with the days it leaves stale; its audit rows kept for the one append."""
-    publication, rows = _record(w, table, datetime.now(UTC))
+    publication, rows = _record(w, table, clock.now())
     w.audit_rows += rows
     return replace(publication, left_stale={t: sorted(d) for t, d in w.left_stale.get(table, {}).items()})
 
@@ -40,15 +40,16 @@ def _record(w: Writing, table: str, ended: datetime) -> tuple[Publication, list[
     checked, commits = w.verified[table], w.commits
     days, spec, source = change.days[table], pipeline.by_name[table], change.source(table)
     previous = {day: w.previous_content[(table, day)] for day in days if (table, day) in w.previous_content}
+    source_watermark = _source_watermark(spec, staged[table].table)
     outcomes = [
         *checked.outcomes,
         *checks.evaluate_after_commit(checked, previous, days),
         *_up_to_date(spec, days, held),
         *_code(pipeline, table, days, source),
+        *deadlines.outcomes(w.spark, pipeline, table, days, ended, source_watermark),
     ]
     if checks.publishes_late_rows(spec):
         outcomes += _late_data(w, table, days, source, ended)
-    source_watermark = _source_watermark(spec, staged[table].table)
     changed = {day: checks.fingerprint_changed(checked.profile(day).content, previous.get(day)) for day in days}
     committed = _Committed(w, table, changed, source_watermark, ended)
     audit_rows = _audit_rows(committed)

@@ -53,7 +53,7 @@ def _generate(spark: SparkSession, demo: Demo) -> str:
 pipeline = Pipeline(
     name="ml_features",
     sources=[APP_EVENTS, USER_STATUS, LABELS],
-    calendar=Calendar(first_day=date(2025, 1, 1), last_day=date(2025, 3, 31)),
+    calendar=Calendar(first_day=date(2025, 1, 1)),  # open: a partition a day, up to today (UTC)
     tables=[
         Staging(
             STG_APP_EVENTS,

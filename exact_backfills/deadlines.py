@@ -1,0 +1,50 @@
+"""Each day's deadline, checked against when each table first published the day (its earliest row in the audit
+trail): at the write that publishes it, and by `check` on what is published."""
+
+from datetime import UTC, date, datetime
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from exact_backfills import checks, clock
+from exact_backfills.declare import Pipeline
+from resources import audit
+
+
+def declared(pipeline: Pipeline) -> bool:
+    return pipeline.calendar is not None and pipeline.calendar.publish_by is not None
+
+
+def first_published(spark: SparkSession, pipeline: Pipeline, table: str, days: list[date]) -> dict[date, datetime]:
+    """When `table` first published each of `days` that it has published."""
+    if not days:
+        return {}
+    trail = audit.read(spark, pipeline.name).where(
+        (F.col("asset") == table) & F.col("partition").between(min(days), max(days))
+    )
+    # as epoch seconds: a collected timestamp would be read in the local timezone of this process
+    found = trail.groupBy("partition").agg(F.min(F.unix_timestamp("ended_at")).alias("first")).collect()
+    return {r["partition"]: datetime.fromtimestamp(r["first"], UTC) for r in found if r["partition"] in set(days)}
+
+
+def outcomes(
+    spark: SparkSession,
+    pipeline: Pipeline,
+    table: str,
+    days: list[date],
+    published_now: datetime | None = None,
+    landed: datetime | None = None,
+) -> list[checks.Outcome]:
+    """The deadline check of `table` on `days`: published now at `published_now` (a write), or as the trail says
+    (`check`); `landed`, when its newest rows landed (where known)."""
+    calendar = pipeline.calendar
+    if calendar is None or calendar.publish_by is None:
+        return []
+    earlier, now = first_published(spark, pipeline, table, days), clock.now()
+    found = []
+    for day in days:
+        deadline = calendar.deadline(day)
+        assert deadline is not None
+        times = [t for t in (earlier.get(day), published_now) if t is not None]
+        found.append(checks.deadline.outcome(day, deadline, min(times, default=None), landed, now))
+    return found

@@ -1,0 +1,178 @@
+"""A pipeline's calendar, pure and fast: its days in its timezone, an open end at the current day there (as Dagster's
+own partitions end), a day's close and deadline across daylight-saving changes, and the daily run's schedule: which
+day each tick publishes."""
+
+from datetime import UTC, date, datetime, timedelta
+from zoneinfo import ZoneInfo
+
+import pytest
+from dagster import RunRequest, build_schedule_context, partition_loading_context
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from exact_backfills import Calendar, Pipeline, Staging, checks, clock
+from exact_backfills.dagster_names import DAILY_RUN_PRIORITY, DAILY_RUN_TAG, PRIORITY_TAG
+from exact_backfills.daily_run import cron_of
+from exact_backfills.location import definitions_of
+from tests.support import visits
+from tests.support.lake import environment
+
+NEW_YORK = "America/New_York"
+OPEN = Calendar(first_day=date(2024, 12, 1), timezone=NEW_YORK, publish_by=timedelta(hours=6))
+UNPINNED = {"PARTITION_START_DATE": "", "PARTITION_END_DATE": ""}
+
+
+def _at(text: str, timezone: str = "UTC") -> datetime:
+    return datetime.fromisoformat(text).replace(tzinfo=ZoneInfo(timezone))
+
+
+@pytest.mark.parametrize(
+    ("instant", "new_york_day"),
+    [
+        (_at("2025-03-10T03:30"), date(2025, 3, 9)),  # 23:30 in New York, after its clocks sprang forward
+        (_at("2025-03-10T04:30"), date(2025, 3, 10)),
+        (_at("2025-11-02T04:30"), date(2025, 11, 2)),  # 00:30 EDT: the day of 25 hours has begun
+        (_at("2025-11-03T04:30"), date(2025, 11, 2)),  # 23:30 EST: still that day
+    ],
+)
+def test_an_open_calendar_ends_at_the_current_day_in_its_timezone_as_dagsters_partitions_do(instant, new_york_day):
+    with environment(**UNPINNED):
+        partitions = OPEN.in_effect(instant)
+    assert (partitions.first_day, partitions.last_day, partitions.moving) == (date(2024, 12, 1), new_york_day, True)
+    with partition_loading_context(effective_dt=instant):
+        assert partitions.definition.get_last_partition_key() == new_york_day.isoformat()
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    instant=st.datetimes(min_value=datetime(2025, 1, 1), max_value=datetime(2027, 12, 31)).map(
+        lambda d: d.replace(tzinfo=UTC)
+    ),
+    timezone=st.sampled_from(["UTC", NEW_YORK, "Europe/Berlin", "Asia/Kolkata", "Pacific/Auckland"]),
+)
+def test_the_day_of_an_instant_is_the_partition_dagster_files_it_under(instant, timezone):
+    with environment(**UNPINNED):
+        partitions = Calendar(first_day=date(2024, 12, 1), timezone=timezone).in_effect(instant)
+    day = clock.day_of(instant, timezone)
+    assert partitions.last_day == day
+    assert partitions.definition.get_partition_key_for_timestamp(instant.timestamp()) == day.isoformat()
+
+
+def test_a_day_ends_at_the_midnight_after_it_in_its_timezone_so_a_daylight_saving_day_lasts_23_or_25_hours():
+    short, long = date(2025, 3, 9), date(2025, 11, 2)
+    assert clock.end_of(short, NEW_YORK) - clock.end_of(short - timedelta(days=1), NEW_YORK) == timedelta(hours=23)
+    assert clock.end_of(long, NEW_YORK) - clock.end_of(long - timedelta(days=1), NEW_YORK) == timedelta(hours=25)
+    assert OPEN.closes_at(short) == _at("2025-03-10T00:30", NEW_YORK)  # closes_after defaults to 30 minutes
+    assert OPEN.deadline(short) == _at("2025-03-10T06:00", NEW_YORK) == _at("2025-03-10T10:00")  # EDT: UTC-4
+    assert OPEN.deadline(date(2025, 3, 8)) == _at("2025-03-09T11:00")  # EST: UTC-5
+    assert Calendar(first_day=date(2025, 1, 1)).deadline(short) is None  # no publish_by: no deadline
+
+
+def test_a_fixed_calendar_ends_on_its_last_day_and_the_environment_stands_in_for_either_end():
+    fixed = Calendar(first_day=date(2025, 1, 1), last_day=date(2025, 3, 31))
+    with environment(**UNPINNED):
+        assert (fixed.in_effect().last_day, fixed.in_effect().moving) == (date(2025, 3, 31), False)
+    with environment(PARTITION_START_DATE="", PARTITION_END_DATE="2025-02-01"):
+        pinned = OPEN.in_effect(_at("2026-06-01T12:00"))
+    assert (pinned.first_day, pinned.last_day, pinned.moving) == (date(2024, 12, 1), date(2025, 2, 1), False)
+    assert pinned.definition.get_last_partition_key() == "2025-02-01"
+
+
+@pytest.mark.parametrize(
+    ("calendar", "said"),
+    [
+        (Calendar(date(2025, 1, 1), closes_after=timedelta(hours=25)), "closes_after 1 day, 1:00:00 is not a"),
+        (Calendar(date(2025, 1, 1), closes_after=timedelta(seconds=90)), "closes_after 0:01:30 is not a whole number"),
+        (
+            Calendar(date(2025, 1, 1), closes_after=timedelta(hours=2), publish_by=timedelta(hours=1)),
+            "publish_by 1:00:00 is not a timedelta at or after its closes_after",
+        ),
+    ],
+)
+def test_a_close_or_deadline_that_cannot_be_kept_is_refused(calendar, said):
+    assert any(p.startswith(f"its calendar's {said}") for p in calendar.problems()), calendar.problems()
+
+
+def _pipeline(calendar: Calendar) -> Pipeline:
+    return Pipeline(
+        name="visits", sources=[visits.VISITS], tables=[Staging("stg_visits", source=visits.VISITS)], calendar=calendar
+    )
+
+
+def _schedule(pipeline: Pipeline):
+    return definitions_of(pipeline).get_schedule_def("daily_run")
+
+
+def _tick(pipeline: Pipeline, at: datetime):
+    """The schedule's evaluation at `at`, as the daemon's tick makes it."""
+    repository = definitions_of(pipeline).get_repository_def()
+    return _schedule(pipeline).evaluate_tick(
+        build_schedule_context(scheduled_execution_time=at, repository_def=repository)
+    )
+
+
+@pytest.mark.parametrize(
+    ("tick", "day"),
+    [
+        (_at("2025-03-10T00:30", NEW_YORK), date(2025, 3, 9)),  # the 23-hour day, closed
+        (_at("2025-11-03T00:30", NEW_YORK), date(2025, 11, 2)),  # the 25-hour day, closed
+        (_at("2025-01-02T00:30", NEW_YORK), date(2025, 1, 1)),
+    ],
+)
+def test_each_tick_of_the_daily_run_publishes_the_day_that_closed_as_one_run_ahead_of_backfills(tick, day):
+    pipeline = _pipeline(OPEN)
+    with environment(**UNPINNED):
+        request, schedule = _tick(pipeline, tick).run_requests[0], _schedule(pipeline)
+    assert (
+        (schedule.cron_schedule, schedule.execution_timezone) == (cron_of(OPEN), NEW_YORK) == ("30 0 * * *", NEW_YORK)
+    )
+    assert isinstance(request, RunRequest)
+    assert (request.partition_key, request.run_key) == (day.isoformat(), day.isoformat())
+    assert request.tags[PRIORITY_TAG] == DAILY_RUN_PRIORITY and request.tags[DAILY_RUN_TAG] == day.isoformat()
+
+
+def test_the_daily_run_skips_saying_why_a_closed_day_outside_the_partitions_is_not_published():
+    with environment(PARTITION_START_DATE="2025-01-01", PARTITION_END_DATE="2025-03-31"):
+        schedule = definitions_of(_pipeline(OPEN)).get_schedule_def("daily_run")
+        result = schedule.evaluate_tick(
+            build_schedule_context(scheduled_execution_time=_at("2026-06-02T00:30", NEW_YORK))
+        )
+    assert not result.run_requests
+    assert result.skip_message == "2026-06-01 closed, outside the partitions 2025-01-01..2025-03-31"
+
+
+DEADLINE = _at("2025-03-10T06:00", NEW_YORK)  # the 9 March's: 06:00 the next morning
+
+
+@pytest.mark.parametrize(
+    ("first_published", "landed", "now", "passed", "late_by", "why"),
+    [
+        (_at("2025-03-10T01:10", NEW_YORK), _at("2025-03-10T00:40", NEW_YORK), DEADLINE, True, None, None),
+        (
+            _at("2025-03-10T08:15", NEW_YORK),
+            _at("2025-03-10T07:50", NEW_YORK),
+            _at("2025-03-11T00:00"),
+            False,
+            "2 h 15 min",
+            "its rows landed at 2025-03-10 11:50 UTC, after the deadline",
+        ),
+        (
+            _at("2025-03-10T06:20", NEW_YORK),
+            _at("2025-03-09T23:00", NEW_YORK),
+            _at("2025-03-11T00:00"),
+            False,
+            "20 min",
+            "its rows landed in time; its run published it late (queued behind others, failed, or not run)",
+        ),
+        (None, None, _at("2025-03-10T05:00", NEW_YORK), True, None, "not published yet, not due yet"),
+        (None, None, _at("2025-03-10T07:30", NEW_YORK), False, "1 h 30 min", "not published yet"),
+    ],
+)
+def test_a_day_is_late_when_first_published_after_its_deadline_or_not_published_by_it_saying_how_late_and_why(
+    first_published, landed, now, passed, late_by, why
+):
+    deadline = OPEN.deadline(date(2025, 3, 9))
+    assert deadline == DEADLINE
+    found = checks.deadline.outcome(date(2025, 3, 9), deadline, first_published, landed, now)
+    assert (found.passed, found.metadata.get("late_by"), found.metadata.get("why")) == (passed, late_by, why)
+    assert found.metadata["deadline"] == "2025-03-10 10:00 UTC"

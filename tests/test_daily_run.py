@@ -1,0 +1,84 @@
+"""A pipeline that runs every day, on today's date: its partitions end at today in its timezone, so rows of today
+land in range, and the daily run's tick at the day's close publishes them as one normal run of the day, checks
+included; only a day after today is quarantined as out of range."""
+
+from dataclasses import replace
+from datetime import timedelta
+
+import pytest
+
+from exact_backfills import Pipeline, Staging, clock
+from exact_backfills.dagster_names import ALL_ASSETS_JOB
+from exact_backfills.landing import land_batch
+from exact_backfills.location import definitions_of
+from tests.support import visits
+from tests.support.lake import environment, rows
+from tests.test_calendar import _tick
+
+pytestmark = pytest.mark.slow
+
+
+def test_todays_rows_landed_now_are_published_by_the_daily_run_at_the_days_close(spark, lake):
+    _, instance = lake
+    pipeline, source = visits.pipeline, visits.VISITS  # New York's calendar, open: it ends today there
+    today = clock.today("America/New_York")
+    loaded = clock.now()
+    landed = [
+        (f"v{i}", today - timedelta(days=i % 2), loaded)
+        for i in range(6)  # today's and yesterday's visits
+    ] + [("v-tomorrow", today + timedelta(days=1), loaded)]  # not a partition yet: quarantined, with why
+    with environment(PARTITION_START_DATE=(today - timedelta(days=3)).isoformat(), PARTITION_END_DATE=""):
+        assert pipeline.partitions.last_day == today and pipeline.partitions.moving
+        land_batch(source, spark.createDataFrame(landed, source.schema), clock.day_of(loaded, "UTC"))
+        tick = _tick(pipeline, pipeline.calendar.closes_at(today))  # today's close: 00:30 tomorrow in New York
+        (request,) = tick.run_requests
+        assert request.partition_key == today.isoformat()
+        job = definitions_of(pipeline).resolve_job_def(ALL_ASSETS_JOB)
+        result = job.execute_in_process(instance=instance, partition_key=request.partition_key, tags=request.tags)
+    assert result.success
+    published = sorted((r["visit_id"], r["visit_date"]) for r in rows(spark, "stg_visits"))
+    assert published == [(f"v{i}", today) for i in (0, 2, 4)]  # the day's run wrote its day alone
+    quarantined = [(r["visit_id"], r["reason"]) for r in rows(spark, "quarantine_visits")]
+    assert quarantined == [("v-tomorrow", "visit_date_out_of_range")]
+    checks = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
+    assert checks and all(checks.values()), checks
+
+
+def test_each_day_shows_whether_it_was_first_published_by_its_deadline_and_a_restatement_does_not_make_it_late(
+    spark, lake
+):
+    """A calendar with a deadline (06:00 the next morning, New York): today's day, published before its deadline,
+    meets it; a day of three days ago, first published now, missed it by more than a day, its rows having landed
+    after it; published again later, it keeps its first publication's lateness."""
+    _, instance = lake
+    pipeline = Pipeline(
+        name="visits",
+        sources=[visits.VISITS],
+        tables=[Staging("stg_visits", source=visits.VISITS)],
+        calendar=replace(visits.pipeline.calendar, publish_by=timedelta(hours=6)),
+    )
+    today = clock.today("America/New_York")
+    late_day = today - timedelta(days=3)
+
+    def deadlines_of(result) -> dict[str, tuple[bool, dict]]:
+        return {
+            e.partition: (e.passed, {k: v.value for k, v in e.metadata.items()})
+            for e in result.get_asset_check_evaluations()
+            if e.check_name == "published_by_deadline"
+        }
+
+    with environment(PARTITION_START_DATE=(today - timedelta(days=4)).isoformat(), PARTITION_END_DATE=""):
+        job, loaded = definitions_of(pipeline).resolve_job_def(ALL_ASSETS_JOB), clock.now()
+        land_batch(visits.VISITS, spark.createDataFrame([("d1", late_day, loaded)], visits.VISITS.schema), late_day)
+        on_time = job.execute_in_process(instance=instance, partition_key=today.isoformat())
+        late = job.execute_in_process(instance=instance, partition_key=late_day.isoformat())
+        again = job.execute_in_process(instance=instance, partition_key=late_day.isoformat())
+    assert deadlines_of(on_time)[today.isoformat()][0] is True
+    for result in (late, again):
+        passed, found = deadlines_of(result)[late_day.isoformat()]
+        assert not passed and found["late_by"].split()[1] == "h" and int(found["late_by"].split()[0]) >= 42, found
+        assert found["why"].startswith("its rows landed at ") and found["why"].endswith(", after the deadline")
+    assert (
+        deadlines_of(again)[late_day.isoformat()][1]["first_published"]
+        == deadlines_of(late)[late_day.isoformat()][1]["first_published"]
+    )
