@@ -40,6 +40,7 @@ from exact_backfills.dagster_names import (
     RESTATE_JOB,
     ROLLBACK_JOB,
     ROLLBACK_OP,
+    VACUUM_JOB,
 )
 from exact_backfills.dagster_private import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 from exact_backfills.declare import Pipeline
@@ -296,6 +297,12 @@ def run_checks(
     )
     evaluations = [e.event_specific_data for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"]
     return result, [e for e in evaluations if isinstance(e, AssetCheckEvaluation)]
+
+
+def run_vacuum(pipeline: Pipeline, instance: DagsterInstance | None = None) -> ExecuteInProcessResult:
+    """The vacuum job (what its schedule runs), in this process."""
+    job = definitions_of(pipeline).resolve_job_def(VACUUM_JOB)
+    return job.execute_in_process(instance=instance or dagster_instance(), raise_on_error=False, run_config=QUIET)
 
 
 def run_rollback(

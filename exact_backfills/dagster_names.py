@@ -18,6 +18,9 @@ PLAN_OP = "build_plan"
 PROMOTE_JOB = "promote_plan"
 PROMOTE_OP = "promote_changed_days"
 DAILY_RUN_SCHEDULE = "daily_run"  # publishes each day once it closes (daily_run.py)
+VACUUM_JOB = "vacuum_tables"
+VACUUM_OP = "vacuum_under_the_horizon"
+VACUUM_SCHEDULE = "nightly_vacuum"
 
 # Every step that writes the lake claims this concurrency pool, whose limit dagster.yaml sets to 1: steps of any runs
 # (the UI's, the sensor's, the command line's) write one at a time, so two runs over the same days wait for each

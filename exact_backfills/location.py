@@ -10,6 +10,7 @@ from exact_backfills.daily_run import daily_run_schedule
 from exact_backfills.declare import Pipeline
 from exact_backfills.event_log_writes import batch_materializations
 from exact_backfills.rollback import rollback_job
+from exact_backfills.vacuuming import vacuum_job, vacuum_schedule
 from resources.lake import private_files
 from resources.settings import Settings, settings
 from resources.spark import spark_resource
@@ -26,6 +27,7 @@ def definitions_of(pipeline: Pipeline) -> Definitions:
         all_assets = all_assets_job(pipeline)
         restate = automation.restate_job(pipeline)
         check_code = code_changes.check_code_versions_job(pipeline)
+        vacuum = vacuum_job(pipeline)
         _built[id(pipeline), configured] = Definitions(
             assets=[*automation.landing_assets(pipeline), publish_step(pipeline)],
             asset_checks=automation.landing_checks(pipeline),
@@ -37,8 +39,9 @@ def definitions_of(pipeline: Pipeline) -> Definitions:
                 check_code,
                 code_changes.plan_job(pipeline),
                 code_changes.promote_job(pipeline),
+                vacuum,
             ],
-            schedules=[daily_run_schedule(pipeline, all_assets)],
+            schedules=[daily_run_schedule(pipeline, all_assets), vacuum_schedule(pipeline, vacuum)],
             sensors=[
                 automation.late_data_sensor(pipeline, restate, all_assets),
                 code_changes.code_version_sensor(pipeline, check_code),

@@ -24,7 +24,7 @@ from dagster_pyspark import LazyPySparkResource
 from pydantic import Field
 from pyspark.sql import SparkSession
 
-from exact_backfills import landing, liveness, recording
+from exact_backfills import landing, liveness, recording, retention
 from exact_backfills.checks import day_contents
 from exact_backfills.dagster_names import LAKE_WRITES_POOL, PIPELINE_TAG, ROLLBACK_JOB, ROLLBACK_OP
 from exact_backfills.declare import BATCH_COLUMN, Pipeline, SourceKind
@@ -185,7 +185,7 @@ def plan_rollback(spark: SparkSession, pipeline: Pipeline, asked: RollbackReques
             if (v := version_before(spark, t, asked.before_run, asked.before_backfill)) is not None
         }
         plan = rollback_plan(pipeline, start, end, written, what, table)
-        return _with_carried(spark, pipeline, RollbackPlan(**{**plan.__dict__, **named}))
+        return _with_carried(spark, pipeline, _within_horizon(spark, RollbackPlan(**{**plan.__dict__, **named})))
     if table is None or version is None:
         raise ValueError("give a table and a version, or a run (--before-run) or backfill (--before-backfill)")
     if version < 0:  # -1 stands for "before the table existed" inside a plan, never for what is asked
@@ -194,7 +194,14 @@ def plan_rollback(spark: SparkSession, pipeline: Pipeline, asked: RollbackReques
         raise ValueError(_not_a_table(pipeline, table))
     check_version(spark, table, version)
     plan = _plan(pipeline, start, end, {table: version}, f"{table} rolled back to version {version}", **named)
-    return _with_carried(spark, pipeline, plan)
+    return _with_carried(spark, pipeline, _within_horizon(spark, plan))
+
+
+def _within_horizon(spark: SparkSession, plan: RollbackPlan) -> RollbackPlan:
+    """The plan, unless a version it restores reaches past the rollback horizon (ValueError, one line)."""
+    for table, version in plan.restore.items():
+        retention.refuse_beyond_horizon(spark, table, version)
+    return plan
 
 
 def _with_carried(spark: SparkSession, pipeline: Pipeline, plan: RollbackPlan) -> RollbackPlan:

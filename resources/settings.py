@@ -67,6 +67,10 @@ class Settings(ConfigurableResource):
     restatement_window_days: int = Field(
         description="RESTATEMENT_WINDOW_DAYS: late rows on older days become exceptions instead of being restated"
     )
+    rollback_horizon_days: int = Field(
+        description="ROLLBACK_HORIZON_DAYS: how far back a rollback may restore: every table keeps its Delta log and "
+        "the files of its older versions this long, the vacuum removes what is older, and a rollback beyond is refused"
+    )
     late_data_sensor_interval_s: int = Field(
         description="LATE_DATA_SENSOR_INTERVAL_S: how often the sensor lists the landing"
     )
@@ -170,6 +174,7 @@ ENVIRONMENT = {
     "backfill_max_bytes_per_run": ("BACKFILL_MAX_BYTES_PER_RUN", str(2 * 2**30)),
     "watermark_reprocess_hours": ("WATERMARK_REPROCESS_HOURS", "72"),
     "restatement_window_days": ("RESTATEMENT_WINDOW_DAYS", "90"),
+    "rollback_horizon_days": ("ROLLBACK_HORIZON_DAYS", "30"),
     "late_data_sensor_interval_s": ("LATE_DATA_SENSOR_INTERVAL_S", "10"),
     "check_row_count_tolerance": ("CHECK_ROW_COUNT_TOLERANCE", "0.5"),
     "check_events_max_days": ("CHECK_EVENTS_MAX_DAYS", "3660"),
@@ -202,6 +207,7 @@ _POSITIVE = {
     "freshness_fail_window_h",
 }
 _NOT_NEGATIVE = {"watermark_reprocess_hours", "check_row_count_tolerance"}
+MIN_ROLLBACK_HORIZON_DAYS = 7
 
 
 def _parsed(field: str, raw: str) -> Any:
@@ -250,6 +256,9 @@ def _parsed(field: str, raw: str) -> Any:
         }.get(field, f"a{'n integer' if kind is int else ' number'}")
         shown = " (its value not shown)" if field in SECRET_FIELDS else f"={raw!r}"
         raise SettingsError(f"{variable}{shown} is not {expected}") from None
+    if field == "rollback_horizon_days" and value < MIN_ROLLBACK_HORIZON_DAYS:
+        # Delta's VACUUM refuses to keep less than 7 days (a writer may still be reading older files)
+        raise SettingsError(f"{variable}={raw!r} must be at least {MIN_ROLLBACK_HORIZON_DAYS} (days)")
     if field in _POSITIVE and value <= 0 or field in _NOT_NEGATIVE and value < 0:
         raise SettingsError(f"{variable}={raw!r} must be {'above' if field in _POSITIVE else 'at least'} 0")
     return value

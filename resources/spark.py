@@ -235,6 +235,21 @@ def cluster_application_conf() -> dict[str, str]:
     }
 
 
+def retention_defaults(configured: Settings) -> dict[str, str]:
+    """Every table this session creates keeps its log and its older versions' files for the rollback horizon (the
+    vacuum sets an older table's, exact_backfills/retention.py): under Delta's defaults, a rollback more than 7 days
+    back is refused by Delta itself. Session settings, not the warm engine's: a new horizon needs no restart."""
+    horizon = f"interval {configured.rollback_horizon_days} days"
+    return {
+        "spark.databricks.delta.properties.defaults.logRetentionDuration": horizon,
+        "spark.databricks.delta.properties.defaults.deletedFileRetentionDuration": horizon,
+        # Delta refuses to read a version committed before the file retention, though its files are kept while the
+        # commit that replaced it is younger (a table unchanged for two months, rewritten yesterday: yesterday's
+        # rollback). retention.refuse_beyond_horizon decides by the replacing commit instead, before any read.
+        "spark.databricks.delta.vacuum.enforceTimeTravelWithinDeletedFileRetentionDuration": "false",
+    }
+
+
 def _session_config() -> dict[str, str]:
     """Session settings: a Spark Connect client sets these on its server session."""
     return {
@@ -290,8 +305,8 @@ def spark_config(
     """The session's settings from the project's (`configured`, the environment's when not given). Without
     `with_secrets`, what a Dagster resource may show: SPARK_CONF left out (it may hold an object store's keys) and the
     Connect URL without a token; the session adds them when it starts (`spark_session`)."""
-    conf = _session_config()
     configured = configured or settings()
+    conf = {**_session_config(), **retention_defaults(configured)}
     if configured.warm_engine:
         _quiet_connect_client(configured)
         conf[ENGINE_HOME_KEY] = configured.spark_engine_home

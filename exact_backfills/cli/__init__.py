@@ -42,6 +42,7 @@ def commands(pipeline: "Pipeline | None" = None) -> list[Command]:
         writing.ROLLBACK,
         writing.RELEASE,
         writing.WITHDRAW,
+        writing.VACUUM,
         restating.STALE,
         planning.PLAN,
         planning.PROMOTE,

@@ -181,6 +181,18 @@ def _release(pipeline: "Pipeline", args: argparse.Namespace) -> int:
     return run_backfill(BackfillRequest(pipeline, args.start, args.end, tags={RELEASE_TAG: "true"})).exit_code
 
 
+def _vacuum(pipeline: "Pipeline", args: argparse.Namespace) -> int:
+    from exact_backfills.backfill import run_vacuum
+    from exact_backfills.dagster_names import VACUUM_OP
+
+    result = run_vacuum(pipeline)
+    if not result.success:
+        return run_failed("vacuum", result)
+    for line in result.output_for_node(VACUUM_OP):
+        print(line)
+    return 0
+
+
 GENERATE = Command("generate", "land the pipeline's deterministic demo data", _generate, _generate_arguments)
 BACKFILL = Command(
     "backfill",
@@ -202,6 +214,11 @@ RELEASE = Command(
     _release,
     required_range_args,
     within_partitions=True,
+)
+VACUUM = Command(
+    "vacuum",
+    "set every table's retention to the rollback horizon (ROLLBACK_HORIZON_DAYS) and remove the files older than it",
+    _vacuum,
 )
 WITHDRAW = Command(
     "withdraw",
