@@ -7,8 +7,10 @@ from dagster import Definitions, in_process_executor
 from exact_backfills import automation, code_changes
 from exact_backfills.assets import all_assets_job, publish_step
 from exact_backfills.daily_run import daily_run_schedule
+from exact_backfills.deadlines import declared
 from exact_backfills.declare import Pipeline
 from exact_backfills.event_log_writes import batch_materializations
+from exact_backfills.overdue import overdue_sensor
 from exact_backfills.rollback import rollback_job
 from exact_backfills.vacuuming import vacuum_job, vacuum_schedule
 from resources.lake import private_files
@@ -45,6 +47,7 @@ def definitions_of(pipeline: Pipeline) -> Definitions:
             sensors=[
                 automation.late_data_sensor(pipeline, restate, all_assets),
                 code_changes.code_version_sensor(pipeline, check_code),
+                *([overdue_sensor(pipeline)] if declared(pipeline) else []),
             ],
             # The Spark resource is configured from the settings, which are a resource too: the UI's resources page
             # shows the values runs use (resources/settings.py).

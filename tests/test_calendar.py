@@ -14,6 +14,7 @@ from exact_backfills import Calendar, Pipeline, Staging, checks, clock
 from exact_backfills.dagster_names import DAILY_RUN_PRIORITY, DAILY_RUN_TAG, PRIORITY_TAG
 from exact_backfills.daily_run import cron_of
 from exact_backfills.location import definitions_of
+from exact_backfills.overdue import overdue_days
 from tests.support import visits
 from tests.support.lake import environment
 
@@ -176,3 +177,56 @@ def test_a_day_is_late_when_first_published_after_its_deadline_or_not_published_
     found = checks.deadline.outcome(date(2025, 3, 9), deadline, first_published, landed, now)
     assert (found.passed, found.metadata.get("late_by"), found.metadata.get("why")) == (passed, late_by, why)
     assert found.metadata["deadline"] == "2025-03-10 10:00 UTC"
+
+
+def _evaluations(instance) -> dict[tuple[str, str], tuple[bool, str]]:
+    from dagster import DagsterEventType, EventRecordsFilter
+
+    records = instance.get_event_records(EventRecordsFilter(event_type=DagsterEventType.ASSET_CHECK_EVALUATION))
+    found = {}
+    for record in records:
+        evaluation = record.event_log_entry.dagster_event.event_specific_data
+        key = (evaluation.asset_key.to_user_string(), evaluation.partition)
+        found[key] = (evaluation.passed, evaluation.metadata["why"].value)
+    return found
+
+
+def _count(instance) -> int:
+    from dagster import DagsterEventType, EventRecordsFilter
+
+    return len(instance.get_event_records(EventRecordsFilter(event_type=DagsterEventType.ASSET_CHECK_EVALUATION)))
+
+
+def test_the_days_overdue_are_those_whose_deadline_passed_within_the_last_week_after_the_last_reported():
+    at = _at("2025-03-12T12:00")  # 08:00 in New York: the 11th's deadline, 06:00, has passed
+    assert overdue_days(OPEN, date(2025, 3, 9), at, None) == [date(2025, 3, 9), date(2025, 3, 10), date(2025, 3, 11)]
+    assert overdue_days(OPEN, date(2025, 3, 9), _at("2025-03-12T09:59"), None)[-1] == date(2025, 3, 10)  # 05:59
+    assert overdue_days(OPEN, date(2025, 3, 1), at, date(2025, 3, 10)) == [date(2025, 3, 11)]
+    assert overdue_days(OPEN, date(2025, 1, 1), at, None)[0] == date(2025, 3, 5)  # a week back, no further
+
+
+def test_a_day_not_published_by_its_deadline_fails_on_each_table_that_has_not_published_it_as_the_deadline_passes():
+    """The deadline sensor, now: three days ago missed its deadline unpublished and fails 'not published yet'; two
+    days ago was published and is left alone; yesterday fails only once its deadline (06:00 today in New York) has
+    passed; the next tick reports nothing again."""
+    from dagster import AssetMaterialization, DagsterInstance, build_sensor_context
+
+    today = clock.today(NEW_YORK)
+    days = {n: (today - timedelta(days=n)).isoformat() for n in (1, 2, 3)}
+    pipeline = _pipeline(OPEN)
+    with environment(PARTITION_START_DATE=days[3], PARTITION_END_DATE=""):
+        definitions = definitions_of(pipeline)
+        sensor = definitions.get_sensor_def("deadline_sensor")
+        with DagsterInstance.ephemeral() as instance:
+            instance.report_runless_asset_event(AssetMaterialization("stg_visits", partition=days[2]))
+            context = build_sensor_context(instance=instance, repository_def=definitions.get_repository_def())
+            sensor(context)
+            reported, cursor, count = _evaluations(instance), context.cursor, _count(instance)
+            sensor(context)
+            assert _count(instance) == count  # nothing reported twice
+    expected = {("stg_visits", days[3]): (False, "not published yet")}
+    yesterday_due = OPEN.deadline(today - timedelta(days=1)) < clock.now()
+    if yesterday_due:
+        expected[("stg_visits", days[1])] = (False, "not published yet")
+    assert reported == expected
+    assert cursor == (days[1] if yesterday_due else days[3])
