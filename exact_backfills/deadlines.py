@@ -1,7 +1,7 @@
 """Each day's deadline, checked against when each table first published the day (its earliest row in the audit
 trail): at the write that publishes it, and by `check` on what is published."""
 
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
@@ -48,3 +48,18 @@ def outcomes(
         times = [t for t in (earlier.get(day), published_now) if t is not None]
         found.append(checks.deadline.outcome(day, deadline, min(times, default=None), landed, now))
     return found
+
+
+# How many closed days back `metrics` reports missed deadlines.
+REPORTED_DAYS = 30
+
+
+def missed(spark: SparkSession, pipeline: Pipeline, table: str) -> list[date] | None:
+    """The days of the last 30 closed ones that `table` first published after their deadline, or not by it (None:
+    no deadline declared)."""
+    calendar = pipeline.calendar
+    if calendar is None or calendar.publish_by is None:
+        return None
+    newest, partitions = calendar.last_closed_day(clock.now()), pipeline.partitions
+    days = [d for d in (newest - timedelta(days=n) for n in range(REPORTED_DAYS)) if d in partitions]
+    return sorted(o.day for o in outcomes(spark, pipeline, table, sorted(days)) if not o.passed)

@@ -8,7 +8,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from exact_backfills import landing, late_data
+from exact_backfills import deadlines, landing, late_data
 from exact_backfills.declare import Pipeline, Source, SourceKind
 from exact_backfills.publish import Operation
 from resources import audit
@@ -89,9 +89,11 @@ class AssetMetrics:
     mismatch_count: int | None
     stale_days: int | None
     newest_published_day: date | None
+    missed_deadlines: list[date] | None = None  # of the last 30 closed days (None: no deadline declared)
 
     def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "newest_published_day": _iso(self.newest_published_day)}
+        missed = None if self.missed_deadlines is None else [d.isoformat() for d in self.missed_deadlines]
+        return {**asdict(self), "newest_published_day": _iso(self.newest_published_day), "missed_deadlines": missed}
 
 
 @dataclass(frozen=True)
@@ -147,6 +149,7 @@ def metrics(spark: SparkSession, pipeline: Pipeline) -> Metrics:
                 latest.mismatch_count,
                 behind.stale_days,
                 behind.newest_published_day,
+                deadlines.missed(spark, pipeline, r.asset) if r.asset in pipeline.by_name else None,
             )
         )
     return Metrics(lag, assets)

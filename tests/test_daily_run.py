@@ -11,6 +11,7 @@ from exact_backfills import Pipeline, Staging, clock
 from exact_backfills.dagster_names import ALL_ASSETS_JOB
 from exact_backfills.landing import land_batch
 from exact_backfills.location import definitions_of
+from exact_backfills.metrics import metrics
 from tests.support import visits
 from tests.support.lake import environment, rows
 from tests.test_calendar import _tick
@@ -73,6 +74,7 @@ def test_each_day_shows_whether_it_was_first_published_by_its_deadline_and_a_res
         on_time = job.execute_in_process(instance=instance, partition_key=today.isoformat())
         late = job.execute_in_process(instance=instance, partition_key=late_day.isoformat())
         again = job.execute_in_process(instance=instance, partition_key=late_day.isoformat())
+        figures = {m.asset: m for m in metrics(spark, pipeline).assets}
     assert deadlines_of(on_time)[today.isoformat()][0] is True
     for result in (late, again):
         passed, found = deadlines_of(result)[late_day.isoformat()]
@@ -82,3 +84,8 @@ def test_each_day_shows_whether_it_was_first_published_by_its_deadline_and_a_res
         deadlines_of(again)[late_day.isoformat()][1]["first_published"]
         == deadlines_of(late)[late_day.isoformat()][1]["first_published"]
     )
+    # `metrics`: the days of the last 30 that missed their deadline: published late, or not published (every
+    # partition day but today's and the late one's, once its deadline has passed)
+    unpublished = [today - timedelta(days=n) for n in (4, 2, 1)]
+    due = [d for d in unpublished if pipeline.calendar.deadline(d) < clock.now()]
+    assert figures["stg_visits"].missed_deadlines == sorted([late_day, *due])

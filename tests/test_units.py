@@ -409,7 +409,7 @@ def test_metrics_show_on_the_terminal_and_as_json_by_the_same_figures():
     figures = Metrics(
         landing,
         [
-            AssetMetrics("fact_order_item", 3, 4.2, 1.5, 0, 2, date(2025, 1, 3)),
+            AssetMetrics("fact_order_item", 3, 4.2, 1.5, 0, 2, date(2025, 1, 3), [date(2025, 1, 1), date(2025, 1, 2)]),
             AssetMetrics("stg_order_items", 1, 10.0, None, None, None, None),
         ],
     )
@@ -417,7 +417,8 @@ def test_metrics_show_on_the_terminal_and_as_json_by_the_same_figures():
         "landing: newest batch 2025-01-04, newest day 2025-01-03; watermark 2025-01-04T02:00:00; landed data not yet "
         "published: 86400 s",
         "asset                       runs  p95 run s  dup per 1k  mismatches  stale days  newest day",
-        "fact_order_item                3        4.2         1.5           0           2  2025-01-03",
+        "fact_order_item                3        4.2         1.5           0           2  2025-01-03"
+        "  missed deadlines: 2025-01-01..2025-01-02",
         "stg_order_items                1       10.0           0           0           -  -",
     ]
     assert figures.to_json() == {
@@ -435,6 +436,7 @@ def test_metrics_show_on_the_terminal_and_as_json_by_the_same_figures():
                 "mismatch_count": 0,
                 "stale_days": 2,
                 "newest_published_day": "2025-01-03",
+                "missed_deadlines": ["2025-01-01", "2025-01-02"],
             },
             {
                 "asset": "stg_order_items",
@@ -444,6 +446,7 @@ def test_metrics_show_on_the_terminal_and_as_json_by_the_same_figures():
                 "mismatch_count": None,
                 "stale_days": None,
                 "newest_published_day": None,
+                "missed_deadlines": None,
             },
         ],
     }

@@ -122,6 +122,8 @@ def _report_arguments(p: argparse.ArgumentParser) -> None:
 
 def describe_metrics(figures: "Metrics") -> list[str]:
     """The metrics as the terminal shows them: the landing, then a line per asset."""
+    from exact_backfills.publish import day_ranges
+
     landed = figures.landing
     lag = "-" if landed.landing_lag_s is None else f"{landed.landing_lag_s:.0f} s"
     watermark = landed.watermark.isoformat() if landed.watermark else "- (never restated)"
@@ -139,6 +141,7 @@ def describe_metrics(figures: "Metrics") -> list[str]:
         lines.append(
             f"{m.asset:<{width}}{m.runs:>6}{m.p95_run_s:>11}{m.duplicate_per_1k or 0:>12}"
             f"{m.mismatch_count or 0:>12}{stale:>12}  {m.newest_published_day or '-'}"
+            + (f"  missed deadlines: {day_ranges(m.missed_deadlines)}" if m.missed_deadlines else "")
         )
     return lines
 
