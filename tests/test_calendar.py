@@ -6,7 +6,7 @@ from datetime import UTC, date, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
-from dagster import RunRequest, build_schedule_context, partition_loading_context
+from dagster import RunRequest, partition_loading_context
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -15,7 +15,7 @@ from exact_backfills.dagster_names import DAILY_RUN_PRIORITY, DAILY_RUN_TAG, PRI
 from exact_backfills.daily_run import cron_of
 from exact_backfills.location import definitions_of
 from exact_backfills.overdue import overdue_days
-from tests.support import visits
+from tests.support import schedules, visits
 from tests.support.lake import environment
 
 NEW_YORK = "America/New_York"
@@ -100,18 +100,6 @@ def _pipeline(calendar: Calendar) -> Pipeline:
     )
 
 
-def _schedule(pipeline: Pipeline):
-    return definitions_of(pipeline).get_schedule_def("daily_run")
-
-
-def _tick(pipeline: Pipeline, at: datetime):
-    """The schedule's evaluation at `at`, as the daemon's tick makes it."""
-    repository = definitions_of(pipeline).get_repository_def()
-    return _schedule(pipeline).evaluate_tick(
-        build_schedule_context(scheduled_execution_time=at, repository_def=repository)
-    )
-
-
 @pytest.mark.parametrize(
     ("tick", "day"),
     [
@@ -123,7 +111,7 @@ def _tick(pipeline: Pipeline, at: datetime):
 def test_each_tick_of_the_daily_run_publishes_the_day_that_closed_as_one_run_ahead_of_backfills(tick, day):
     pipeline = _pipeline(OPEN)
     with environment(**UNPINNED):
-        request, schedule = _tick(pipeline, tick).run_requests[0], _schedule(pipeline)
+        request, schedule = schedules.tick(pipeline, tick).run_requests[0], schedules.daily_run(pipeline)
     assert (
         (schedule.cron_schedule, schedule.execution_timezone) == (cron_of(OPEN), NEW_YORK) == ("30 0 * * *", NEW_YORK)
     )
@@ -134,10 +122,7 @@ def test_each_tick_of_the_daily_run_publishes_the_day_that_closed_as_one_run_ahe
 
 def test_the_daily_run_skips_saying_why_a_closed_day_outside_the_partitions_is_not_published():
     with environment(PARTITION_START_DATE="2025-01-01", PARTITION_END_DATE="2025-03-31"):
-        schedule = definitions_of(_pipeline(OPEN)).get_schedule_def("daily_run")
-        result = schedule.evaluate_tick(
-            build_schedule_context(scheduled_execution_time=_at("2026-06-02T00:30", NEW_YORK))
-        )
+        result = schedules.tick(_pipeline(OPEN), _at("2026-06-02T00:30", NEW_YORK))
     assert not result.run_requests
     assert result.skip_message == "2026-06-01 closed, outside the partitions 2025-01-01..2025-03-31"
 

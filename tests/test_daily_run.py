@@ -12,9 +12,8 @@ from exact_backfills.dagster_names import ALL_ASSETS_JOB
 from exact_backfills.landing import land_batch
 from exact_backfills.location import definitions_of
 from exact_backfills.metrics import metrics
-from tests.support import visits
+from tests.support import schedules, visits
 from tests.support.lake import environment, rows
-from tests.test_calendar import _tick
 
 pytestmark = pytest.mark.slow
 
@@ -31,7 +30,7 @@ def test_todays_rows_landed_now_are_published_by_the_daily_run_at_the_days_close
     with environment(PARTITION_START_DATE=(today - timedelta(days=3)).isoformat(), PARTITION_END_DATE=""):
         assert pipeline.partitions.last_day == today and pipeline.partitions.moving
         land_batch(source, spark.createDataFrame(landed, source.schema), clock.day_of(loaded, "UTC"))
-        tick = _tick(pipeline, pipeline.calendar.closes_at(today))  # today's close: 00:30 tomorrow in New York
+        tick = schedules.tick(pipeline, pipeline.calendar.closes_at(today))  # today's close: 00:30 tomorrow in New York
         (request,) = tick.run_requests
         assert request.partition_key == today.isoformat()
         job = definitions_of(pipeline).resolve_job_def(ALL_ASSETS_JOB)
