@@ -107,9 +107,23 @@ class Vacuumed:
         return f"{self.table}: {retention}{self.files_removed} file(s) older than the horizon removed"
 
 
+# VACUUM lists a table's folders as a job of this many tasks, Spark's default 10,000: 12 s for a table of 90 small
+# day folders on two cores, 1.6 s with 8.
+LISTING_PARALLELISM = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
+LISTING_TASKS = "8"
+
+
 def vacuum(spark: SparkSession, pipeline: Pipeline) -> list[Vacuumed]:
     """Every table of `pipeline` that exists: its retention set to the horizon, then vacuumed under it."""
-    return [_vacuum(spark, table) for table in pipeline.every_table if table_exists(table)]
+    before = spark.conf.get(LISTING_PARALLELISM)
+    spark.conf.set(LISTING_PARALLELISM, LISTING_TASKS)  # the session's own: a warm engine's other clients keep theirs
+    try:
+        return [_vacuum(spark, table) for table in pipeline.every_table if table_exists(table)]
+    finally:
+        if before is None:
+            spark.conf.unset(LISTING_PARALLELISM)
+        else:
+            spark.conf.set(LISTING_PARALLELISM, before)
 
 
 def _vacuum(spark: SparkSession, table: str) -> Vacuumed:
