@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from exact_backfills import Calendar, Pipeline, Staging, checks, clock
 from exact_backfills.dagster_names import DAILY_RUN_PRIORITY, DAILY_RUN_TAG, PRIORITY_TAG
-from exact_backfills.daily_run import cron_of
+from exact_backfills.daily_run import cron_of, day_run_requests
 from exact_backfills.location import definitions_of
 from exact_backfills.overdue import overdue_days
 from tests.support import schedules, visits
@@ -111,13 +111,31 @@ def _pipeline(calendar: Calendar) -> Pipeline:
 def test_each_tick_of_the_daily_run_publishes_the_day_that_closed_as_one_run_ahead_of_backfills(tick, day):
     pipeline = _pipeline(OPEN)
     with environment(**UNPINNED):
-        request, schedule = schedules.tick(pipeline, tick).run_requests[0], schedules.daily_run(pipeline)
+        request, schedule = schedules.tick(pipeline, tick).run_requests[-1], schedules.daily_run(pipeline)
     assert (
         (schedule.cron_schedule, schedule.execution_timezone) == (cron_of(OPEN), NEW_YORK) == ("30 0 * * *", NEW_YORK)
     )
     assert isinstance(request, RunRequest)
     assert (request.partition_key, request.run_key) == (day.isoformat(), day.isoformat())
     assert request.tags[PRIORITY_TAG] == DAILY_RUN_PRIORITY and request.tags[DAILY_RUN_TAG] == day.isoformat()
+
+
+def test_a_tick_also_publishes_the_days_of_the_week_before_that_a_missed_tick_left_unpublished():
+    """The daemon was down at the 5th's tick: at the 7th's close the tick requests the 5th and the 7th; the days
+    before the first partition are not asked for."""
+    from dagster import AssetMaterialization, DagsterInstance
+
+    pipeline = _pipeline(OPEN)
+    with (
+        environment(PARTITION_START_DATE="2025-03-02", PARTITION_END_DATE=""),
+        DagsterInstance.ephemeral() as instance,
+    ):
+        for day in (2, 3, 4, 6):
+            instance.report_runless_asset_event(AssetMaterialization("stg_visits", partition=f"2025-03-0{day}"))
+        # what the tick evaluates with the daemon's instance
+        requests = day_run_requests(pipeline, instance, _at("2025-03-08T00:30", NEW_YORK))
+    assert [r.partition_key for r in requests] == ["2025-03-05", "2025-03-07"]
+    assert [r.run_key for r in requests] == ["2025-03-05", "2025-03-07"]
 
 
 def test_the_daily_run_skips_saying_why_a_closed_day_outside_the_partitions_is_not_published():
