@@ -36,11 +36,16 @@ def outcomes(
     landed: datetime | None = None,
 ) -> list[checks.Outcome]:
     """The deadline check of `table` on `days`: published now at `published_now` (a write), or as the trail says
-    (`check`); `landed`, when its newest rows landed (where known)."""
+    (`check`); `landed`, when its newest rows landed (where known). When the trail cannot be read, the check fails
+    on every day, saying why: at a write, after its commit, that must not fail the run."""
     calendar = pipeline.calendar
     if calendar is None or calendar.publish_by is None:
         return []
-    earlier, now = first_published(spark, pipeline, table, days), clock.now()
+    try:
+        earlier = first_published(spark, pipeline, table, days)
+    except Exception as error:
+        return [checks.deadline.DEADLINE.not_evaluated(day, error) for day in days]
+    now = clock.now()
     found = []
     for day in days:
         deadline = calendar.deadline(day)

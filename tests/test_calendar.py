@@ -233,3 +233,18 @@ def test_a_day_not_published_by_its_deadline_fails_on_each_table_that_has_not_pu
         expected[("stg_visits", days[1])] = (False, "not published yet")
     assert reported == expected
     assert cursor == (days[1] if yesterday_due else days[3])
+
+
+def test_a_deadline_that_cannot_be_evaluated_fails_on_every_day_saying_why():
+    """The audit trail unreadable (here: no session to read it with): failed, never passed, and the write that asked
+    is not failed by it."""
+    from exact_backfills import deadlines
+
+    pipeline = _pipeline(OPEN)
+    with environment(PARTITION_START_DATE="2025-03-01", PARTITION_END_DATE="2025-03-31"):
+        found = deadlines.outcomes(None, pipeline, "stg_visits", [date(2025, 3, 9), date(2025, 3, 10)])  # type: ignore[arg-type]
+    assert [(o.day, o.passed, o.evaluated) for o in found] == [
+        (date(2025, 3, 9), False, False),
+        (date(2025, 3, 10), False, False),
+    ]
+    assert found[0].metadata["error"].startswith("could not be evaluated: AttributeError: ")
