@@ -5,6 +5,7 @@ import warnings
 
 from dagster import BetaWarning, PreviewWarning
 
+from exact_backfills import clock
 from exact_backfills.as_of import valid_to
 from exact_backfills.calendar import Calendar
 from exact_backfills.day_checks import DayCheck, DayOverDay
@@ -77,3 +78,10 @@ RELIED_ON = {
 for category, names in RELIED_ON.items():
     for name in names:
         warnings.filterwarnings("ignore", message=f".*{name}", category=category)
+
+# A Dagster process that loads the project (its code server, each run, the webserver) keeps the project's time: the
+# simulated clock's, when one is set (exact_backfills/clock.py).
+if clock.simulated() is not None:
+    from exact_backfills.dagster_private import follow_the_clock
+
+    follow_the_clock()

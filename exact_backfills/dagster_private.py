@@ -4,7 +4,7 @@ public path in Dagster 1.13.27; each has a guard in tests/test_dagster_private.p
 what the project relies on, that fails when Dagster changes it: the signal to look for a public API replacing it.
 Each guard is named in brackets: words of its test's name, or the start of a digest table's.
 
-Names imported (26), why none is public:
+Names imported (27), why none is public:
 - AssetCheckEvaluationTargetMaterializationData: the materialization a day's check result checked, which the UI
   compares to colour the check's Partitions view; Dagster fills it in only in a one-day step. [check_results_pointer]
 - DATA_VERSION_TAG: an observation takes a data version only as this tag. [observation_carries]
@@ -25,8 +25,9 @@ Names imported (26), why none is public:
 - WorkspaceProcessContext, WorkspaceFileTarget: the webserver's application, built as `dagster-webserver` builds it
   (ui_server.py). [workspace_classes]
 - create_execution_plan: a run created as the daemon creates it, with planned events (bench/). [planned_check_days]
+- DagsterLogManager: its records give a run's events their time, on the simulated clock (item 7). [follows_the_]
 
-Dagster's behaviour the project changes (6), each below beside why: for a fault a test shows or a cost bench/
+Dagster's behaviour the project changes (7), each below beside why: for a fault a test shows or a cost bench/
 measures; what of Dagster's each replaces (R) or uses (U):
 1. a pool's slot claim atomic across processes. R `_claim_concurrency_slot` [DAGSTERS_CLAIM_SHA256]
 2. one engine and open connection per SQLite file. R `_connect`, `has_table`; U `_initdb`, `path_for_shard`,
@@ -39,14 +40,19 @@ measures; what of Dagster's each replaces (R) or uses (U):
 5. a batch of materializations written as one (DAGSTER_EVENT_BATCH_SIZE: event_log_writes.py). R `store_event_batch`;
    U `_store_asset_event_tags`, `_store_asset_event`, `index_transaction` [DAGSTERS_CALLED_, records_every_event]
 6. a table's per-day metadata added for all its days at once. U the step context's `_step_execution_context`,
-   `_metadata_accumulator` [DAGSTERS_ASSET_METADATA_]"""
+   `_metadata_accumulator` [DAGSTERS_ASSET_METADATA_]
+7. Dagster's "now" from the project's clock when simulated. R `dagster._time`'s two `_mockable_` functions and
+   `DagsterLogManager.makeRecord`; U `dagster._daemon.cli.main` [DAGSTERS_CLOCK_SHA256, follows_the_simulated_clock]"""
 
+import logging
 import os
+import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
+import dagster._time as dagster_time
 import sqlalchemy
 from dagster import (
     AssetExecutionContext,
@@ -55,7 +61,6 @@ from dagster import (
     DagsterInvariantViolationError,
     EventLogEntry,
     partition_loading_context,
-    serialize_value,
 )
 from dagster._core.definitions.asset_checks.asset_check_evaluation import (  # noqa: F401
     AssetCheckEvaluationTargetMaterializationData,
@@ -65,6 +70,7 @@ from dagster._core.definitions.unresolved_asset_job_definition import Unresolved
 from dagster._core.execution.api import create_execution_plan  # noqa: F401
 from dagster._core.execution.backfill import BulkActionStatus  # noqa: F401
 from dagster._core.execution.context.metadata_logging import AssetMetadataHandle, OutputMetadataAccumulator
+from dagster._core.log_manager import DagsterLogManager
 from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
 from dagster._core.storage.asset_check_state import AssetCheckState, bulk_update_asset_check_state  # noqa: F401
 from dagster._core.storage.event_log import SqliteEventLogStorage
@@ -100,20 +106,19 @@ from exact_backfills.event_log_writes import (
     execution_rows,
     latest_results,
     planned_among,
+    planned_rows,
     run_check_result,
     sync_at_checkpoints,
     update_planned_execution,
 )
 
 
-# 1. A pool's slot claim that is atomic across processes. Dagster claims a slot of a pool (lake_writes, whose limit is
-# 1) by selecting a free slot row, then updating that row by its id alone. Two processes claiming at the same instant
-# both select the same free row and both update it: both steps are told they hold the slot and write the lake at once,
-# which Delta then refuses half-way as a conflict. In SQLite the select takes no lock (pysqlite begins a transaction
-# only at the update); in PostgreSQL the storage runs in autocommit, so its FOR UPDATE lock is gone when the select
-# returns. The update below claims the row only while it is still free, so exactly one gets it and the other waits as
-# Dagster's own loop makes it. tests/test_dagster_private.py shows Dagster's claim still lets two in (when that test
-# fails, Dagster fixed it and this class goes), and that the project's claim lets one.
+# 1. A pool's slot claim atomic across processes. Dagster claims a slot of a pool (lake_writes, limit 1) by selecting
+# a free slot row, then updating that row by its id alone: two processes claiming at once both select the same row and
+# both update it, so both steps write the lake at once and Delta refuses one half-way. (SQLite's select takes no lock;
+# PostgreSQL's storage runs in autocommit, so its FOR UPDATE lock is gone when the select returns.) The update below
+# claims the row only while it is still free. tests/test_dagster_private.py shows Dagster's claim still lets two in
+# (when that fails, Dagster fixed it and this class goes), and that the project's lets one.
 class _AtomicSlotClaim:
     index_connection: Callable[[], AbstractContextManager[Connection]]  # the storage's own
 
@@ -199,20 +204,14 @@ class _EnginePerFile:
         self._engines.clear()
 
 
-# 4. What a range run's check results cost to store. Dagster stores each check result of a run as it comes: the event
-# serialized twice (its row in the event log, then the check's execution row), each statement built anew, the index
-# written in two transactions (SQLite) or on two connections (PostgreSQL); a range run records one per check per day,
-# tens of thousands a year. A range run's planned check rows serialize the planned event once per day, most of what
-# creating a run over years of days costs. Dagster batches only the materializations it derives from an output
-# (DAGSTER_EVENT_BATCH_SIZE), and has no setting for the rest.
-#
-# The classes below store the same rows with the same values (a test compares them with Dagster's, row by row), but
-# buffer a run's check results until the next event of any other kind (the step's next output, its end, a
-# materialization), or until CHECK_RESULTS_PER_WRITE are buffered, and write them together: each serialized once, in one
-# transaction of the run's file and one of the index (SQLite), in one multi-row INSERT and one UPDATE per planned row
-# sent at once (PostgreSQL). The run's events keep their order. A process killed while it buffers results loses those
-# (run monitoring then fails its step; the days it published show their checks as not run until they run again); the
-# materializations they check are never buffered.
+# 4. What a range run's check results cost to store. Dagster stores each as it comes: the event serialized twice (its
+# event row, the check's execution row), each statement built anew, the index written in two transactions (SQLite) or
+# on two connections (PostgreSQL); a range run records one per check per day, tens of thousands a year, and its planned
+# check rows serialize the planned event once per day. The classes below store the same rows (a test compares them
+# with Dagster's, row by row) but buffer a run's check results until its next event of another kind, or until
+# CHECK_RESULTS_PER_WRITE are buffered, and write them together, each serialized once. The run's events keep their
+# order. A process killed while it buffers loses those results (run monitoring fails its step; its days show their
+# checks as not run until they run again); the materializations they check are never buffered.
 _EVENTS = SqlEventLogStorageTable
 _CHECK_EXECUTIONS = AssetCheckExecutionsTable
 _INSERT_EVENT = _EVENTS.insert()
@@ -221,6 +220,7 @@ _RESULT_STATUS = {
     True: AssetCheckExecutionRecordStatus.SUCCEEDED.value,
     False: AssetCheckExecutionRecordStatus.FAILED.value,
 }
+_PLANNED = AssetCheckExecutionRecordStatus.PLANNED.value
 _UPDATE_PLANNED_EXECUTION = update_planned_execution(_CHECK_EXECUTIONS)
 
 
@@ -281,30 +281,15 @@ class _CheckResultsWrittenTogether:
         if subset is None:
             super()._store_asset_check_evaluation_planned(event, event_id)  # type: ignore[misc]
             return
-        serialized, timestamp = serialize_value(event), self._event_insert_timestamp(event)  # type: ignore[attr-defined]
-        rows = [
-            {
-                "asset_key": planned.asset_key.to_string(),  # type: ignore[union-attr]
-                "check_name": planned.check_name,  # type: ignore[union-attr]
-                "partition": partition,
-                "run_id": event.run_id,
-                "execution_status": AssetCheckExecutionRecordStatus.PLANNED.value,
-                "evaluation_event": serialized,
-                "evaluation_event_timestamp": timestamp,
-                "evaluation_event_storage_id": event_id,
-            }
-            for partition in subset.get_partition_keys()
-        ]
+        timestamp = self._event_insert_timestamp(event)  # type: ignore[attr-defined]
+        rows = planned_rows(event, planned, subset.get_partition_keys(), timestamp, event_id, _PLANNED)
         with self.index_connection() as conn:
             conn.execute(_INSERT_CHECK_EXECUTION, rows)
 
 
-# 6. A range run's per-day figures on the materializations Dagster derives for a table's days, added for all its days at
-# once. Dagster's `add_asset_metadata` (the public way, one partition a call) lists the run's partitions and copies
-# every metadata added so far at each call: over thousands of days, quadratic, and most of a full-history run's time
-# after its first commit. The function below makes the same additions in one step: the same checks, the same
-# accumulated metadata, which Dagster then gives each day's materialization. tests/test_dagster_private.py compares
-# the materializations with those of `add_asset_metadata` day by day, and fails when the methods it stands for change.
+# 6. A range run's per-day figures added for all its days at once. Dagster's `add_asset_metadata` (one partition a call)
+# lists the run's partitions and copies all metadata added so far at each call: quadratic over thousands of days. This
+# makes the same additions in one step; tests/test_dagster_private.py compares the materializations day by day.
 def add_asset_metadata_by_partition(
     context: AssetExecutionContext, asset_key: AssetKey, by_partition: Mapping[str, Mapping[str, Any]]
 ) -> None:
@@ -328,13 +313,11 @@ def add_asset_metadata_by_partition(
     step._metadata_accumulator = OutputMetadataAccumulator(per_output_metadata=merged)
 
 
-# 3. A range run's planned materializations, one per asset and run (naming its days) rather than one per asset and day:
-# what DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS does, which Dagster reads through this property of the event
-# log storage in whichever process creates a run (the command line, the daemon, the webserver). Declared by the
-# storage, it holds in every process the instance is opened in, with no variable to set in each. What it changes: a
-# range run that fails no longer marks its days "Failed" in the asset's partitions. The checks say it instead: a run
-# refused writes nothing and its failing blocking checks name the days; a run that failed half-way leaves a failing
-# up_to_date_with_landing on each day it left behind (recording.partly_published_events).
+# 3. A range run's planned materializations, one per asset and run (naming its days), not one per asset and day: what
+# DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS does, read through this property of the storage in whichever process
+# creates a run, so it holds in every one with no variable to set. A range run that fails no longer marks its days
+# "Failed" in the asset's partitions; the checks say it instead: a refused run's failing blocking checks name the days,
+# one failed half-way leaves a failing up_to_date_with_landing on each day it left (recording.partly_published_events).
 class _PlannedEventsPerRun:
     @property
     def supports_partition_subset_in_asset_materialization_planned_events(self) -> bool:
@@ -436,3 +419,32 @@ class AtomicClaimPostgresEventLogStorage(
                 _INSERT_EVENT.returning(_EVENTS.c.id, sort_by_parameter_order=True), [h.row for h in buffered]
             ).scalars()
             self._record_check_results(conn, list(zip(buffered, [int(i) for i in ids], strict=True)))
+
+
+# 7. Dagster's "now" from the project's clock when it is simulated (exact_backfills/clock.py): the two functions of
+# `dagster._time` through which Dagster reads the time, and its log records' (a run's events take theirs), the three
+# that `freeze_time` replaces. Done on the project's import (code servers, runs, the webserver) and by the daemon.
+def follow_the_clock() -> None:
+    from exact_backfills import clock
+
+    if clock.simulated() is not None:
+        dagster_time._mockable_get_current_datetime = clock.now
+        dagster_time._mockable_get_current_timestamp = lambda: clock.now().timestamp()
+        DagsterLogManager.makeRecord = _clocked_record  # type: ignore[method-assign]
+
+
+def _clocked_record(self: logging.Logger, *args: Any, **kwargs: Any) -> logging.LogRecord:
+    from exact_backfills import clock
+
+    record = logging.Logger.makeRecord(self, *args, **kwargs)
+    record.created = clock.now().timestamp()
+    record.msecs = (record.created % 1) * 1000
+    return record
+
+
+def run_daemon() -> None:  # `dagster-daemon` (its command line, the same daemon) on the project's clock
+    from dagster._daemon.cli import main
+
+    follow_the_clock()
+    sys.argv[0] = "dagster-daemon"
+    main()

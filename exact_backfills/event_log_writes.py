@@ -3,12 +3,12 @@ write with, which events they hold, and the values of a check's execution rows. 
 private API."""
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import sqlalchemy
-from dagster import AssetCheckEvaluation, DagsterEventType, EventLogEntry
+from dagster import AssetCheckEvaluation, DagsterEventType, EventLogEntry, serialize_value
 
 # The database files kept open at once by a process: the index and the runs it writes or reads most recently.
 OPEN_DATABASE_FILES = 16
@@ -154,3 +154,23 @@ def planned_among(executions: sqlalchemy.Table, latest: Mapping[ExecutionKey, ob
         .where(c.check_name.in_({k[1] for k in latest}))
         .where(c.partition.in_({k[3] for k in latest}))
     )
+
+
+def planned_rows(
+    event: EventLogEntry, planned: Any, partitions: Sequence[str], timestamp: Any, event_id: int | None, status: str
+) -> list[dict[str, Any]]:
+    """The planned execution row of each of `partitions` of a planned check event, as Dagster writes one per event."""
+    serialized = serialize_value(event)
+    return [
+        {
+            "asset_key": planned.asset_key.to_string(),
+            "check_name": planned.check_name,
+            "partition": partition,
+            "run_id": event.run_id,
+            "execution_status": status,
+            "evaluation_event": serialized,
+            "evaluation_event_timestamp": timestamp,
+            "evaluation_event_storage_id": event_id,
+        }
+        for partition in partitions
+    ]

@@ -6,9 +6,10 @@ machine, past any proxy in front of it. A socket in a folder only its user enter
 which asks for the operator's password, is the one way in. And `dagster dev`'s webserver runs what any page sends it
 (exact_backfills/ui_guard.py): the embedded UI is the same application behind a middleware that refuses another
 origin's requests. Both serve the application the `dagster-webserver` command builds (dagster_webserver.cli), from
-the same instance and workspace; the daemon runs as `dagster-daemon run`. It relies on two of Dagster's internal
-names, WorkspaceProcessContext and WorkspaceFileTarget: tests/test_cluster_profile.py serves the UI with it and
-queries it through the proxy, tests/test_ui.py drives the embedded one in Chromium, and both fail if they change.
+the same instance and workspace; the daemon runs as `dagster-daemon run` does (exact_backfills/daemon.py). It relies
+on two of Dagster's internal names, WorkspaceProcessContext and WorkspaceFileTarget: tests/test_cluster_profile.py
+serves the UI with it and queries it through the proxy, tests/test_ui.py drives the embedded one in Chromium, and both
+fail if they change.
 
     python -m exact_backfills.ui_server SOCKET WORKSPACE_YAML                # the production profile's
     python -m exact_backfills.ui_server --listen HOST:PORT WORKSPACE_YAML    # the embedded demo's, with its daemon
@@ -105,8 +106,9 @@ def _start_daemon(server: Any, workspace: Path, started: list[subprocess.Popen])
         if server.should_exit:
             return
         time.sleep(0.2)
-    daemon = str(Path(sys.executable).with_name("dagster-daemon"))
-    started.append(subprocess.Popen([daemon, "run", "-w", str(workspace), "--log-level", "warning"]))
+    # `dagster-daemon run`, on the project's clock (exact_backfills/daemon.py).
+    daemon = [sys.executable, "-m", "exact_backfills.daemon", "run", "-w", str(workspace), "--log-level", "warning"]
+    started.append(subprocess.Popen(daemon))
 
 
 def main(argv: list[str]) -> int:

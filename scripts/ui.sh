@@ -237,7 +237,7 @@ start() {
   # otherwise create a new instance's tables at once.
   (cd "$home" && launch webserver env "${SERVICE_ENV[@]}" "${RUN_AS[@]}" "$PYTHON" -m exact_backfills.ui_server "$SOCKET" "$WORKSPACE")
   wait_until webserver 180 socket_answers
-  (cd "$home" && launch daemon env "${SERVICE_ENV[@]}" "${RUN_AS[@]}" "$PYTHON" -m dagster._daemon run -w "$WORKSPACE" --log-level warning)
+  (cd "$home" && launch daemon env "${SERVICE_ENV[@]}" "${RUN_AS[@]}" "$PYTHON" -m exact_backfills.daemon run -w "$WORKSPACE" --log-level warning)
   sleep 3
   alive daemon || { echo "ui: the daemon exited; its log: $STATE/daemon.log" >&2; tail -20 "$STATE/daemon.log" >&2; exit 1; }
   launch proxy env "${SERVICE_ENV[@]}" "${PROXY_AS[@]}" /usr/sbin/nginx -p "$SERVED" -e "$SERVED/nginx.log" -c "$SERVED/nginx.conf"

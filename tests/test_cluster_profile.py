@@ -644,7 +644,8 @@ def test_the_ui_runs_as_its_service_user_with_sockets_and_access_log_no_other_us
     service = pwd.getpwnam(SERVICE_USER).pw_uid
     processes = _ui_processes()
     commands = " ".join(command for _, command in processes.values())
-    assert all(f in commands for f in ("nginx: master", "nginx: worker", "ui_server", "dagster._daemon", "api grpc"))
+    expected = ("nginx: master", "nginx: worker", "ui_server", "exact_backfills.daemon", "api grpc")
+    assert all(f in commands for f in expected)
     assert {command.split()[0] for uid, command in processes.values() if uid != service} == set()
 
     # The code servers' sockets, in the services' own temporary folder: no other user reaches them.

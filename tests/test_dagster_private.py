@@ -3,7 +3,9 @@ project relies on. When one of these fails, Dagster changed it: look for the pub
 
 import inspect
 import uuid
+from datetime import UTC, date, datetime
 
+import pytest
 from dagster import (
     AssetExecutionContext,
     AssetObservation,
@@ -597,3 +599,70 @@ def test_the_private_modules_header_and_the_architecture_doc_list_each_private_n
     guards = [g.strip() for found in re.findall(r"\[([^\]]+)\]", header) for g in found.split(",")]
     source = Path(__file__).read_text()
     assert guards and [g for g in guards if not re.search(rf"(def test_\w*|\b){re.escape(g)}", source)] == []
+
+
+# Dagster's two time functions the simulated clock replaces, and the two that read them: when one changes, check that
+# Dagster still reads "now" through them alone (exact_backfills/dagster_private.py, item 7).
+DAGSTERS_CLOCK_SHA256 = {
+    "_mockable_get_current_datetime": "32848c51b9f6f779",
+    "_mockable_get_current_timestamp": "405cb9666c6efba5",
+    "get_current_datetime": "794952bbc9dcfd4d",
+    "get_current_timestamp": "308920a35f6b5ba1",
+}
+
+
+def test_the_time_functions_the_simulated_clock_replaces_are_still_dagsters_of_1_13():
+    import hashlib
+
+    import dagster._time as dagster_time
+
+    for name, digest in DAGSTERS_CLOCK_SHA256.items():
+        source = inspect.getsource(getattr(dagster_time, name))
+        assert hashlib.sha256(source.encode()).hexdigest()[:16] == digest, (
+            f"Dagster changed dagster._time.{name}: check that the simulated clock still replaces its 'now', then "
+            "update the digest"
+        )
+
+
+def test_a_process_loading_the_project_follows_the_simulated_clock_and_partitions_grow_with_it(tmp_path, monkeypatch):
+    import subprocess
+    import sys
+    import textwrap
+
+    from exact_backfills import clock
+
+    monkeypatch.setenv(clock.SIMULATED_CLOCK, str(tmp_path / "clock"))
+    clock.set_simulated(datetime(2025, 3, 8, 12, tzinfo=UTC))
+    # A process of its own, as a code server or a run is: the project's import makes Dagster read the clock's file.
+    probe = textwrap.dedent("""
+        from datetime import UTC, datetime
+        import exact_backfills
+        from exact_backfills import clock
+        from dagster import DailyPartitionsDefinition
+        from dagster._time import get_current_datetime, get_current_timestamp
+        from dagster import DagsterInstance, job, op
+        days = DailyPartitionsDefinition(start_date="2025-01-01", timezone="America/New_York", end_offset=1)
+        print(days.get_last_partition_key(), get_current_datetime().date(), round(get_current_timestamp()))
+        @op
+        def step():
+            pass
+        @job
+        def one_step():
+            step()
+        with DagsterInstance.ephemeral() as instance:  # a run's events are stamped by the clock too
+            run = one_step.execute_in_process(instance=instance).dagster_run
+            record = instance.get_run_record_by_id(run.run_id)
+            print(round(record.start_time), round(record.end_time), round(record.create_timestamp.timestamp()))
+        clock.set_simulated(datetime(2025, 3, 10, 3, 30, tzinfo=UTC))  # 23:30 on the 9th in New York, after DST
+        print(days.get_last_partition_key(), get_current_datetime().date(), round(get_current_timestamp()))
+    """)
+    shown = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert shown.returncode == 0, shown.stderr
+    before, run, after = (line.split() for line in shown.stdout.splitlines())
+    assert before[:2] == ["2025-03-08", "2025-03-08"]
+    simulated = datetime(2025, 3, 8, 12, tzinfo=UTC).timestamp()
+    assert all(abs(int(t) - simulated) < 60 for t in (before[2], *run)), (before, run)
+    assert after[:2] == ["2025-03-09", "2025-03-10"]  # New York's day; the UTC date Dagster reads
+    assert clock.today("America/New_York") == date(2025, 3, 9)  # this process reads the same clock
+    with pytest.raises(clock.ClockError, match="does not go back"):
+        clock.set_simulated(datetime(2025, 3, 1, tzinfo=UTC))
