@@ -25,6 +25,7 @@ BOUNDARIES = (
     "resources.",
     "exact_backfills.declare",
     "exact_backfills.declaration_error",
+    "exact_backfills.sources",
     "exact_backfills.day_checks",
     "exact_backfills.day_dependencies",
     "exact_backfills.calendar",

@@ -17,12 +17,10 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date
-from enum import Enum
 from functools import cached_property
 from typing import NamedTuple
 
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import types as T
 
 from exact_backfills.calendar import Calendar, Partitions, declared_calendar_problems
 from exact_backfills.day_checks import Measure as Measure
@@ -37,109 +35,22 @@ from exact_backfills.day_dependencies import TrailingDays as TrailingDays
 from exact_backfills.day_dependencies import Window as Window
 from exact_backfills.declaration_error import DeclarationError as DeclarationError
 
-# The columns the machinery adds to a landed row: its batch (the folder's day) and its file, relative to the source's
-# folder.
-BATCH_COLUMN = "ingest_date"
-FILE_COLUMN = "source_file"
-# A dimension's versions, by the day each takes effect.
-VALID_FROM = "valid_from"
-# Quarantine's day column: the day a rejected row is filed on.
-QUARANTINE_DAY = "quarantine_day"
-# The run that wrote a quarantined row.
-RUN_COLUMN = "run_id"
-
-# The types a source's `newest` may have: what orders a key's versions, the later winning.
-ORDERED_VERSIONS = (T.TimestampType, T.TimestampNTZType, T.DateType, T.IntegralType, T.DecimalType)
-# The types a key column may have: compared as they are, so that the same key is the same key on every run.
-KEY_TYPES = (T.StringType, T.IntegralType, T.DecimalType, T.DateType, T.TimestampType, T.BooleanType, T.BinaryType)
+# A source and the columns the machinery adds to its rows, re-exported where a declaration imports them from.
+from exact_backfills.sources import BATCH_COLUMN as BATCH_COLUMN
+from exact_backfills.sources import FILE_COLUMN as FILE_COLUMN
+from exact_backfills.sources import KEY_TYPES as KEY_TYPES
+from exact_backfills.sources import ORDERED_VERSIONS as ORDERED_VERSIONS
+from exact_backfills.sources import QUARANTINE_DAY as QUARANTINE_DAY
+from exact_backfills.sources import RUN_COLUMN as RUN_COLUMN
+from exact_backfills.sources import VALID_FROM as VALID_FROM
+from exact_backfills.sources import Rule as Rule
+from exact_backfills.sources import Source as Source
+from exact_backfills.sources import SourceKind as SourceKind
 
 # `read(upstream)`: the upstream table's rows of the days the build's day dependency on it names.
 Read = Callable[[str], DataFrame]
 # `build(spark, days, read)`: the table's rows of `days`.
 Build = Callable[[SparkSession, list[date], Read], DataFrame]
-
-
-class SourceKind(Enum):
-    """What a source's rows are, and so how its staging table holds them."""
-
-    EVENTS = "events"  # each key has one current version (the newest), on the day its day column gives
-    DIMENSION = "dimension"  # each version takes effect on its day and holds until the key's next version
-
-
-@dataclass(frozen=True)
-class Rule:
-    """Rows of a source that break its contract beyond the schema's types: quarantined with `reason`. `breaks` is a
-    SQL condition over the row's columns, true on a row that breaks it."""
-
-    reason: str
-    breaks: str
-
-
-@dataclass(frozen=True)
-class Source:
-    """A dataset landed as immutable, append-only Parquet batches under `landing/<name>/ingest_date=D/`.
-
-    - `schema`: the contract. A file whose columns or types differ is refused by name, never read.
-    - `key`: the natural key; `newest`: the column deciding which version of a key is newest (later wins; then the
-      later load time, the later file, and a hash of the row, so that every run resolves ties the same way).
-    - `day`: the column giving a row's day: a date column for events; for a dimension, the date (or timestamp) its
-      version takes effect (versions before the first partition take effect on it).
-    - `loaded_at`: the load time, a timestamp: the restatement watermark follows it, never the event's day.
-    - `rules`: rows breaking the contract beyond its types, quarantined with the reason (events only). Rows with a
-      null key, day or timestamp, a day outside the partitions, or a day after their load are quarantined too."""
-
-    name: str
-    schema: T.StructType
-    key: Sequence[str]
-    day: str
-    newest: str
-    loaded_at: str
-    kind: SourceKind = SourceKind.EVENTS
-    rules: Sequence[Rule] = ()
-    description: str = ""
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "key", tuple(self.key))
-        object.__setattr__(self, "rules", tuple(self.rules))
-
-    @property
-    def columns(self) -> list[str]:
-        return self.schema.fieldNames()
-
-    @property
-    def version_columns(self) -> list[str]:
-        """A landed version as staging and quarantine keep it: the row, its batch and its file."""
-        return [*self.columns, BATCH_COLUMN, FILE_COLUMN]
-
-    def problems(self) -> list[str]:
-        types = {f.name: f.dataType for f in self.schema.fields}
-        named = (*self.key, self.day, self.newest, self.loaded_at)
-        found = [f"{c} is not a column of its schema" for c in dict.fromkeys(named) if c not in types]
-        if found:
-            return found
-        if not self.key:
-            found.append("no key")
-        if self.kind is SourceKind.EVENTS and not isinstance(types[self.day], T.DateType):
-            found.append(f"its day column {self.day} is {types[self.day].simpleString()}, not a date")
-        if not isinstance(types[self.day], T.DateType | T.TimestampType):
-            found.append(f"its day column {self.day} is {types[self.day].simpleString()}, not a date or timestamp")
-        if not isinstance(types[self.loaded_at], T.TimestampType):
-            found.append(f"its load time {self.loaded_at} is {types[self.loaded_at].simpleString()}, not a timestamp")
-        if not isinstance(types[self.newest], ORDERED_VERSIONS):
-            found.append(
-                f"its newest column {self.newest} is {types[self.newest].simpleString()}: versions are ordered by a "
-                "timestamp, a date or a number"
-            )
-        found += [
-            f"its key column {c} is {types[c].simpleString()}, which cannot be compared as a key"
-            for c in self.key
-            if not isinstance(types[c], KEY_TYPES)
-        ]
-        clash = {BATCH_COLUMN, FILE_COLUMN, VALID_FROM, QUARANTINE_DAY, RUN_COLUMN, "reason", "refused"} & set(types)
-        found += [f"its column {c} is a name the machinery adds" for c in sorted(clash)]
-        if self.rules and self.kind is SourceKind.DIMENSION:
-            found.append("a dimension has no quarantine: its rules would never apply")
-        return found
 
 
 class SideTable(NamedTuple):
@@ -299,6 +210,9 @@ class Pipeline:
         ]
         for source in self.sources:
             found += [f"source {source.name}: {p}" for p in source.problems()]
+            zone = self.calendar.timezone if isinstance(self.calendar, Calendar) else None
+            if source.day_of and zone and source.timezone != zone:
+                found.append(f"source {source.name}: its days are {source.timezone}'s, its calendar's are {zone}'s")
         names = [n for t in self.tables for n in (t.name, *(s.name for s in t.side_tables))]
         found += [f"table {n} is declared twice" for n in sorted({n for n in names if names.count(n) > 1})]
         by_name = {t.name: t for t in self.tables}

@@ -284,7 +284,7 @@ def _rows(spark: SparkSession, source: Source, batches: list[str] | None, files:
     df = parts[0]
     for part in parts[1:]:
         df = df.unionByName(part)
-    df = df.withColumn(REFUSED, F.lit(None).cast("string"))
+    df = source.with_day(df).withColumn(REFUSED, F.lit(None).cast("string"))
     refused = [r for r in files.refused if r.batch is not None]
     if source.kind is SourceKind.EVENTS and refused:
         refused_rows = spark.createDataFrame(
@@ -317,7 +317,7 @@ def land(batches: Mapping[Source, DataFrame]) -> dict[str, list[str]]:
     landed = {source.name: assert_new_batches(df, source) for source, df in batches.items()}
     for source, df in batches.items():
         (
-            df.select(*source.columns, BATCH_COLUMN)
+            df.select(*source.landed_columns, BATCH_COLUMN)
             .repartition(BATCH_COLUMN)  # one file per batch
             .write.mode("append")
             .partitionBy(BATCH_COLUMN)

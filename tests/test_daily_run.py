@@ -3,11 +3,13 @@ land in range, and the daily run's tick at the day's close publishes them as one
 included; only a day after today is quarantined as out of range."""
 
 from dataclasses import replace
-from datetime import timedelta
+from datetime import UTC, date, datetime, timedelta
 
 import pytest
+from pyspark.sql import types as T
 
-from exact_backfills import Pipeline, Staging, clock
+from exact_backfills import Calendar, Pipeline, Source, Staging, clock
+from exact_backfills.backfill import BackfillRequest, run_backfill
 from exact_backfills.dagster_names import ALL_ASSETS_JOB
 from exact_backfills.landing import land_batch
 from exact_backfills.location import definitions_of
@@ -88,3 +90,45 @@ def test_each_day_shows_whether_it_was_first_published_by_its_deadline_and_a_res
     unpublished = [today - timedelta(days=n) for n in (4, 2, 1)]
     due = [d for d in unpublished if pipeline.calendar.deadline(d) < clock.now()]
     assert figures["stg_visits"].missed_deadlines == sorted([late_day, *due])
+
+
+def test_a_day_taken_from_an_instant_is_its_date_in_new_york_across_the_change_to_daylight_saving_time(spark, lake):
+    """A source whose files carry when each visit happened (`day_of`): its day is that instant's date in New York,
+    whose 9 March 2025 lasts 23 hours; a correction moving a visit past midnight moves it to the next day; an instant
+    after the last day, or none, is quarantined with why."""
+    _, instance = lake
+    columns = [("visit_id", T.StringType(), False), ("visited_at", T.TimestampType(), True)]
+    schema = T.StructType([T.StructField(*c) for c in columns] + [T.StructField("loaded_at", T.TimestampType(), False)])
+    source = Source(
+        "timed_visits", schema, key=["visit_id"], day="visit_date", newest="loaded_at", loaded_at="loaded_at",
+        day_of="visited_at", timezone="America/New_York",
+    )  # fmt: skip
+    new_york = Calendar(first_day=date(2025, 3, 8), last_day=date(2025, 3, 10), timezone="America/New_York")
+    staging = Staging("stg_timed_visits", source)
+    pipeline = Pipeline("timed_visits", sources=[source], tables=[staging], calendar=new_york)
+    loaded, corrected = datetime(2025, 3, 11, 12, tzinfo=UTC), datetime(2025, 3, 11, 13, tzinfo=UTC)
+    landed = [
+        ("before-midnight", datetime(2025, 3, 9, 4, 59, tzinfo=UTC), loaded),  # 23:59 on the 8th (EST)
+        ("at-midnight", datetime(2025, 3, 9, 5, tzinfo=UTC), loaded),  # 00:00 on the 9th (EST)
+        ("last-minute", datetime(2025, 3, 10, 3, 59, tzinfo=UTC), loaded),  # 23:59 on the 9th (EDT since 02:00)
+        ("next-midnight", datetime(2025, 3, 10, 4, tzinfo=UTC), loaded),  # 00:00 on the 10th (EDT)
+        ("moved", datetime(2025, 3, 9, 4, 50, tzinfo=UTC), loaded),  # 23:50 on the 8th...
+        ("moved", datetime(2025, 3, 9, 5, 10, tzinfo=UTC), corrected),  # ...corrected: 00:10 on the 9th
+        ("after-the-last-day", datetime(2025, 3, 11, 4, 30, tzinfo=UTC), loaded),  # 00:30 on the 11th
+        ("no-instant", None, loaded),
+    ]
+    with environment(PARTITION_START_DATE="", PARTITION_END_DATE=""):
+        land_batch(source, spark.createDataFrame(landed, schema), date(2025, 3, 11))
+        said: list[str] = []
+        request = BackfillRequest(pipeline, date(2025, 3, 8), date(2025, 3, 10), chunk_size=3)
+        assert run_backfill(request, instance=instance, echo=said.append), "\n".join(said)
+    staged = sorted((r["visit_id"], r["visit_date"]) for r in rows(spark, "stg_timed_visits"))
+    assert staged == [
+        ("at-midnight", date(2025, 3, 9)),
+        ("before-midnight", date(2025, 3, 8)),
+        ("last-minute", date(2025, 3, 9)),
+        ("moved", date(2025, 3, 9)),
+        ("next-midnight", date(2025, 3, 10)),
+    ]
+    quarantined = sorted((r["visit_id"], r["reason"]) for r in rows(spark, "quarantine_timed_visits"))
+    assert quarantined == [("after-the-last-day", "visit_date_out_of_range"), ("no-instant", "null_visit_date")]

@@ -44,6 +44,12 @@ def _source(**overrides) -> Source:
         ({"key": ["attributes"]}, "its key column attributes is map<string,string>, which cannot be compared as a key"),
         ({"newest": "updated_at"}, "updated_at is not a column of its schema"),
         ({"loaded_at": "day"}, "its load time day is date, not a timestamp"),
+        # a day taken from an instant (`day_of`): computed, not in the files; from a timestamp, in the calendar's zone
+        ({"day_of": "loaded_at"}, "its day day is computed from loaded_at: it cannot be a column of its files too"),
+        ({"day": "on", "day_of": "label"}, "its day_of label is string, not a timestamp"),
+        ({"day": "on", "day_of": "loaded_at", "timezone": "Mars/Olympus"}, "its timezone 'Mars/Olympus' is not an"),
+        ({"day": "on", "day_of": "loaded_at", "timezone": "America/New_York"}, "its days are America/New_York's, its"),
+        ({"day": "on", "day_of": "loaded_at", "kind": SourceKind.DIMENSION}, "a dimension's day is a column of its"),
     ],
 )
 def test_a_source_the_machinery_cannot_serve_is_refused_when_declared_in_one_line_naming_the_field(overrides, said):
