@@ -23,6 +23,7 @@ settings.load_profile("ci")
 _LONGEST_FIRST = [
     "test_ui.py",
     "test_late_data.py",
+    "test_simulated_days.py",
     "test_code_changes.py",
     "test_bench.py",
     "test_equivalence.py",
