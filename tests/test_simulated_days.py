@@ -25,7 +25,7 @@ from exact_backfills.metrics import metrics
 from resources.lake import REPO_ROOT
 from tests.pipelines.site_visits import REFERENCE, STG_VISITS, VISITS, WEEKLY_VISITS, pipeline
 from tests.support.dagster_ui import DagsterDev
-from tests.support.lake import environment, from_scratch, rows
+from tests.support.lake import environment, files_by_day, from_scratch, rows
 
 pytestmark = pytest.mark.slow  # a real daemon through six simulated days: minutes
 
@@ -55,7 +55,7 @@ def at(day: date, hour: int, minute: int = 0) -> datetime:
 
 
 def visits_of(day: date) -> list[tuple[str, date]]:
-    """The day's own visits: none on NO_DATA, a few otherwise (both sides of the DST change's missing hour)."""
+    """The day's own visits: none on NO_DATA, a few otherwise."""
     return [] if day == NO_DATA else [(f"{day:%m%d}-{n}", day) for n in range(3 + day.day % 3)]
 
 
@@ -194,7 +194,9 @@ def test_simulated_days_publish_on_time_but_the_delayed_one_and_end_as_a_from_sc
                 storage.free_concurrency_slots_for_run("a-long-write")
             daily = stretch.daily_run_of(day)
             assert daily.dagster_run.status == DagsterRunStatus.SUCCESS, day
-            assert daily.create_timestamp >= pipeline.calendar.closes_at(day), day  # on the simulated clock
+            # At the close on the simulated clock, in New York's time (the DST day's an hour earlier in UTC)
+            assert pipeline.calendar.closes_at(day) <= daily.create_timestamp, day
+            assert daily.create_timestamp < pipeline.calendar.closes_at(day) + timedelta(minutes=3), day
             if day == BACKFILLED:
                 # Queued after them, the daily run (its priority higher) started before every run of the backfill.
                 waiting = [instance.get_run_record_by_id(run_id) for run_id in queued]
@@ -217,6 +219,10 @@ def test_simulated_days_publish_on_time_but_the_delayed_one_and_end_as_a_from_sc
     # Up to the last closed day: today's days (a window's, restated after midnight) are in the making.
     expected = from_scratch(spark, tmp_path, FIRST, LAST, pipeline=pipeline, view=_closed_days)
     assert _closed_days(spark) == expected
+    # After a day's writes and rewrites, each table-day is one live file: the write path writes a day as one, so
+    # there is nothing to compact (the replaced files stay for time travel until a vacuum).
+    for table, day in ((STG_VISITS, "visit_date"), (WEEKLY_VISITS, "visit_day")):
+        assert {d: len(f) for d, f in files_by_day(spark, table, day).items() if len(f) != 1} == {}, table
     staged = {(r["visit_id"], r["visit_date"]) for r in rows(spark, STG_VISITS)}
     assert {("0305-late", FIRST), ("0307-0", FIRST), ("0308-late", DELAYED)} <= staged
     assert not any(visit_day == NO_DATA for _, visit_day in staged)
