@@ -2,7 +2,7 @@
 deadline, the time a change is stamped with) is `now()`: the wall clock, or the simulated clock when one is set. A
 schedule's tick passes the instant it was scheduled for instead (the daemon's clock), through the same functions.
 
-The simulated clock (tests, the live demo) is a file, named by SIMULATED_CLOCK, holding how far ahead of the wall clock
+The simulated clock (the tests') is a file, named by SIMULATED_CLOCK, holding how far ahead of the wall clock
 "now" is, in seconds: time runs at the wall clock's pace from where it was set, and `set_simulated` moves it forward.
 Dagster's processes read it too once they load the project (dagster_private.follow_the_clock): the daemon's scheduler
 and sensors, the runs, the webserver's partitions."""
