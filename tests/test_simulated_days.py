@@ -13,6 +13,7 @@ import pytest
 from dagster import DagsterRunStatus, RunsFilter
 
 from exact_backfills import clock
+from exact_backfills.checks.deadline import PUBLISHED_BY_DEADLINE
 from exact_backfills.dagster_names import (
     DAILY_RUN_SCHEDULE,
     DAILY_RUN_TAG,
@@ -24,6 +25,7 @@ from exact_backfills.landing import land_batch
 from exact_backfills.metrics import metrics
 from resources.lake import REPO_ROOT
 from tests.pipelines.site_visits import REFERENCE, STG_VISITS, VISITS, WEEKLY_VISITS, pipeline
+from tests.support.browser import dagster_ui
 from tests.support.dagster_ui import DagsterDev
 from tests.support.lake import environment, files_by_day, from_scratch, rows
 
@@ -206,11 +208,17 @@ def test_simulated_days_publish_on_time_but_the_delayed_one_and_end_as_a_from_sc
         dev.wait_until_idle()
         keys = dev.graphql(PARTITION_KEYS, {"key": {"path": [STG_VISITS]}})["assetNodeOrError"]["partitionKeys"]
         failed = instance.get_run_records(RunsFilter(statuses=[DagsterRunStatus.FAILURE]))
+        late_day_seen = _late_day_in_the_ui(dev)
     finally:
         dev.stop()
     assert not failed, [r.dagster_run.run_id for r in failed]
     assert keys[0] == FIRST.isoformat() and keys[-1] == (LAST + timedelta(days=1)).isoformat()  # the simulated today
     assert clock.today("America/New_York") == LAST + timedelta(days=1)
+    # The UI, day by day: each table's deadline check failed on the delayed day alone, saying how late and why.
+    for table, (seen, status, panel) in late_day_seen.items():
+        assert (seen.get("Failed"), seen.get("Passed")) == (1, (LAST - FIRST).days), (table, seen)
+        assert status == "Failed", (table, status)
+        assert "late_by\n" in panel and "after the deadline" in panel, (table, panel)
     figures = {m.asset: m for m in metrics(spark, pipeline).assets}
     assert {t: figures[t].missed_deadlines for t in (STG_VISITS, WEEKLY_VISITS)} == {
         STG_VISITS: [DELAYED],
@@ -227,6 +235,18 @@ def test_simulated_days_publish_on_time_but_the_delayed_one_and_end_as_a_from_sc
     assert {("0305-late", FIRST), ("0307-0", FIRST), ("0308-late", DELAYED)} <= staged
     assert not any(visit_day == NO_DATA for _, visit_day in staged)
     assert any(visit_day == DST for _, visit_day in staged)
+
+
+def _late_day_in_the_ui(dev: DagsterDev) -> dict[str, tuple[dict[str, int], str, str]]:
+    """Per table, its deadline check's Partitions view: the counts, and the delayed day's status and panel."""
+    seen = {}
+    with dagster_ui(f"http://127.0.0.1:{dev.port}", dev.credentials) as ui:
+        for table in (STG_VISITS, WEEKLY_VISITS):
+            counts = ui.check_partitions(table, PUBLISHED_BY_DEADLINE, {"Failed": 1, "Passed": (LAST - FIRST).days})
+            status, panel = ui.day_result(DELAYED.isoformat())
+            seen[table] = (counts, status, panel)
+        ui.screenshot("deadline-late-day")
+    return seen
 
 
 def _closed_days(spark) -> dict[str, list[dict]]:
