@@ -119,6 +119,15 @@ def ui(dagster_dev):
         yield ui
 
 
+@pytest.fixture(autouse=True)
+def _page_left_after_each_test(request):
+    """A Dagster page left open keeps polling the webserver and rendering what comes back (software rendering): on
+    two cores, minutes of CPU over the module. Each test opens what it reads."""
+    yield
+    if "ui" in request.fixturenames:
+        request.getfixturevalue("ui").leave()
+
+
 def test_the_landing_shows_as_observed_with_a_data_version_for_every_landed_day(ui, lake):
     root, _ = lake
     last = (START + timedelta(days=DAYS - 1)).isoformat()
@@ -176,8 +185,10 @@ def test_a_30_day_backfill_from_the_materialize_dialog_runs_in_chunks_and_change
 
     backfill_id, dialog = ui.launch_backfill("orders", START.isoformat(), last.isoformat())
     # Every asset has the same policy, yet the dialog says they vary: the UI compares the policies by reference
-    # (docs/architecture.md). When this fails, Dagster has fixed it: drop the README's and the docs' explanation.
+    # (docs/architecture.md). When this fails, Dagster has fixed it: drop the README's and the docs' note.
     assert "using varying backfill policies" in dialog
+    ui.leave()  # no page polling while the backfill runs (see _page_left_after_each_test); then its page, as it ends
+    dagster_dev.wait_for_backfill(backfill_id)
     page = ui.backfill_page(backfill_id, until="Succeeded")
     ui.screenshot("backfill-succeeded")
 
@@ -325,6 +336,7 @@ def test_a_late_batch_shows_exactly_its_days_stale_then_passed_after_the_sensors
     ui.screenshot("late-batch-stale-days")
 
     ui.set_sensor("late_data_sensor", running=True)
+    ui.leave()
     run = dagster_dev.wait_for_run(RESTATE_JOB, (LANDING_STATE_TAG, landing_state(ORDERS)))
 
     assert run["status"] == "SUCCESS"
@@ -425,6 +437,8 @@ def test_the_ml_pipeline_a_second_location_backfills_a_range_from_its_groups_dia
     backfill_id, _ = ui.launch_backfill(
         "ml_features", START.isoformat(), last.isoformat(), location="ml_features", shot="ml-launch-backfill"
     )
+    ui.leave()
+    dagster_dev.wait_for_backfill(backfill_id)
     page = ui.backfill_page(backfill_id, until="Succeeded")
     for asset in ML.every_table:
         assert f"{asset}\n{asset}\n100% completed\n{UI_DAYS}\n0\n{UI_DAYS}\n0" in page, f"{asset} not shown complete"
@@ -465,6 +479,7 @@ def test_a_late_event_shows_its_day_and_the_six_after_stale_then_passed_after_th
     assert status == "Failed" and f"trailing window of the change on {day}" in panel, panel
 
     ui.set_sensor("late_data_sensor", running=True, location="ml_features")
+    ui.leave()
     run = dagster_dev.wait_for_run(RESTATE_JOB, (LANDING_STATE_TAG, landing_state(ML)))
     assert run["status"] == "SUCCESS"
     assert_rewrote_exactly(spark, before, expected, tables=list(expected), day_column=ML.day_columns)

@@ -60,6 +60,10 @@ class DagsterUI:
     def open(self, path: str) -> None:
         self.page.goto(self.base_url + path)
 
+    def leave(self) -> None:
+        """A blank page: nothing polls or renders until the next `open`."""
+        self.page.goto("about:blank")
+
     def screenshot(self, name: str) -> Path:
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
         path = SCREENSHOTS / f"{name}.png"
