@@ -308,7 +308,7 @@ def test_a_blocking_failure_on_the_cluster_publishes_nothing(spark, built):
 
 
 def test_a_restatement_rolled_back_on_the_cluster_restores_its_days_and_their_release_publishes_them_again(
-    spark, built, tmp_path
+    spark, built
 ):
     env, instance, _ = built
     late = [START + timedelta(days=14), START + timedelta(days=15)]
@@ -326,8 +326,8 @@ def test_a_restatement_rolled_back_on_the_cluster_restores_its_days_and_their_re
     assert day_sha256(spark) == before  # every table, every day: as before the restatement
 
     succeeded(command(env, "release", *days))
+    # As restated again (that a restatement on the cluster equals a from-scratch build, the sensor's test shows)
     assert day_sha256(spark) == restated
-    assert from_scratch(spark, tmp_path, START, LANDED_END) == {t: rows(spark, t) for t in TABLES}
 
 
 def test_two_backfills_launched_at_once_on_the_cluster_lose_no_commit_and_change_nothing(spark, built):

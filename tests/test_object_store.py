@@ -1,9 +1,10 @@
 """A lake on object storage: LAKE_ROOT=s3a://bucket/prefix on the project's S3 server (scripts/object-store.sh,
 s3proxy), which Spark reaches through Hadoop's S3A and the project's own file operations through pyarrow. Every
 command runs in a process of its own, as a user runs it, once on the object store and once on a local folder, from
-the same landed data: after a chunked backfill, a late batch's restatement, a rollback and its release, a withdrawal
-and a code change's plan and promotion, every day of every table has the same SHA-256 on both. Two drivers committing
-to one table at once lose no commit."""
+the same landed data: after a chunked backfill and its restatement, and a withdrawal, every day of every table has the
+same SHA-256 on both. Two drivers committing to one table at once lose no commit. (The production profile's tests,
+tests/test_cluster_profile.py, keep their lake on the same server: late data, a rollback and its release and a code
+change are proven on object storage there, against a local build.)"""
 
 import json
 import os
@@ -16,14 +17,12 @@ from urllib.parse import unquote
 
 import pytest
 
-from bench.harness import FEATURE_ROUNDING_FIX, project_with
 from exact_backfills.operations import NOTE_SUFFIX, WithdrawalNote
 from resources import engine, storage
 from resources.delta_io import history
-from resources.lake import REPO_ROOT, landing_path, plans_root, table_path, withdrawn_path
+from resources.lake import REPO_ROOT, landing_path, table_path, withdrawn_path
 from tests.support import services
 from tests.support.lake import day_sha256, environment, own_engine_session
-from tests.support.late_batches import land_batch, next_batch_day, three_corrected_and_two_late_days
 from tests.support.object_store_proxy import Misbehaviour, misbehaving
 from tests.support.orders import FACT_ORDER_ITEM, ORDER_ITEMS, STG_ORDER_ITEMS
 from tests.support.projects import run_commands
@@ -108,33 +107,6 @@ def test_a_chunked_backfill_on_object_storage_equals_the_same_on_a_local_folder(
         assert storage.exists(storage.join(table_path(FACT_ORDER_ITEM), "_delta_log", f"{0:020d}.json"))
 
 
-def test_a_late_batch_is_restated_on_object_storage_as_on_a_local_folder(spark, built):
-    before = content(spark, built)["s3"]
-    for env in built.values():
-        with environment(LAKE_ROOT=env["LAKE_ROOT"]):
-            items, _ = three_corrected_and_two_late_days(spark, START)
-            land_batch(spark, items, next_batch_day())
-    on_both(built, ["restate"])
-    assert_same_content(spark, built)
-    assert content(spark, built)["s3"][FACT_ORDER_ITEM] != before[FACT_ORDER_ITEM]  # the late rows are published
-
-
-def test_a_rollback_and_its_release_on_object_storage_leave_what_they_leave_on_a_local_folder(spark, built):
-    day = START + timedelta(days=5)
-    versions = {}
-    for name, env in built.items():
-        with environment(LAKE_ROOT=env["LAKE_ROOT"]):
-            versions[name] = [c.version for c in history(spark, table_path(STG_ORDER_ITEMS))]
-    assert versions["s3"] == versions["local"]
-    days = ["--start", str(day), "--end", str(day + timedelta(days=2))]
-    # Staging as it was before its newest commit, on three days one of which a late batch corrected; the tables built
-    # from it rebuilt.
-    on_both(built, ["rollback", "--asset", STG_ORDER_ITEMS, *days, "--version", str(versions["s3"][1])])
-    assert_same_content(spark, built)
-    on_both(built, ["release", *days])
-    assert_same_content(spark, built)
-
-
 def test_a_withdrawal_on_object_storage_moves_the_file_with_its_note_and_publishes_as_on_a_local_folder(spark, built):
     batch = f"ingest_date={START + timedelta(days=3)}"
     for env in built.values():
@@ -165,18 +137,6 @@ def test_a_withdrawal_on_object_storage_moves_the_file_with_its_note_and_publish
             assert storage.read_bytes(other) == b"other bytes"
             storage.delete_tree(storage.parent(other))
     assert_same_content(spark, built)
-
-
-def test_a_code_change_planned_and_promoted_on_object_storage_changes_what_it_changes_on_a_local_folder(
-    spark, built, tmp_path
-):
-    fixed = project_with(tmp_path / "fixed", FEATURE_ROUNDING_FIX)
-    said = on_both(built, ["plan", *RANGE, "--json"], ["promote", "{plan_id}"], project=fixed)
-    planned = {name: json.loads(results[0].out)["tables"] for name, results in said.items()}
-    assert planned["s3"] and planned["s3"] == planned["local"]  # the same days changed, with the same totals
-    assert_same_content(spark, built)
-    with environment(LAKE_ROOT=built["s3"]["LAKE_ROOT"]):
-        assert storage.listing(plans_root()) == [], "the promoted plan's shadow tables are left"
 
 
 # Commits stay atomic on object storage even with more than one driver.
