@@ -41,8 +41,8 @@ measures; what of Dagster's each replaces (R) or uses (U):
    U `_store_asset_event_tags`, `_store_asset_event`, `index_transaction` [DAGSTERS_CALLED_, records_every_event]
 6. a table's per-day metadata added for all its days at once. U the step context's `_step_execution_context`,
    `_metadata_accumulator` [DAGSTERS_ASSET_METADATA_]
-7. Dagster's "now" from the project's clock when simulated. R `dagster._time`'s two `_mockable_` functions and
-   `DagsterLogManager.makeRecord`; U `dagster._daemon.cli.main` [DAGSTERS_CLOCK_SHA256, follows_the_simulated_clock]"""
+7. Dagster's "now" from the project's clock when simulated. R `dagster._time`'s `_mockable_` pair, the log manager's
+   `makeRecord`, the scheduler's `_get_next_scheduler_iteration_time`; U `dagster._daemon.cli.main` [DAGSTERS_CLOCK_]"""
 
 import logging
 import os
@@ -161,7 +161,6 @@ class _EnginePerFile:
         engine = self._engines.pop(shard, None)
         if engine is None:
             connect_args = {"timeout": SQLITE_BUSY_TIMEOUT_SECONDS, "check_same_thread": False}
-            # One connection kept open: opening and closing it is what costs.
             engine = sqlalchemy.create_engine(
                 self.conn_string_for_shard(shard), poolclass=QueuePool, pool_size=1, connect_args=connect_args
             )
@@ -190,12 +189,9 @@ class _EnginePerFile:
                     os.utime(self.path_for_shard(shard))  # type: ignore[attr-defined]
 
     def has_table(self, table_name: str) -> bool:
-        if table_name in self._tables_found:
-            return True
-        found = bool(super().has_table(table_name))  # type: ignore[misc]
-        if found:
+        if table_name not in self._tables_found and super().has_table(table_name):  # type: ignore[misc]
             self._tables_found.add(table_name)
-        return found
+        return table_name in self._tables_found
 
     def dispose(self) -> None:
         super().dispose()  # type: ignore[misc]
@@ -421,16 +417,18 @@ class AtomicClaimPostgresEventLogStorage(
             self._record_check_results(conn, list(zip(buffered, [int(i) for i in ids], strict=True)))
 
 
-# 7. Dagster's "now" from the project's clock when it is simulated (exact_backfills/clock.py): the two functions of
-# `dagster._time` through which Dagster reads the time, and its log records' (a run's events take theirs), the three
-# that `freeze_time` replaces. Done on the project's import (code servers, runs, the webserver) and by the daemon.
-def follow_the_clock() -> None:
+# 7. Dagster's "now" from the project's clock when it is simulated (exact_backfills/clock.py): `dagster._time`'s two
+# functions and its log records' time, as `freeze_time` replaces them, on the project's import (code servers, runs,
+# the webserver) and in the daemon, whose scheduler, asleep until the next minute it read, looks every 2 s instead.
+def follow_the_clock() -> bool:
     from exact_backfills import clock
 
-    if clock.simulated() is not None:
-        dagster_time._mockable_get_current_datetime = clock.now
-        dagster_time._mockable_get_current_timestamp = lambda: clock.now().timestamp()
-        DagsterLogManager.makeRecord = _clocked_record  # type: ignore[method-assign]
+    if clock.simulated() is None:
+        return False
+    dagster_time._mockable_get_current_datetime = clock.now
+    dagster_time._mockable_get_current_timestamp = lambda: clock.now().timestamp()
+    DagsterLogManager.makeRecord = _clocked_record  # type: ignore[method-assign]
+    return True
 
 
 def _clocked_record(self: logging.Logger, *args: Any, **kwargs: Any) -> logging.LogRecord:
@@ -444,7 +442,9 @@ def _clocked_record(self: logging.Logger, *args: Any, **kwargs: Any) -> logging.
 
 def run_daemon() -> None:  # `dagster-daemon` (its command line, the same daemon) on the project's clock
     from dagster._daemon.cli import main
+    from dagster._scheduler import scheduler  # imported after the daemon's modules, which it imports in turn
 
-    follow_the_clock()
+    if follow_the_clock():
+        scheduler._get_next_scheduler_iteration_time = lambda start_time: start_time + 2
     sys.argv[0] = "dagster-daemon"
     main()

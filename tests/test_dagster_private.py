@@ -604,23 +604,28 @@ def test_the_private_modules_header_and_the_architecture_doc_list_each_private_n
 # Dagster's two time functions the simulated clock replaces, and the two that read them: when one changes, check that
 # Dagster still reads "now" through them alone (exact_backfills/dagster_private.py, item 7).
 DAGSTERS_CLOCK_SHA256 = {
-    "_mockable_get_current_datetime": "32848c51b9f6f779",
-    "_mockable_get_current_timestamp": "405cb9666c6efba5",
-    "get_current_datetime": "794952bbc9dcfd4d",
-    "get_current_timestamp": "308920a35f6b5ba1",
+    "dagster._time._mockable_get_current_datetime": "32848c51b9f6f779",
+    "dagster._time._mockable_get_current_timestamp": "405cb9666c6efba5",
+    "dagster._time.get_current_datetime": "794952bbc9dcfd4d",
+    "dagster._time.get_current_timestamp": "308920a35f6b5ba1",
+    # the scheduler's next look, and its loop sleeping until then
+    "dagster._scheduler.scheduler._get_next_scheduler_iteration_time": "01d016e111dc68da",
+    "dagster._scheduler.scheduler.execute_scheduler_iteration_loop": "1a88ae61e07e94a8",
 }
 
 
 def test_the_time_functions_the_simulated_clock_replaces_are_still_dagsters_of_1_13():
     import hashlib
+    import importlib
 
-    import dagster._time as dagster_time
+    import dagster._daemon  # noqa: F401  (before the scheduler's module, which it imports in turn)
 
     for name, digest in DAGSTERS_CLOCK_SHA256.items():
-        source = inspect.getsource(getattr(dagster_time, name))
+        module, function = name.rsplit(".", 1)
+        source = inspect.getsource(getattr(importlib.import_module(module), function))
         assert hashlib.sha256(source.encode()).hexdigest()[:16] == digest, (
-            f"Dagster changed dagster._time.{name}: check that the simulated clock still replaces its 'now', then "
-            "update the digest"
+            f"Dagster changed {name}: check that the simulated clock still replaces its 'now' and the scheduler's "
+            "next look, then update the digest"
         )
 
 
