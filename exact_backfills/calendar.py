@@ -10,7 +10,7 @@ and a long-lived process sees today's partition appear at midnight in the pipeli
 
 import functools
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from dagster import DailyPartitionsDefinition
@@ -55,8 +55,13 @@ class Calendar:
         return clock.end_of(day, self.timezone) + self.closes_after
 
     def deadline(self, day: date) -> datetime | None:
-        """When `day` must be published by (None: no deadline)."""
-        return None if self.publish_by is None else clock.end_of(day, self.timezone) + self.publish_by
+        """When `day` must be published by (None: no deadline): `publish_by` after its end on the wall clock of the
+        calendar's timezone, so that 06:00 the next morning stays 06:00 on the morning of a daylight-saving change."""
+        if self.publish_by is None:
+            return None
+        following = day + timedelta(days=1)
+        midnight = datetime(following.year, following.month, following.day, tzinfo=ZoneInfo(self.timezone))
+        return (midnight + self.publish_by).astimezone(UTC)  # an aware time plus a timedelta moves its wall clock
 
     def last_closed_day(self, at: datetime) -> date:
         """The latest day closed at `at`."""

@@ -65,7 +65,10 @@ def test_a_day_ends_at_the_midnight_after_it_in_its_timezone_so_a_daylight_savin
     assert clock.end_of(long, NEW_YORK) - clock.end_of(long - timedelta(days=1), NEW_YORK) == timedelta(hours=25)
     assert OPEN.closes_at(short) == _at("2025-03-10T00:30", NEW_YORK)  # closes_after defaults to 30 minutes
     assert OPEN.deadline(short) == _at("2025-03-10T06:00", NEW_YORK) == _at("2025-03-10T10:00")  # EDT: UTC-4
-    assert OPEN.deadline(date(2025, 3, 8)) == _at("2025-03-09T11:00")  # EST: UTC-5
+    # 06:00 the next morning on the wall clock, the mornings clocks change included: 5 h after midnight EST on Mar 9,
+    # 7 h after midnight EDT on Nov 2
+    assert OPEN.deadline(date(2025, 3, 8)) == _at("2025-03-09T06:00", NEW_YORK) == _at("2025-03-09T10:00")
+    assert OPEN.deadline(date(2025, 11, 1)) == _at("2025-11-02T06:00", NEW_YORK) == _at("2025-11-02T11:00")
     assert Calendar(first_day=date(2025, 1, 1)).deadline(short) is None  # no publish_by: no deadline
 
 
