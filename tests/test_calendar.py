@@ -171,6 +171,14 @@ DEADLINE = _at("2025-03-10T06:00", NEW_YORK)  # the 9 March's: 06:00 the next mo
             "20 min",
             "its rows landed in time; its run published it late (queued behind others, failed, or not run)",
         ),
+        (
+            _at("2025-03-10T06:20", NEW_YORK),
+            None,  # a table whose rows carry no load time: nothing said of when they landed
+            _at("2025-03-11T00:00"),
+            False,
+            "20 min",
+            "its run published it after the deadline (when its rows landed: its staging table's result says)",
+        ),
         (None, None, _at("2025-03-10T05:00", NEW_YORK), True, None, "not published yet, not due yet"),
         (None, None, _at("2025-03-10T07:30", NEW_YORK), False, "1 h 30 min", "not published yet"),
     ],

@@ -40,11 +40,12 @@ def outcome(
     first = _utc(first_published)
     if first_published <= deadline:
         return DEADLINE.outcome(day, True, Published(_utc(deadline), first))
-    why = (
-        f"its rows landed at {_utc(landed)}, after the deadline"
-        if landed is not None and landed > deadline
-        else "its rows landed in time; its run published it late (queued behind others, failed, or not run)"
-    )
+    if landed is None:  # a table whose rows carry no load time (all but an events source's staging table)
+        why = "its run published it after the deadline (when its rows landed: its staging table's result says)"
+    elif landed > deadline:
+        why = f"its rows landed at {_utc(landed)}, after the deadline"
+    else:
+        why = "its rows landed in time; its run published it late (queued behind others, failed, or not run)"
     return DEADLINE.outcome(day, False, Published(_utc(deadline), first, _duration(first_published - deadline), why))
 
 
