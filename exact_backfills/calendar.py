@@ -59,9 +59,8 @@ class Calendar:
         calendar's timezone, so that 06:00 the next morning stays 06:00 on the morning of a daylight-saving change."""
         if self.publish_by is None:
             return None
-        following = day + timedelta(days=1)
-        midnight = datetime(following.year, following.month, following.day, tzinfo=ZoneInfo(self.timezone))
-        return (midnight + self.publish_by).astimezone(UTC)  # an aware time plus a timedelta moves its wall clock
+        end = clock.end_of(day, self.timezone).astimezone(ZoneInfo(self.timezone))
+        return (end + self.publish_by).astimezone(UTC)  # an aware time plus a timedelta moves its wall clock
 
     def last_closed_day(self, at: datetime) -> date:
         """The latest day closed at `at`."""
