@@ -42,12 +42,15 @@ measures; what of Dagster's each replaces (R) or uses (U):
 6. a table's per-day metadata added for all its days at once. U the step context's `_step_execution_context`,
    `_metadata_accumulator` [DAGSTERS_ASSET_METADATA_]
 7. Dagster's "now" from the project's clock when simulated. R `dagster._time`'s `_mockable_` pair, the log manager's
-   `makeRecord`, the scheduler's `_get_next_scheduler_iteration_time`; U `dagster._daemon.cli.main` [DAGSTERS_CLOCK_]"""
+   `makeRecord`, the scheduler's `_get_next_scheduler_iteration_time`, the daemon controller's
+   `get_current_timestamp` (its loop's own timing stays on the wall clock); U `dagster._daemon.cli.main`
+   [DAGSTERS_CLOCK_]"""
 
 import logging
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
@@ -441,10 +444,15 @@ def _clocked_record(self: logging.Logger, *args: Any, **kwargs: Any) -> logging.
 
 
 def run_daemon() -> None:  # `dagster-daemon` (its command line, the same daemon) on the project's clock
+    from dagster._daemon import controller
     from dagster._daemon.cli import main
     from dagster._scheduler import scheduler  # imported after the daemon's modules, which it imports in turn
 
     if follow_the_clock():
         scheduler._get_next_scheduler_iteration_time = lambda start_time: start_time + 2
+        # The controller times its own loop (the workspace's reload every 60 s, its threads' heartbeat checks) from a
+        # wall-clock start against Dagster's now: on a clock days ahead it reloaded the workspace, restarting every
+        # code server, at each of the loop's checks after a jump. Its loop keeps the wall clock; the daemons' don't.
+        controller.get_current_timestamp = time.time
     sys.argv[0] = "dagster-daemon"
     main()

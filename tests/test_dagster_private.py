@@ -611,6 +611,9 @@ DAGSTERS_CLOCK_SHA256 = {
     # the scheduler's next look, and its loop sleeping until then
     "dagster._scheduler.scheduler._get_next_scheduler_iteration_time": "01d016e111dc68da",
     "dagster._scheduler.scheduler.execute_scheduler_iteration_loop": "1a88ae61e07e94a8",
+    # the daemon controller's loop, timed from a wall-clock start against its module's get_current_timestamp
+    "dagster._daemon.controller:DagsterDaemonController.check_workspace_freshness": "a428da785199c294",
+    "dagster._daemon.controller:DagsterDaemonController.check_daemon_loop": "24835278cb624aa2",
 }
 
 
@@ -621,8 +624,11 @@ def test_the_time_functions_the_simulated_clock_replaces_are_still_dagsters_of_1
     import dagster._daemon  # noqa: F401  (before the scheduler's module, which it imports in turn)
 
     for name, digest in DAGSTERS_CLOCK_SHA256.items():
-        module, function = name.rsplit(".", 1)
-        source = inspect.getsource(getattr(importlib.import_module(module), function))
+        module, path = name.split(":") if ":" in name else name.rsplit(".", 1)
+        found = importlib.import_module(module)
+        for attribute in path.split("."):
+            found = getattr(found, attribute)
+        source = inspect.getsource(found)
         assert hashlib.sha256(source.encode()).hexdigest()[:16] == digest, (
             f"Dagster changed {name}: check that the simulated clock still replaces its 'now' and the scheduler's "
             "next look, then update the digest"
