@@ -16,13 +16,16 @@ fail if they change.
 """
 
 import os
+import shutil
 import socket as sockets
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -86,19 +89,97 @@ def serve_local(host: str, port: int, workspace: Path) -> None:
         print(f"  (shown this once; kept in {credentials_file()}, readable by you alone)", flush=True)
     print(f"The UI: http://{host}:{port} (user and password in {credentials_file()})", flush=True)
     daemon: list[subprocess.Popen] = []
-    with _application(workspace) as app:
+    with code_servers(workspace) as served, _application(served) as app:
         config = uvicorn.Config(Guarded(app, origins, credentials), host=host, port=port, log_level="warning")
         server = uvicorn.Server(config)
-        threading.Thread(target=_start_daemon, args=(server, workspace, daemon), daemon=True).start()
+        threading.Thread(target=_start_daemon, args=(server, served, daemon), daemon=True).start()
         try:
             server.run()
         finally:
-            for process in daemon:
-                process.terminate()
-                try:
-                    process.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    process.kill()
+            _stop(daemon)
+
+
+@contextmanager
+def code_servers(workspace: Path, timeout: float = 600) -> Iterator[Path]:
+    """A code server (`dagster code-server start`) per code location of `workspace` that names its code, and a
+    workspace naming their sockets, which the webserver and the daemon share, as `dagster dev` shares its own. Given
+    the code itself, each would start code servers of its own, and the daemon a new one at its workspace's reload every
+    60 s: the project imported and its definitions loaded again each minute, seconds of CPU. A code server loads them
+    once, and again when the UI's Reload asks it. Its socket is in a folder only its user enters."""
+    import yaml
+
+    folder = Path(tempfile.mkdtemp(prefix="exact-backfills-code-"))
+    started: list[CodeServer] = []
+    try:
+        entries = []
+        for n, entry in enumerate(yaml.safe_load(workspace.read_text())["load_from"]):
+            server = CodeServer.of(entry, workspace.parent, folder / f"location-{n}.sock")
+            if server is None:  # a code server already (grpc_server): as it is
+                entries.append(entry)
+                continue
+            started.append(server.start())
+            entries.append({"grpc_server": {"socket": str(server.socket), "location_name": server.location}})
+        deadline = time.monotonic() + timeout
+        for server in started:
+            server.wait_until_up(deadline)
+        served = folder / "workspace.yaml"
+        served.write_text(yaml.safe_dump({"load_from": entries}))
+        yield served
+    finally:
+        _stop([s.process for s in started if s.process is not None])
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@dataclass
+class CodeServer:
+    """A code location's code server: `dagster code-server start` on a socket, serving the code a workspace names."""
+
+    location: str
+    target: list[str]  # the code: -m MODULE or -f FILE, -d WORKING_DIRECTORY, -a ATTRIBUTE
+    socket: Path
+    process: subprocess.Popen | None = None
+
+    @classmethod
+    def of(cls, entry: dict[str, Any], base: Path, socket: Path) -> "CodeServer | None":
+        """The code server of a workspace's `load_from` entry (`python_module` or `python_file`), relative paths from
+        `base`; None for an entry that is a code server already."""
+        (kind, spec), *others = entry.items()
+        if kind == "grpc_server" and not others:
+            return None
+        if kind not in ("python_module", "python_file") or others:
+            raise ValueError(f"the workspace's entry {entry} is not a python_module, python_file or grpc_server")
+        spec = spec if isinstance(spec, dict) else {"module_name" if kind == "python_module" else "relative_path": spec}
+        code = spec.get("module_name") or str(base / spec["relative_path"])
+        target = ["-m" if kind == "python_module" else "-f", code]
+        target += ["-d", str(base / spec.get("working_directory", "."))]
+        target += ["-a", spec["attribute"]] if "attribute" in spec else []
+        location = spec.get("location_name") or code
+        return cls(location, target, socket)
+
+    def start(self) -> "CodeServer":
+        command = [sys.executable, "-m", "dagster", "code-server", "start", "--socket", str(self.socket)]
+        command += [*self.target, "--location-name", self.location, "--use-python-environment-entry-point"]
+        self.process = subprocess.Popen([*command, "--log-level", "warning"])
+        return self
+
+    def wait_until_up(self, deadline: float) -> None:
+        """Until it answers: it binds its socket once the code is loaded (or failed to load, which the UI shows)."""
+        while not self.socket.exists():
+            if self.process is not None and self.process.poll() is not None:
+                raise RuntimeError(f"the code server of {self.location} exited ({self.process.returncode})")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the code server of {self.location} did not start")
+            time.sleep(0.2)
+
+
+def _stop(processes: list[subprocess.Popen]) -> None:
+    for process in processes:
+        process.terminate()
+    for process in processes:
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
 
 
 def _start_daemon(server: Any, workspace: Path, started: list[subprocess.Popen]) -> None:
