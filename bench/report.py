@@ -88,6 +88,8 @@ ROWS = [
     ("peak_memory_mb", "peak memory of every process, the cluster's services included (MB)", ""),
     ("delta_commits", "Delta commits, every table", ""),
     ("files_written", "data files in the lake", ""),
+    ("files_per_table_day", "live data files per day, per table, after every step (a day is written as one)", "1"),
+    ("bytes_per_table_day", "live bytes per day, per table", ""),
 ]
 
 

@@ -124,6 +124,23 @@ def _bare() -> None:
     print(json.dumps(rows))
 
 
+def _table_days() -> dict[str, dict[str, float]]:
+    """Per published table (side tables included), its live data files and bytes per day it holds, as Delta's
+    DESCRIBE DETAIL counts them: what each day's rewrites leave for a reader (replaced files wait for a vacuum)."""
+    from assets_pkg.pipeline import pipeline
+    from resources.lake import table_path
+    from resources.spark import get_spark
+
+    spark = get_spark()
+    found: dict[str, dict[str, float]] = {}
+    for table, column in pipeline.day_columns.items():
+        detail = spark.sql(f"DESCRIBE DETAIL delta.`{table_path(table)}`").first()
+        days = spark.read.format("delta").load(table_path(table)).select(column).distinct().count()
+        if detail is not None and days:
+            found[table] = {"files": round(detail["numFiles"] / days, 2), "bytes": round(detail["sizeInBytes"] / days)}
+    return found
+
+
 def _peer_sqlmesh(bench: "Bench") -> dict:
     """SQLMesh doing the same full-history build on the same landing and days, with its audits
     (bench/peers/sqlmesh_peer.py), in an environment of its own (bench/peers/setup.sh). Local Spark only: its Spark
@@ -442,7 +459,7 @@ def main() -> int:
         "the backfill, the sensor's first restatement and `check` (--scale names it in the results)",
     )
     parser.add_argument("--steps-of", metavar="LAKE", help="only print the run and step times of an earlier run's lake")
-    parser.add_argument("--step", choices=["bare", "land-corrections"], help=argparse.SUPPRESS)
+    parser.add_argument("--step", choices=["bare", "land-corrections", "table-days"], help=argparse.SUPPRESS)
     parser.add_argument("--step-days", nargs="*", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.steps_of:
@@ -455,6 +472,9 @@ def main() -> int:
         return 0
     if args.step == "land-corrections":
         _land_corrections(args.step_days)
+        return 0
+    if args.step == "table-days":
+        print(json.dumps(_table_days()))
         return 0
 
     first, final = (DEMO_FIRST_DAY, DEMO_LAST_DAY) if args.demo else (FIRST_DAY, TPCH_LAST_DAY)
@@ -629,6 +649,10 @@ def measure(args: argparse.Namespace, bench: Bench, last: date) -> int:
 def finish(args: argparse.Namespace, bench: Bench, result: dict, memory: PeakMemory) -> int:
     """The whole run's figures (of the steps it ran) to args.out; 1 when a step that must write nothing wrote."""
     result.update(bench.counts())
+    out = bench.run(str(Path(__file__).resolve()), "--scale", "0", "--out", "-", "--step", "table-days")[1]
+    by_table = json.loads(out.strip().splitlines()[-1])
+    result["files_per_table_day"] = {t: f["files"] for t, f in by_table.items()}
+    result["bytes_per_table_day"] = {t: f["bytes"] for t, f in by_table.items()}
     result["run_steps_s"] = step_seconds(bench.home)
     result["spark_applications"] = bench.spark_apps
     result["peak_memory_mb"] = memory.stop()
@@ -646,6 +670,7 @@ def finish(args: argparse.Namespace, bench: Bench, result: dict, memory: PeakMem
         "idle_rewritten_partitions",
         "delta_commits",
         "files_written",
+        "files_per_table_day",
         "spark_applications",
         "peak_memory_mb",
         "backfill_vs_bare",
