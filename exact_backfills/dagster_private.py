@@ -1,8 +1,7 @@
-"""Everything the project takes from Dagster's private API, in one place (no other module imports from `dagster._`:
-a test checks it): names imported from private modules, methods of Dagster's classes called or replaced. None has a
-public path in Dagster 1.13.27; each has a guard in tests/test_dagster_private.py, a digest of its source or a test of
-what the project relies on, that fails when Dagster changes it: the signal to look for a public API replacing it.
-Each guard is named in brackets: words of its test's name, or the start of a digest table's.
+"""Everything the project takes from Dagster's private API (no other module imports `dagster._`; a test checks it):
+names imported from private modules, methods of Dagster's classes called or replaced. None has a public path in Dagster
+1.13.27; each has a guard in tests/test_dagster_private.py, a digest of its source or a test of what the project relies
+on, failing when Dagster changes it. Each guard in brackets: words of its test's name, or a digest table's.
 
 Names imported (27), why none is public:
 - AssetCheckEvaluationTargetMaterializationData: the materialization a day's check result checked, which the UI
@@ -42,9 +41,8 @@ measures; what of Dagster's each replaces (R) or uses (U):
 6. a table's per-day metadata added for all its days at once. U the step context's `_step_execution_context`,
    `_metadata_accumulator` [DAGSTERS_ASSET_METADATA_]
 7. Dagster's "now" from the project's clock when simulated. R `dagster._time`'s `_mockable_` pair, the log manager's
-   `makeRecord`, the scheduler's `_get_next_scheduler_iteration_time`, the daemon controller's
-   `get_current_timestamp` (its loop's own timing stays on the wall clock); U `dagster._daemon.cli.main`
-   [DAGSTERS_CLOCK_]"""
+   `makeRecord`, the scheduler's `_get_next_scheduler_iteration_time`, the daemon controller's `get_current_timestamp`
+   (the wall clock) and `get_daemon_statuses` (given now); U `dagster._daemon.cli.main` [DAGSTERS_CLOCK_]"""
 
 import logging
 import os
@@ -101,6 +99,7 @@ from dagster_postgres.utils import create_pg_engine, get_token_provider_from_con
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.pool import QueuePool
 
+from exact_backfills import clock
 from exact_backfills.event_log_writes import (
     CHECK_RESULTS_PER_WRITE,
     OPEN_DATABASE_FILES,
@@ -109,10 +108,10 @@ from exact_backfills.event_log_writes import (
     execution_rows,
     latest_results,
     planned_among,
+    planned_execution_deletion,
     planned_rows,
     run_check_result,
     sync_at_checkpoints,
-    update_planned_execution,
 )
 
 
@@ -203,14 +202,13 @@ class _EnginePerFile:
         self._engines.clear()
 
 
-# 4. What a range run's check results cost to store. Dagster stores each as it comes: the event serialized twice (its
-# event row, the check's execution row), each statement built anew, the index written in two transactions (SQLite) or
-# on two connections (PostgreSQL); a range run records one per check per day, tens of thousands a year, and its planned
-# check rows serialize the planned event once per day. The classes below store the same rows (a test compares them
-# with Dagster's, row by row) but buffer a run's check results until its next event of another kind, or until
-# CHECK_RESULTS_PER_WRITE are buffered, and write them together, each serialized once. The run's events keep their
-# order. A process killed while it buffers loses those results (run monitoring fails its step; its days show their
-# checks as not run until they run again); the materializations they check are never buffered.
+# 4. What a range run's check results cost to store. Dagster stores each as it comes: the event serialized twice (event
+# row, execution row), each statement built anew, the index written in two transactions (SQLite) or on two connections
+# (PostgreSQL), one per check per day, and a planned check row serializes the planned event once per day. The classes
+# below store the same rows (a test compares them row by row) but buffer a run's check results until its next event
+# of another kind, or CHECK_RESULTS_PER_WRITE of them, and write them together, each serialized once, in order. A
+# process killed while it buffers loses those (its step fails; its days show their checks not run), never a
+# materialization.
 _EVENTS = SqlEventLogStorageTable
 _CHECK_EXECUTIONS = AssetCheckExecutionsTable
 _INSERT_EVENT = _EVENTS.insert()
@@ -220,7 +218,7 @@ _RESULT_STATUS = {
     False: AssetCheckExecutionRecordStatus.FAILED.value,
 }
 _PLANNED = AssetCheckExecutionRecordStatus.PLANNED.value
-_UPDATE_PLANNED_EXECUTION = update_planned_execution(_CHECK_EXECUTIONS)
+_DELETE_PLANNED_EXECUTION = planned_execution_deletion(_CHECK_EXECUTIONS)
 
 
 class _CheckResultsWrittenTogether:
@@ -264,13 +262,13 @@ class _CheckResultsWrittenTogether:
 
     def _record_check_results(self, conn: Connection, written: list[tuple[BufferedCheckResult, int]]) -> None:
         """The check's execution row of each result (of its run and partition), as Dagster's
-        `_update_asset_check_evaluation` writes it: the one its planned event created, or a new one; of two results
-        for one row, the later is the row's."""
+        `_update_asset_check_evaluation` writes it, but new, replacing the one its planned event created; of two
+        results for one row, the later is the row's."""
         latest = latest_results(written)
         planned = {tuple(r) for r in conn.execute(planned_among(_CHECK_EXECUTIONS, latest)).all()}
         rows = execution_rows(latest, planned, _RESULT_STATUS)
-        if rows.updates:
-            conn.execute(_UPDATE_PLANNED_EXECUTION, rows.updates)
+        if rows.replaced:  # then new rows: a day's newest row is Dagster's current result (execution_rows)
+            conn.execute(_DELETE_PLANNED_EXECUTION, rows.replaced)
         if rows.inserts:
             conn.execute(_INSERT_CHECK_EXECUTION, rows.inserts)
 
@@ -313,10 +311,9 @@ def add_asset_metadata_by_partition(
 
 
 # 3. A range run's planned materializations, one per asset and run (naming its days), not one per asset and day: what
-# DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS does, read through this property of the storage in whichever process
-# creates a run, so it holds in every one with no variable to set. A range run that fails no longer marks its days
-# "Failed" in the asset's partitions; the checks say it instead: a refused run's failing blocking checks name the days,
-# one failed half-way leaves a failing up_to_date_with_landing on each day it left (recording.partly_published_events).
+# DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS does, read through this property of the storage in any process that
+# creates a run. A failed range run no longer marks its days "Failed" in the asset's partitions; the checks say it: a
+# refused run's failing blocking checks name the days, one failed half-way leaves up_to_date_with_landing failing.
 class _PlannedEventsPerRun:
     @property
     def supports_partition_subset_in_asset_materialization_planned_events(self) -> bool:
@@ -420,12 +417,8 @@ class AtomicClaimPostgresEventLogStorage(
             self._record_check_results(conn, list(zip(buffered, [int(i) for i in ids], strict=True)))
 
 
-# 7. Dagster's "now" from the project's clock when it is simulated (exact_backfills/clock.py): `dagster._time`'s two
-# functions and its log records' time, as `freeze_time` replaces them, on the project's import (code servers, runs,
-# the webserver) and in the daemon, whose scheduler, asleep until the next minute it read, looks every 2 s instead.
+# 7. Dagster's "now" from the simulated clock (clock.py), as `freeze_time` does: on the project's import, in the daemon.
 def follow_the_clock() -> bool:
-    from exact_backfills import clock
-
     if clock.simulated() is None:
         return False
     dagster_time._mockable_get_current_datetime = clock.now
@@ -435,8 +428,6 @@ def follow_the_clock() -> bool:
 
 
 def _clocked_record(self: logging.Logger, *args: Any, **kwargs: Any) -> logging.LogRecord:
-    from exact_backfills import clock
-
     record = logging.Logger.makeRecord(self, *args, **kwargs)
     record.created = clock.now().timestamp()
     record.msecs = (record.created % 1) * 1000
@@ -449,10 +440,11 @@ def run_daemon() -> None:  # `dagster-daemon` (its command line, the same daemon
     from dagster._scheduler import scheduler  # imported after the daemon's modules, which it imports in turn
 
     if follow_the_clock():
-        scheduler._get_next_scheduler_iteration_time = lambda start_time: start_time + 2
-        # The controller times its own loop (the workspace's reload every 60 s, its threads' heartbeat checks) from a
-        # wall-clock start against Dagster's now: on a clock days ahead it reloaded the workspace, restarting every
-        # code server, at each of the loop's checks after a jump. Its loop keeps the wall clock; the daemons' don't.
+        scheduler._get_next_scheduler_iteration_time = lambda start_time: start_time + 2  # not the next minute
+        # The controller's loop (a workspace reload, every code server restarted, each 60 s) on the wall clock it
+        # starts from: on now, it reloaded at each check after a jump. Its threads' heartbeats, stamped by now, by now.
         controller.get_current_timestamp = time.time
+        statuses, now = controller.get_daemon_statuses, dagster_time.get_current_timestamp
+        controller.get_daemon_statuses = lambda *a, **k: statuses(*a, **{"curr_time_seconds": now(), **k})
     sys.argv[0] = "dagster-daemon"
     main()

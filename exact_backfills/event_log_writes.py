@@ -74,9 +74,9 @@ class BufferedCheckResult:
 
 @dataclass
 class ExecutionRows:
-    """A batch of check results' execution rows: those their planned events created, updated; the others, new."""
+    """A batch of check results' execution rows, each new; the rows their planned events created, to delete first."""
 
-    updates: list[dict[str, Any]] = field(default_factory=list)
+    replaced: list[dict[str, Any]] = field(default_factory=list)
     inserts: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -92,54 +92,37 @@ def execution_rows(
     planned: set[tuple[str, ...]],
     status_of: Mapping[bool, str],
 ) -> ExecutionRows:
-    """The execution row of each result, as Dagster's `_update_asset_check_evaluation` writes it (`status_of`: the
-    row's status for a result that passed, and one that failed)."""
+    """The execution row of each result, with the values Dagster's `_update_asset_check_evaluation` writes
+    (`status_of`: the row's status for a result that passed, and one that failed). Where Dagster updates the row its
+    planned event created, this replaces it with a new one: Dagster takes a day's newest row (the highest id) as its
+    current result, so a run planned before another run published and checked the day, and done after it, left its
+    result, though the newer, behind the other's, and the UI showed the day's check Missing."""
     rows = ExecutionRows()
     for key, (result, event_id) in latest.items():
         target = result.evaluation.target_materialization_data
-        status = status_of[bool(result.evaluation.passed)]
-        materialization_id = target.storage_id if target else None
-        event, timestamp = result.row["event"], result.row["timestamp"]
         if key in planned:
-            rows.updates.append(
-                {
-                    **dict(zip(("of_asset", "of_check", "of_run", "of_partition"), key, strict=True)),
-                    **{"event": event, "timestamp": timestamp, "event_id": event_id, "status": status},
-                    "materialization_id": materialization_id,
-                }
-            )
-        else:
-            rows.inserts.append(
-                {
-                    **dict(zip(("asset_key", "check_name", "run_id", "partition"), key, strict=True)),
-                    "execution_status": status,
-                    "evaluation_event": event,
-                    "evaluation_event_timestamp": timestamp,
-                    "evaluation_event_storage_id": event_id,
-                    "materialization_event_storage_id": materialization_id,
-                }
-            )
+            rows.replaced.append(dict(zip(("of_asset", "of_check", "of_run", "of_partition"), key, strict=True)))
+        rows.inserts.append(
+            {
+                **dict(zip(("asset_key", "check_name", "run_id", "partition"), key, strict=True)),
+                "execution_status": status_of[bool(result.evaluation.passed)],
+                "evaluation_event": result.row["event"],
+                "evaluation_event_timestamp": result.row["timestamp"],
+                "evaluation_event_storage_id": event_id,
+                "materialization_event_storage_id": target.storage_id if target else None,
+            }
+        )
     return rows
 
 
-def update_planned_execution(executions: sqlalchemy.Table) -> sqlalchemy.Update:
-    """The update of the execution row a result's planned event created in `executions` (Dagster's table), named by
-    its asset, check, run and partition."""
-    return (
-        executions.update()
-        .where(
-            executions.c.asset_key == sqlalchemy.bindparam("of_asset"),
-            executions.c.check_name == sqlalchemy.bindparam("of_check"),
-            executions.c.run_id == sqlalchemy.bindparam("of_run"),
-            executions.c.partition == sqlalchemy.bindparam("of_partition"),
-        )
-        .values(
-            execution_status=sqlalchemy.bindparam("status"),
-            evaluation_event=sqlalchemy.bindparam("event"),
-            evaluation_event_timestamp=sqlalchemy.bindparam("timestamp"),
-            evaluation_event_storage_id=sqlalchemy.bindparam("event_id"),
-            materialization_event_storage_id=sqlalchemy.bindparam("materialization_id"),
-        )
+def planned_execution_deletion(executions: sqlalchemy.Table) -> sqlalchemy.Delete:
+    """The deletion of the execution row a result's planned event created in `executions` (Dagster's table), named
+    by its asset, check, run and partition."""
+    return executions.delete().where(
+        executions.c.asset_key == sqlalchemy.bindparam("of_asset"),
+        executions.c.check_name == sqlalchemy.bindparam("of_check"),
+        executions.c.run_id == sqlalchemy.bindparam("of_run"),
+        executions.c.partition == sqlalchemy.bindparam("of_partition"),
     )
 
 

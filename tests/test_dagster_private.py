@@ -409,6 +409,60 @@ def test_the_projects_storage_records_planned_check_days_and_their_results_as_da
     assert by_day[('["table_0"]', "check_1", "2030-01-01")] == ("SUCCEEDED", None)
 
 
+def test_a_day_checked_by_a_run_planned_before_another_checked_it_shows_the_newer_result_where_dagsters_shows_none(
+    tmp_path,
+):
+    """A run planned (the daily run, queued behind the lake's slot) before another run publishes and checks its day
+    (a restatement), then publishing and checking the day itself: its result, which checked the day's latest
+    materialization, is the day's current one in the project's storage; Dagster's keeps the row its planned event made
+    first, takes the other's newer row as the day's, finds it older than the latest materialization and shows the day's
+    check Missing. When Dagster shows it current too, execution_rows can update the planned row again."""
+    from dagster import (
+        AssetCheckEvaluation,
+        AssetCheckKey,
+        AssetKey,
+        AssetMaterialization,
+        DagsterEvent,
+        DagsterEventType,
+        EventLogEntry,
+    )
+
+    from bench.event_log import definitions
+    from exact_backfills.dagster_private import create_execution_plan
+
+    defs, days = definitions(4, 2)
+    job, day, table, check = defs.resolve_job_def("all"), days[1], AssetKey("table_0"), "check_1"
+    tags = {ASSET_PARTITION_RANGE_START_TAG: days[0], ASSET_PARTITION_RANGE_END_TAG: days[-1]}
+
+    def publish_and_check(instance, run_id: str) -> None:
+        instance.report_runless_asset_event(AssetMaterialization(table, partition=day))
+        latest = instance.fetch_materializations(table, limit=1).records[0]
+        evaluation = AssetCheckEvaluation(
+            asset_key=table,
+            check_name=check,
+            passed=True,
+            partition=day,
+            target_materialization_data=AssetCheckEvaluationTargetMaterializationData(
+                storage_id=latest.storage_id, run_id=latest.run_id, timestamp=latest.timestamp
+            ),
+        )
+        event = DagsterEvent(DagsterEventType.ASSET_CHECK_EVALUATION.value, "all", event_specific_data=evaluation)
+        instance.store_event(EventLogEntry(None, 10, "", run_id, 1.0, dagster_event=event, job_name="all"))
+        instance.event_log_storage.dispose()  # the project's storage writes the results it holds
+
+    current = {}
+    for storage in ("project", "dagster"):
+        instance = _instance(tmp_path / storage, storage)
+        planned = instance.create_run_for_job(
+            job_def=job, execution_plan=create_execution_plan(job, tags=tags), tags=tags
+        )
+        publish_and_check(instance, "a-restatement")
+        publish_and_check(instance, planned.run_id)
+        (info,) = instance.event_log_storage.get_asset_check_partition_info([AssetCheckKey(table, check)], None, [day])
+        current[storage] = (info.latest_planned_run_id == planned.run_id, info.is_current)
+    assert current == {"project": (True, True), "dagster": (False, False)}
+
+
 def test_the_projects_storage_plans_a_range_run_as_dagster_does_with_the_planned_events_setting():
     from dagster._core.storage.event_log.base import EventLogStorage
 
@@ -614,6 +668,9 @@ DAGSTERS_CLOCK_SHA256 = {
     # the daemon controller's loop, timed from a wall-clock start against its module's get_current_timestamp
     "dagster._daemon.controller:DagsterDaemonController.check_workspace_freshness": "a428da785199c294",
     "dagster._daemon.controller:DagsterDaemonController.check_daemon_loop": "24835278cb624aa2",
+    # its threads' heartbeat health, read against a now it is given
+    "dagster._daemon.controller:DagsterDaemonController._daemon_heartbeat_health": "b9e4c02d7596517c",
+    "dagster._daemon.controller.get_daemon_statuses": "abea8b14cc689aac",
 }
 
 

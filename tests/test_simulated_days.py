@@ -39,6 +39,10 @@ DST = date(2025, 3, 9)  # 23 hours in New York
 STARTING = [DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING, DagsterRunStatus.CANCELING]
 FINISHED = (DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE)
 BACKFILLED = date(2025, 3, 7)  # a backfill of every day so far launched from the UI that day
+# Each table's deadline check, day by day: the six days met it (restated ones too: a deadline is on a day's first
+# publication) but the delayed one. Today has no result on the staging table (nothing of it landed); the weekly
+# table's today already holds the days before it (its window's restatement after midnight), before its deadline.
+DEADLINES_SHOWN = {STG_VISITS: {"Passed": 5, "Failed": 1, "Missing": 1}, WEEKLY_VISITS: {"Passed": 6, "Failed": 1}}
 
 LOCATION = "exact_backfills"  # workspace.yaml's
 SCHEDULE = """
@@ -219,7 +223,7 @@ def test_simulated_days_publish_on_time_but_the_delayed_one_and_end_as_a_from_sc
     # The UI, day by day: each table's deadline check failed on the delayed day alone, saying how late and why (its
     # rows landed at 07:00, an hour after its deadline, 06:00 on the morning clocks sprang forward).
     for table, (seen, status, panel) in late_day_seen.items():
-        assert seen.get("Failed") == 1, (table, seen)
+        assert {label: n for label, n in seen.items() if n} == DEADLINES_SHOWN[table], (table, seen)
         assert status == "Failed", (table, status)
         assert "late_by\n" in panel and "2025-03-09 10:00 UTC" in panel and "after the deadline" in panel, panel
     figures = {m.asset: m for m in metrics(spark, pipeline).assets}
@@ -246,7 +250,7 @@ def _late_day_in_the_ui(dev: DagsterDev) -> dict[str, tuple[dict[str, int], str,
     dev.graphql("mutation { setNuxSeen }")  # the community sign-up dialog, shown once per instance
     with dagster_ui(f"http://127.0.0.1:{dev.port}", dev.credentials) as ui:
         for table in (STG_VISITS, WEEKLY_VISITS):
-            counts = ui.check_partitions(table, PUBLISHED_BY_DEADLINE, {"Failed": 1})
+            counts = ui.check_partitions(table, PUBLISHED_BY_DEADLINE, DEADLINES_SHOWN[table])
             status, panel = ui.day_result(DELAYED.isoformat())
             seen[table] = (counts, status, panel)
         ui.screenshot("deadline-late-day")
