@@ -215,7 +215,30 @@ def test_a_30_day_backfill_from_the_materialize_dialog_runs_in_chunks_and_change
     assert len(runs_of(dagster_dev, RESTATE_JOB, ORDERS)) == 1
 
 
-def test_every_table_shows_every_day_materialized_and_every_check_every_day_passed(ui):
+_CHECK_DAYS = """query ($path: [String!]!) { assetNodeOrError(assetKey: {path: $path}) { ... on AssetNode {
+  assetChecksOrError { ... on AssetChecks { checks { name partitionStatuses {
+    ... on AssetCheckTimePartitionStatuses { ranges { startKey endKey status } } } } } } } } }"""
+# The words of a check's Partitions view for the statuses Dagster's API gives its day ranges.
+_SHOWN_AS = {"SUCCEEDED": "Passed", "FAILED": "Failed", "EXECUTION_FAILED": "Failed"}
+
+
+def check_days(dev: DagsterDev, table: str) -> dict[str, dict[str, int]]:
+    """Each check of `table`: its days per status, as its Partitions view counts them, from the webserver's GraphQL
+    API, which that view reads (days with no result are Missing)."""
+    node = dev.graphql(_CHECK_DAYS, {"path": [table]})["assetNodeOrError"]
+    by_check = {}
+    for check in node["assetChecksOrError"]["checks"]:
+        seen = {"Passed": 0, "Failed": 0}
+        for r in (check["partitionStatuses"] or {}).get("ranges", []):
+            shown, first = _SHOWN_AS.get(r["status"], r["status"]), date.fromisoformat(r["startKey"])
+            seen[shown] = seen.get(shown, 0) + (date.fromisoformat(r["endKey"]) - first).days + 1
+        by_check[check["name"]] = {**seen, "Missing": DAYS - sum(seen.values())}
+    return by_check
+
+
+def test_every_table_shows_every_day_materialized_and_every_check_every_day_passed(dagster_dev, ui):
+    """Every table's Partitions view in the browser; every check of the fact's own view too, and every other table's
+    checks from the API that view reads (a page per check was minutes of the suite)."""
     for table, checks in _checks().items():
         assert ui.asset_partitions(table, {"Materialized": DAYS, "Missing": 0}) == {
             "Failed": 0,
@@ -223,10 +246,11 @@ def test_every_table_shows_every_day_materialized_and_every_check_every_day_pass
             "Materializing": 0,
             "Missing": 0,
         }, table
-        for check in checks:
-            seen = ui.check_partitions(table, check, ALL_DAYS)
-            assert {k: seen.get(k) for k in ALL_DAYS} == ALL_DAYS, (table, check, seen)
-    ui.check_partitions("fact_order_item", UNIQUE_KEY, ALL_DAYS)
+        assert check_days(dagster_dev, table) == dict.fromkeys(checks, ALL_DAYS), table
+    for check in _checks()[FACT_ORDER_ITEM]:
+        seen = ui.check_partitions(FACT_ORDER_ITEM, check, ALL_DAYS)
+        assert {k: seen.get(k) for k in ALL_DAYS} == ALL_DAYS, (check, seen)
+    ui.check_partitions(FACT_ORDER_ITEM, UNIQUE_KEY, ALL_DAYS)
     ui.screenshot("check-partitions-passed")
 
 
@@ -346,8 +370,9 @@ def test_a_late_batch_shows_exactly_its_days_stale_then_passed_after_the_sensors
     assert all(quantities[(r[0], r[1])] == r[6] for r in items)
     assert control.read_watermark(spark, ORDERS.name).watermark_ts == ingested.replace(tzinfo=None)
     for table in ORDER_TABLES:
-        seen = ui.check_partitions(table, UP_TO_DATE, ALL_DAYS)
-        assert (seen["Failed"], seen["Passed"]) == (0, DAYS), (table, seen)
+        assert check_days(dagster_dev, table)[UP_TO_DATE] == ALL_DAYS, table
+    seen = ui.check_partitions(FACT_ORDER_ITEM, UP_TO_DATE, ALL_DAYS)
+    assert (seen["Failed"], seen["Passed"]) == (0, DAYS), seen
     ui.screenshot("late-batch-restated")
 
 
@@ -447,12 +472,15 @@ def test_the_ml_pipeline_a_second_location_backfills_a_range_from_its_groups_dia
     assert {t: versions(spark, t) for t in PUBLISH_ORDER} == orders_versions
 
 
-def test_every_ml_table_shows_every_day_materialized_and_its_checks_passed_the_users_own_included(ui):
+def test_every_ml_table_shows_every_day_materialized_and_its_checks_passed_the_users_own_included(dagster_dev, ui):
+    """Every table's Partitions view and each user's own check's in the browser, the other checks from the API."""
     for table in ML.publish_order:
         assert ui.asset_partitions(table, {"Materialized": DAYS, "Missing": 0})["Materialized"] == DAYS, table
-        for check in _ml_checks(table):
-            seen = ui.check_partitions(table, check, ALL_DAYS)
-            assert {k: seen.get(k) for k in ALL_DAYS} == ALL_DAYS, (table, check, seen)
+        shown = check_days(dagster_dev, table)
+        assert {c: shown[c] for c in _ml_checks(table)} == dict.fromkeys(_ml_checks(table), ALL_DAYS), table
+        for check in ML.by_name[table].checks:
+            seen = ui.check_partitions(table, check.name, ALL_DAYS)
+            assert {k: seen.get(k) for k in ALL_DAYS} == ALL_DAYS, (table, check.name, seen)
     status, panel = ui.day_result((START + timedelta(days=5)).isoformat())
     ui.screenshot("ml-user-check-passed")
     assert status == "Passed" and "active\n" in panel and "labelled\n" in panel, panel
@@ -484,5 +512,6 @@ def test_a_late_event_shows_its_day_and_the_six_after_stale_then_passed_after_th
     assert run["status"] == "SUCCESS"
     assert_rewrote_exactly(spark, before, expected, tables=list(expected), day_column=ML.day_columns)
     for table in expected:
-        seen = ui.check_partitions(table, UP_TO_DATE, ALL_DAYS)
-        assert (seen["Failed"], seen["Passed"]) == (0, DAYS), (table, seen)
+        assert check_days(dagster_dev, table)[UP_TO_DATE] == ALL_DAYS, table
+    seen = ui.check_partitions(TRAINING_SET, UP_TO_DATE, ALL_DAYS)
+    assert (seen["Failed"], seen["Passed"]) == (0, DAYS), seen
