@@ -84,9 +84,10 @@ def serve_local(host: str, port: int, workspace: Path) -> None:
     origins = own_origins([f"{host}:{port}", f"localhost:{port}"], [os.environ.get(ORIGIN_VARIABLE, "")])
     os.umask(0o077)
     credentials, made = Credentials.kept_in(credentials_file())
-    if made:
-        print(f"The UI's user {credentials.user}, password {credentials.password}", flush=True)
-        print(f"  (shown this once; kept in {credentials_file()}, readable by you alone)", flush=True)
+    if made:  # shown once, on a terminal only: an output sent elsewhere is a log, and a log holds no secret
+        said = f"password {credentials.password}" if sys.stdout.isatty() else "a new password (not shown: no terminal)"
+        print(f"The UI's user {credentials.user}, {said}", flush=True)
+        print(f"  (kept in {credentials_file()}, readable by you alone)", flush=True)
     print(f"The UI: http://{host}:{port} (user and password in {credentials_file()})", flush=True)
     daemon: list[subprocess.Popen] = []
     with code_servers(workspace) as served, _application(served) as app:

@@ -73,11 +73,16 @@ ensure_service_user() {
 new_secret() { head -c 48 /dev/urandom | base64 | tr -dc 'A-Za-z0-9' | head -c 32; }
 
 # The operator's user and password for the profile's web UIs (the Dagster UI behind its proxy, the Spark master's and
-# worker's), as "user:password" in FILE: made at the first start, and shown that once.
+# worker's), as "user:password" in FILE: made at the first start, and shown that once on a terminal.
 ensure_ui_credentials() {  # FILE
   if [ ! -s "$1" ]; then
     printf 'operator:%s\n' "$(new_secret)" >"$1.new" && mv -f "$1.new" "$1"
-    echo "The production profile's web UIs: user operator, password $(cut -d: -f2- "$1")"
-    echo "  (shown this once; kept in $1, readable by you alone)"
+    # Shown on a terminal only: an output sent elsewhere is a log, and a log holds no secret.
+    if [ -t 1 ]; then
+      echo "The production profile's web UIs: user operator, password $(cut -d: -f2- "$1")"
+    else
+      echo "The production profile's web UIs: user operator, a new password (not shown: no terminal)"
+    fi
+    echo "  (kept in $1, readable by you alone)"
   fi
 }

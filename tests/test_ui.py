@@ -177,6 +177,14 @@ def test_a_page_of_another_origin_drives_no_mutation_of_the_ui_which_still_answe
         assert refused.value.code == 401, path
 
 
+def test_the_uis_log_holds_no_password(dagster_dev):
+    """Started without a terminal (its output goes to a log), the UI says it made a password, and where it is kept,
+    without showing it."""
+    said = (dagster_dev.home / UI_LOG).read_text()
+    assert "a new password (not shown: no terminal)" in said, said[:2000]
+    assert dagster_dev.credentials[1] not in said
+
+
 def test_a_30_day_backfill_from_the_materialize_dialog_runs_in_chunks_and_changes_nothing_it_reruns(
     spark, dagster_dev, ui
 ):
