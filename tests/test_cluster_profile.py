@@ -430,7 +430,7 @@ def test_the_ui_answers_nothing_without_the_operators_password_and_everything_wi
     assert reached.returncode != 0 and "PermissionError" in reached.stderr, reached.stderr
 
 
-def test_the_browser_logs_in_to_the_production_ui_with_the_printed_credentials(ui, built):
+def test_the_browser_logs_in_to_the_production_ui_with_the_operators_credentials_from_their_file(ui, built):
     from playwright.sync_api import Error as PlaywrightError
 
     from tests.support.browser import dagster_ui
