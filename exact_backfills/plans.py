@@ -35,7 +35,7 @@ from exact_backfills.verification import stale_code_days
 from exact_backfills.write_path.staging import overlay
 from resources import audit, control
 from resources.audit import DayContent
-from resources.delta_io import current_version, read_path, write_new_table
+from resources.delta_io import SchemaDiff, current_version, read_path, write_new_table
 from resources.lake import shadow_path, table_path
 
 _NUMERIC = (T.DecimalType, T.LongType, T.IntegerType, T.DoubleType, T.ShortType)
@@ -64,6 +64,7 @@ class TablePlan:
     changed_columns: dict[str, int] = field(default_factory=dict)  # column -> rows whose value changed
     measures: dict[str, tuple[str, str]] = field(default_factory=dict)  # column -> its total (before, after)
     days: list[DayFigures] = field(default_factory=list)  # the changed days' figures
+    schema: SchemaDiff = field(default_factory=SchemaDiff)  # how its columns change
 
 
 @dataclass(frozen=True)
@@ -84,10 +85,12 @@ class Plan:
     pinned: dict[str, int | None]  # every table's published Delta version the plan read
     tables: dict[str, TablePlan]  # the tables it rebuilt days of, in publish order
     blocking_failures: list[BlockingFailure]
+    # Why it cannot be promoted although every check passed, one line each: a change of shape over some days only.
+    refusals: list[str] = field(default_factory=list)
 
     @property
     def promotable(self) -> bool:
-        return not self.blocking_failures
+        return not self.blocking_failures and not self.refusals
 
     def to_json(self) -> dict[str, Any]:
         """The plan as the interface gives it (`plan --json`)."""
@@ -105,6 +108,7 @@ class Plan:
                     "rows_removed": p.rows_removed,
                     "rows_changed": p.rows_changed,
                     "changed_columns": p.changed_columns,
+                    "schema": p.schema.to_json(),
                     "measures": {m: {"before": b, "after": a} for m, (b, a) in p.measures.items()},
                     "days": {
                         f.day.isoformat(): {
@@ -122,6 +126,7 @@ class Plan:
                 {"table": f.table, "check": f.check, "day": f.day.isoformat(), "summary": f.summary}
                 for f in self.blocking_failures
             ],
+            "refusals": self.refusals,
             "code_versions": self.code_versions,
             "pinned": self.pinned,
         }
@@ -147,6 +152,7 @@ class Plan:
                 p["changed_columns"],
                 {m: (v["before"], v["after"]) for m, v in p["measures"].items()},
                 [figures(day, f) for day, f in p["days"].items()],
+                SchemaDiff.from_json(p.get("schema")),
             )
             for t, p in doc["tables"].items()
         }
@@ -164,6 +170,7 @@ class Plan:
             doc["pinned"],
             tables,
             failures,
+            doc.get("refusals", []),
         )
 
     def markdown(self, table: str) -> str:
@@ -173,6 +180,7 @@ class Plan:
             f"{table}: code {p.code_before} → {p.code_after}; {len(p.changed_days)} day(s) change, "
             f"{len(p.unchanged_days)} unchanged; rows added {p.rows_added}, removed {p.rows_removed}, "
             f"changed {p.rows_changed}",
+            *([f"columns: {p.schema.describe()}"] if p.schema else []),
             "",
             "| day | rows before | rows after | fingerprint before | fingerprint after |",
             "|---|---|---|---|---|",
@@ -235,6 +243,8 @@ def _diff(table: Declared, before: DataFrame, after: DataFrame, days: list[date]
         return
     key = list(dict.fromkeys([*table.key, column]))
     shared = [c for c in after.columns if c in before.columns and c not in key and c != "run_id"]
+    # A column added or dropped changes every row the day keeps: counted as changed in that column.
+    reshaped = [*plan.schema.added, *plan.schema.dropped]
     old = before.where(F.col(column).isin(plan.changed_days))
     new = after.where(F.col(column).isin(plan.changed_days))
     joined = new.select(*key, *[F.col(c).alias(f"a_{c}") for c in shared], F.lit(True).alias("_a")).join(
@@ -242,6 +252,7 @@ def _diff(table: Declared, before: DataFrame, after: DataFrame, days: list[date]
     )
     both = F.col("_a").isNotNull() & F.col("_b").isNotNull()
     differs = {c: both & ~F.col(f"a_{c}").eqNullSafe(F.col(f"b_{c}")) for c in shared}
+    differs |= {c: both for c in reshaped}
     any_differs = F.lit(False)
     for d in differs.values():
         any_differs = any_differs | d
@@ -253,8 +264,21 @@ def _diff(table: Declared, before: DataFrame, after: DataFrame, days: list[date]
     ).first()
     assert totals is not None
     plan.rows_added, plan.rows_removed, plan.rows_changed = totals.added or 0, totals.removed or 0, totals.changed or 0
-    plan.changed_columns = {c: totals[f"c_{c}"] for c in shared if totals[f"c_{c}"]}
-    plan.measures = _measures(table, old, new, shared)
+    plan.changed_columns = {c: totals[f"c_{c}"] for c in differs if totals[f"c_{c}"]}
+    plan.measures = _measures(table, old, new, shared) | _reshaped_measures(old, new, plan.schema)
+
+
+def _reshaped_measures(old: DataFrame, new: DataFrame, shape: SchemaDiff) -> dict[str, tuple[str, str]]:
+    """The total of each numeric column added (before: none) or dropped (after: none) over the changed days."""
+    numeric = {f.name for df in (old, new) for f in df.schema.fields if isinstance(f.dataType, _NUMERIC)}
+    found: dict[str, tuple[str, str]] = {}
+    for side, columns in ((new, shape.added), (old, shape.dropped)):
+        summed = [c for c in columns if c in numeric]
+        if summed:
+            row = side.agg(*[F.sum(c).alias(c) for c in summed]).first()
+            assert row is not None
+            found |= {c: ("-", str(row[c])) if side is new else (str(row[c]), "-") for c in summed}
+    return found
 
 
 def _measures(table: Declared, old: DataFrame, new: DataFrame, shared: list[str]) -> dict[str, tuple[str, str]]:
@@ -270,6 +294,18 @@ def _measures(table: Declared, old: DataFrame, new: DataFrame, shared: list[str]
     assert b is not None and a is not None
     totals = {name: (b[f"_m{i}"], a[f"_m{i}"]) for i, name in enumerate(every)}
     return {m: (str(x), str(y)) for m, (x, y) in totals.items() if m in declared or x != y}
+
+
+def reshape_refusals(table: str, shape: SchemaDiff, days: list[date], published: list[date]) -> list[str]:
+    """Why a change of a table's shape planned over some of its days cannot be promoted: it replaces every day."""
+    left = [d for d in published if d not in set(days)]
+    if not left:
+        return []
+    return [
+        f"{table}'s columns change ({shape.describe()}): a change of shape rewrites every day of the table, and this "
+        f"plan covers {len(published) - len(left)} of its {len(published)} day(s); plan --start {published[0]} "
+        f"--end {published[-1]}"
+    ]
 
 
 def make_plan(spark: SparkSession, pipeline: Pipeline, start: date, end: date, select: list[str] | None = None) -> Plan:
@@ -315,7 +351,11 @@ def make_plan(spark: SparkSession, pipeline: Pipeline, start: date, end: date, s
         built_by = sorted({str(written.get(name, {}).get(d) or "unrecorded") for d in days})
         result = TablePlan(", ".join(built_by), versions[name], [], [])
         after = read_path(spark, shadow_path(plan.plan_id, name), table.day_column, days)
-        _diff(table, read_path(spark, table_path(name), table.day_column, days, plan.pinned[name]), after, days, result)
+        before = read_path(spark, table_path(name), table.day_column, days, plan.pinned[name])
+        result.schema = SchemaDiff.between(before.schema, after.schema)
+        if result.schema:
+            plan.refusals += reshape_refusals(name, result.schema, days, sorted(written.get(name, {})))
+        _diff(table, before, after, days, result)
         plan.tables[name] = result
         changed[name] = result.changed_days
     control.record_plan(spark, pipeline.name, plan.plan_id, json.dumps(plan.to_json()), plan.created_at)
@@ -342,6 +382,8 @@ def version_note(plan: Plan) -> str:
             + f", {len(p.unchanged_days)} unchanged; rows added {p.rows_added}, removed {p.rows_removed}, "
             f"changed {p.rows_changed}"
         )
+        if p.schema:
+            lines.append(f"  columns: {p.schema.describe()} (the whole table is rewritten in one commit)")
         if p.changed_columns:
             lines.append("  columns changed: " + ", ".join(f"{c} ({n} rows)" for c, n in p.changed_columns.items()))
         for measure, (before, after) in p.measures.items():

@@ -27,6 +27,8 @@ def refusal(spark: SparkSession, pipeline: Pipeline, plan: Plan, status: str) ->
             f"plan {plan.plan_id} failed {len(plan.blocking_failures)} blocking check(s) in its shadow tables, e.g. "
             f"{f.check} of {f.table} on {f.day}: {f.summary}; fix the code and plan again"
         )
+    if plan.refusals:
+        return f"plan {plan.plan_id} cannot be promoted: {plan.refusals[0]}"
     now = code_versions.current(pipeline)
     moved_code = [t for t in plan.code_versions if now.get(t) != plan.code_versions[t]]
     if moved_code:

@@ -17,6 +17,7 @@ from urllib.parse import unquote
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from resources import storage
 from resources.lake import table_path
@@ -32,6 +33,50 @@ class TableOfAnotherPipeline(RuntimeError):
 
 class CommitOutcomeUnknown(RuntimeError):
     """A commit call failed and the table's log could not be read to learn whether the commit was made."""
+
+
+class ShapeChangeRefused(RuntimeError):
+    """A write whose columns differ from its table's that would not replace every day the table holds: its old days
+    would read the new shape with nulls, or keep a dropped column's values."""
+
+
+@dataclass(frozen=True)
+class SchemaDiff:
+    """How a table's columns change: added and dropped columns with their types, retyped ones (before, after).
+    Nullability is left out: Delta reads a column written non-null into a nullable one as it is."""
+
+    added: dict[str, str] = field(default_factory=dict)
+    dropped: dict[str, str] = field(default_factory=dict)
+    retyped: dict[str, tuple[str, str]] = field(default_factory=dict)
+
+    @classmethod
+    def between(cls, before: T.StructType, after: T.StructType) -> "SchemaDiff":
+        was = {f.name: f.dataType.simpleString() for f in before.fields}
+        now = {f.name: f.dataType.simpleString() for f in after.fields}
+        return cls(
+            {c: t for c, t in now.items() if c not in was},
+            {c: t for c, t in was.items() if c not in now},
+            {c: (was[c], t) for c, t in now.items() if c in was and was[c] != t},
+        )
+
+    def __bool__(self) -> bool:
+        return bool(self.added or self.dropped or self.retyped)
+
+    def describe(self) -> str:
+        said = [f"added {c} ({t})" for c, t in self.added.items()]
+        said += [f"dropped {c} ({t})" for c, t in self.dropped.items()]
+        said += [f"retyped {c} ({b} → {a})" for c, (b, a) in self.retyped.items()]
+        return ", ".join(said) or "none"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"added": self.added, "dropped": self.dropped, "retyped": {c: list(t) for c, t in self.retyped.items()}}
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any] | None) -> "SchemaDiff":
+        doc = doc or {}
+        return cls(
+            doc.get("added", {}), doc.get("dropped", {}), {c: (b, a) for c, (b, a) in doc.get("retyped", {}).items()}
+        )
 
 
 @dataclass(frozen=True)
@@ -229,6 +274,20 @@ def _made_despite(failed: Exception, table: str, path: str, before: int, metadat
     return entry
 
 
+def _refuse_partial_reshape(
+    spark: SparkSession, path: str, table: str, column: str, days: Sequence[date], shape: SchemaDiff
+) -> None:
+    """ShapeChangeRefused unless `days` holds every day the table holds."""
+    held = sorted(r[0] for r in spark.read.format("delta").load(path).select(column).distinct().collect())
+    left = [d for d in held if d not in set(days)]
+    if left:
+        raise ShapeChangeRefused(
+            f"{table}'s columns change ({shape.describe()}): a change of shape replaces every day of the table in one "
+            f"commit, and this write replaces {len(set(days) & set(held))} of its {len(held)} day(s); plan and promote "
+            f"the change over every day it holds ({held[0]}..{held[-1]})"
+        )
+
+
 def overwrite_days(df: DataFrame, table: str, column: str, days: Sequence[date], commit_info: dict) -> Commit:
     """Atomically replace exactly `days` of `table` with `df`, in one Delta commit: a backfill's range, or the
     scattered days a restatement touches.
@@ -237,6 +296,10 @@ def overwrite_days(df: DataFrame, table: str, column: str, days: Sequence[date],
     key moved to another day leaves no trace) and Delta rejects the commit if `df` holds a row of any other day: a
     write can never delete or add anything outside its days. Partitioning by the day keeps each day in files of its
     own, so files of other days are never rewritten.
+
+    A write whose columns differ from the table's (a column added, dropped or retyped) changes its shape: it must
+    replace every day the table holds, and replaces the whole table and its schema in one commit
+    (ShapeChangeRefused, nothing written, otherwise).
     """
     path = table_path(table)
     commit_info = {**commit_info, COMMIT_ID: commit_info.get(COMMIT_ID) or uuid.uuid4().hex}
@@ -253,10 +316,17 @@ def overwrite_days(df: DataFrame, table: str, column: str, days: Sequence[date],
         df.repartition(column)  # one file per day instead of one per day per task (rows held by day: no exchange)
         .write.format("delta")
         .mode("overwrite")
-        .option("replaceWhere", day_predicate(column, days))
         .option("userMetadata", metadata)
         .partitionBy(column)
     )
+    shape = (
+        SchemaDiff.between(df.sparkSession.read.format("delta").load(path).schema, df.schema) if before >= 0 else None
+    )
+    if shape:  # the whole table in the new shape, in one commit: no version of it mixes two shapes
+        _refuse_partial_reshape(df.sparkSession, path, table, column, days, shape)
+        writer = writer.option("overwriteSchema", "true")
+    else:
+        writer = writer.option("replaceWhere", day_predicate(column, days))
     entry: dict | None
     call_failed = None
     try:

@@ -8,7 +8,7 @@ project whose code differs, run against the same lake and instance."""
 
 import json
 import shutil
-from datetime import date
+from datetime import date, timedelta
 from pathlib import Path
 from typing import NamedTuple
 
@@ -313,6 +313,71 @@ def test_a_fact_fix_makes_every_day_built_from_the_fact_stale_and_if_it_changes_
     assert promoted.code == 0, promoted.err
     assert {t: versions(spark, t)[0] for t in untouched} == before
     assert json.loads(stale_after.out) == {}
+
+
+# A mart gaining a column: a change of its shape, planned with its schema diff, promoted as a rewrite of the table.
+MAX_QUANTITY = Edit(
+    TRANSFORMS,
+    '_money_sum("cost_amount"),\n    )',
+    '_money_sum("cost_amount"),\n        F.max("quantity").alias("max_quantity"),\n    )',
+)
+
+
+def test_a_mart_gaining_a_column_is_planned_with_its_schema_diff_and_promoted_whole_as_a_from_scratch_build(
+    spark, built, fixed, tmp_path
+):
+    wider = project_with(tmp_path / "wider", MAX_QUANTITY, base=fixed)
+    first_days = ["--start", str(START), "--end", str(START + timedelta(days=2))]
+    before = versions(spark, "daily_revenue")[0]
+
+    partial, backfilled, planned, promoted, stale, checked = run_commands(
+        wider,
+        ["plan", *first_days, "--json"],
+        ["backfill", *first_days],
+        PLAN,
+        ["promote", "{plan_id}"],
+        ["stale", "--json"],
+        ["check", "--start", str(START), "--end", str(END)],
+    )
+
+    # Over some of its days only, it is refused in one line, saying what to do: by the plan, and by a backfill.
+    assert partial.code == 1 and plan_of(partial)["refusals"] == [
+        "daily_revenue's columns change (added max_quantity (int)): a change of shape rewrites every day of the table, "
+        f"and this plan covers 3 of its 10 day(s); plan --start {START} --end {END}"
+    ]
+    said = backfilled.out + backfilled.err
+    assert backfilled.code != 0 and "a change of shape replaces every day of the table in one commit" in said, said
+    assert "Traceback" not in said, said
+    assert versions(spark, "daily_revenue")[0] == before
+    # Over every day: its schema diff, every day changed, every row changed in the new column, with its total.
+    table = plan_of(planned)["tables"]["daily_revenue"]
+    assert planned.code == 0 and table["schema"] == {"added": {"max_quantity": "int"}, "dropped": {}, "retyped": {}}
+    assert table["changed_days"] == EVERY_DAY and table["rows_added"] == table["rows_removed"] == 0
+    assert table["changed_columns"] == {"max_quantity": table["rows_changed"]} and table["rows_changed"] > 0
+    assert table["measures"]["max_quantity"]["before"] == "-"
+    assert set(plan_of(planned)["tables"]) == {"daily_revenue"}  # nothing reads the new column: nothing else rebuilt
+    # Promoted: one commit, the table in its new shape, equal to a from-scratch build with the new code.
+    assert promoted.code == 0, promoted.err
+    assert "columns: added max_quantity (int)" in promoted.out, promoted.out
+    assert versions(spark, "daily_revenue")[0] == before + 1
+    assert json.loads(stale.out) == {} and checked.code == 0, stale.out + checked.out
+    scratch = tmp_path / "scratch"
+    shutil.copytree(Path(lake_root()) / "landing", scratch / "landing")
+    run_in(
+        wider,
+        "-m",
+        "assets_pkg",
+        "backfill",
+        "--start",
+        str(START),
+        "--end",
+        str(END),
+        LAKE_ROOT=str(scratch),
+        DAGSTER_HOME=str(scratch / "dagster_home"),
+    )
+    published = rows(spark, "daily_revenue")
+    with environment(LAKE_ROOT=str(scratch)):
+        assert published == rows(spark, "daily_revenue") and "max_quantity" in published[0]
 
 
 def test_a_restatement_between_the_plan_and_its_promotion_makes_promote_refuse_naming_the_table(spark, built, fixed):

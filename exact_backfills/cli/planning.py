@@ -91,6 +91,8 @@ def _plan_show_arguments(p: argparse.ArgumentParser) -> None:
 
 def plan_outcome(plan: "Plan", command: str, run_id: str) -> str:
     """The line a plan ends with: what promoting it would do, if anything."""
+    if plan.refusals:
+        return f"plan {plan.plan_id} cannot be promoted: {plan.refusals[0]}"
     if not plan.promotable:
         return f"plan {plan.plan_id} cannot be promoted: blocking checks failed in its shadow tables"
     if any(t.changed_days for t in plan.tables.values()):

@@ -1,0 +1,57 @@
+"""How a table's columns change between what is published and what the code loaded now builds (the plan's schema
+diff), and when such a change can be promoted: only over every day the table holds."""
+
+from datetime import date, timedelta
+
+from pyspark.sql import types as T
+
+from exact_backfills.plans import reshape_refusals
+from resources.delta_io import SchemaDiff
+
+PUBLISHED = T.StructType(
+    [
+        T.StructField("order_date", T.DateType()),
+        T.StructField("channel", T.StringType()),
+        T.StructField("net_amount", T.DecimalType(18, 2)),
+        T.StructField("note", T.StringType()),
+    ]
+)
+
+
+def test_the_same_columns_in_another_order_or_nullability_are_no_change_of_shape():
+    reordered = T.StructType([T.StructField(f.name, f.dataType, nullable=False) for f in reversed(PUBLISHED.fields)])
+    assert not SchemaDiff.between(PUBLISHED, reordered)
+    assert SchemaDiff.between(PUBLISHED, reordered).describe() == "none"
+
+
+def test_a_column_added_dropped_and_retyped_are_each_named_with_their_types():
+    built = T.StructType(
+        [
+            T.StructField("order_date", T.DateType()),
+            T.StructField("channel", T.StringType()),
+            T.StructField("net_amount", T.DecimalType(20, 2)),
+            T.StructField("max_quantity", T.IntegerType()),
+        ]
+    )
+    shape = SchemaDiff.between(PUBLISHED, built)
+    assert shape == SchemaDiff(
+        added={"max_quantity": "int"},
+        dropped={"note": "string"},
+        retyped={"net_amount": ("decimal(18,2)", "decimal(20,2)")},
+    )
+    assert shape.describe() == (
+        "added max_quantity (int), dropped note (string), retyped net_amount (decimal(18,2) → decimal(20,2))"
+    )
+    assert SchemaDiff.from_json(shape.to_json()) == shape
+    assert SchemaDiff.from_json(None) == SchemaDiff()  # a plan recorded before plans had a schema diff
+
+
+def test_a_change_of_shape_planned_over_some_days_is_refused_in_one_line_naming_the_range_to_plan():
+    days = [date(2025, 1, 1) + timedelta(days=i) for i in range(10)]
+    shape = SchemaDiff(added={"max_quantity": "int"})
+    assert reshape_refusals("daily_revenue", shape, days, days) == []
+    (refused,) = reshape_refusals("daily_revenue", shape, days[:3], days)
+    assert refused == (
+        "daily_revenue's columns change (added max_quantity (int)): a change of shape rewrites every day of the "
+        "table, and this plan covers 3 of its 10 day(s); plan --start 2025-01-01 --end 2025-01-10"
+    )
