@@ -3,8 +3,10 @@ every table built from them: `stale` says so (and why), and Dagster's built_by_c
 those days. `plan` rebuilds them beside the lake and lists as changed exactly the days where a from-scratch build with
 the new code differs from what is published, publishing nothing; `promote` writes exactly those days (other days'
 files untouched), after which every table equals that from-scratch build and nothing is stale. A restatement since
-the plan, or a blocking failure in the plan, makes `promote` refuse. The change is made for real: a copy of the
-project whose code differs, run against the same lake and instance."""
+the plan, or a blocking failure in the plan, makes `promote` refuse. A mart gaining a column is planned with its
+schema diff and promoted as a rewrite of the whole table, after which it equals a from-scratch build; over some of its
+days only, the plan and a backfill refuse in one line. The change is made for real: a copy of the project whose code
+differs, run against the same lake and instance."""
 
 import json
 import shutil
