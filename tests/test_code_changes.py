@@ -121,11 +121,16 @@ def fixed(built, tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def from_scratch(spark, built, fixed, tmp_path_factory) -> dict[str, dict[str, list[dict]]]:
     """Every table's rows, by day, as the fixed code builds them from scratch over a copy of this lake's landing."""
-    scratch = tmp_path_factory.mktemp("scratch")
+    scratch = build_from_scratch(fixed, tmp_path_factory.mktemp("scratch"))
+    with environment(LAKE_ROOT=str(scratch)):
+        return {t: by_day(spark, t) for t in TABLES}
+
+
+def build_from_scratch(project: Path, scratch: Path) -> Path:
+    """A lake in `scratch` built by `project`'s code from scratch, START..END, over a copy of this lake's landing."""
     shutil.copytree(Path(lake_root()) / "landing", scratch / "landing")
-    home = scratch / "dagster_home"
     run_in(
-        fixed,
+        project,
         "-m",
         "assets_pkg",
         "backfill",
@@ -134,10 +139,9 @@ def from_scratch(spark, built, fixed, tmp_path_factory) -> dict[str, dict[str, l
         "--end",
         str(END),
         LAKE_ROOT=str(scratch),
-        DAGSTER_HOME=str(home),
+        DAGSTER_HOME=str(scratch / "dagster_home"),
     )
-    with environment(LAKE_ROOT=str(scratch)):
-        return {t: by_day(spark, t) for t in TABLES}
+    return scratch
 
 
 def by_day(spark, table: str) -> dict[str, list[dict]]:
@@ -389,20 +393,6 @@ def test_a_mart_gaining_a_column_is_planned_with_its_schema_diff_and_promoted_wh
     assert "columns: added max_quantity (int)" in promoted.out, promoted.out
     assert versions(spark, "daily_revenue")[0] == before + 1
     assert json.loads(stale.out) == {} and checked.code == 0, stale.out + checked.out
-    scratch = tmp_path / "scratch"
-    shutil.copytree(Path(lake_root()) / "landing", scratch / "landing")
-    run_in(
-        wider,
-        "-m",
-        "assets_pkg",
-        "backfill",
-        "--start",
-        str(START),
-        "--end",
-        str(END),
-        LAKE_ROOT=str(scratch),
-        DAGSTER_HOME=str(scratch / "dagster_home"),
-    )
     published = rows(spark, "daily_revenue")
-    with environment(LAKE_ROOT=str(scratch)):
+    with environment(LAKE_ROOT=str(build_from_scratch(wider, tmp_path / "scratch"))):
         assert published == rows(spark, "daily_revenue") and "max_quantity" in published[0]
