@@ -89,6 +89,7 @@ class Commit:
     by_day: dict[str, dict[str, int]] = field(default_factory=dict)  # day -> rows_written, files_added, files_removed
     # The failure its call reported though the commit was made (found in the log by its id): an answer lost.
     call_failed: str | None = None
+    columns: tuple[tuple[str, str], ...] = ()  # the rows' columns written, with their types
 
 
 @dataclass(frozen=True)
@@ -349,6 +350,7 @@ def overwrite_days(df: DataFrame, table: str, column: str, days: Sequence[date],
         files_removed=int(metrics.get("numRemovedFiles", 0)),
         by_day=entry["by_day"],
         call_failed=call_failed,
+        columns=tuple((f.name, f.dataType.simpleString()) for f in df.schema.fields),
     )
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 import pytest
-from dagster import RunRequest, SkipReason, build_sensor_context
+from dagster import AssetKey, RunRequest, SkipReason, build_sensor_context
 
 from assets_pkg.generate import generate
 from bench.harness import corrections, land_batch, next_batch_day
@@ -393,6 +393,10 @@ def test_a_mart_gaining_a_column_is_planned_with_its_schema_diff_and_promoted_wh
     assert "columns: added max_quantity (int)" in promoted.out, promoted.out
     assert versions(spark, "daily_revenue")[0] == before + 1
     assert json.loads(stale.out) == {} and checked.code == 0, stale.out + checked.out
+    # Dagster shows the table's new shape: its newest materialization's column schema.
+    (latest,) = built.fetch_materializations(AssetKey("daily_revenue"), limit=1).records
+    shown = latest.asset_materialization.metadata["dagster/column_schema"].schema
+    assert ("max_quantity", "int") in {(c.name, c.type) for c in shown.columns}
     published = rows(spark, "daily_revenue")
     with environment(LAKE_ROOT=str(build_from_scratch(wider, tmp_path / "scratch"))):
         assert published == rows(spark, "daily_revenue") and "max_quantity" in published[0]

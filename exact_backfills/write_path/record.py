@@ -7,6 +7,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime
 from typing import Any
 
+from dagster import TableColumn, TableSchema
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
@@ -214,6 +215,12 @@ def commit_metadata(commit: Commit, days: list[date]) -> dict[date, dict[str, An
             "files_removed": commit.by_day.get(day.isoformat(), {}).get("files_removed", 0),
             "delta_version": version,
             "written_with_days": written_with,
+            # The day's columns, as Dagster's UI shows an asset's schema (its newest materialization's).
+            **(
+                {"dagster/column_schema": TableSchema([TableColumn(n, t) for n, t in commit.columns])}
+                if commit.columns
+                else {}
+            ),
             # A commit found in the log though its call failed: what the call said.
             **({"commit_call_failed": commit.call_failed} if commit.call_failed else {}),
         }
