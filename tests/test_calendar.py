@@ -243,7 +243,7 @@ def test_a_day_not_published_by_its_deadline_fails_on_each_table_that_has_not_pu
     if yesterday_due:
         expected[("stg_visits", days[1])] = (False, "not published yet")
     assert reported == expected
-    assert cursor == (days[1] if yesterday_due else days[3])
+    assert cursor == (days[1] if yesterday_due else days[2])  # the newest day whose deadline passed
 
 
 def test_a_deadline_that_cannot_be_evaluated_fails_on_every_day_saying_why():
