@@ -11,6 +11,7 @@ from exact_backfills.calendar import Calendar
 from exact_backfills.day_checks import DayCheck, DayOverDay
 from exact_backfills.declare import (
     AsOf,
+    ColumnAdded,
     Command,
     DayDependency,
     DeclarationError,
@@ -45,6 +46,7 @@ def __getattr__(name: str) -> object:
 __all__ = [
     "AsOf",
     "Calendar",
+    "ColumnAdded",
     "Command",
     "DayCheck",
     "DayDependency",

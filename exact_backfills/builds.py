@@ -237,7 +237,7 @@ def restate_events(
     older version until it is backfilled: a restatement builds on what is staged."""
     source = table.source
     columns = source.version_columns
-    on_days = read_days(spark, table.name, table.day_column, days).select(*columns)
+    on_days = source.as_versions(read_days(spark, table.name, table.day_column, days))
     valid, rejected = quarantine.split(source, landed.rows, pipeline.partitions)
     versions = on_days.unionByName(landed.staged).unionByName(valid.select(*columns))
     staged = current_versions(source, versions, days)

@@ -135,9 +135,9 @@ def _arrow_mismatch(expected: T.DataType, column: Any, arrow_type: Any) -> str |
 _verdicts: dict[tuple[str, int, int, str], tuple[str, tuple[str, ...]]] = {}
 
 
-def _file_verdict(file: StoredEntry, source: Source) -> tuple[str, tuple[str, ...]]:
-    """("", nanosecond columns) for a file the contract accepts, (reason, ()) for one it refuses."""
-    cache_key = (file.path, file.size, file.modified_ns or 0, source.schema.json())
+def _file_verdict(file: StoredEntry, source: Source, batch: date | None) -> tuple[str, tuple[str, ...]]:
+    """("", nanosecond columns) for a file of `batch` the contract accepts, (reason, ()) for one it refuses."""
+    cache_key = (file.path, file.size, file.modified_ns or 0, f"{source.schema.json()}{source.columns_added}")
     if cache_key in _verdicts:
         return _verdicts[cache_key]
     if file.size == 0:
@@ -151,7 +151,7 @@ def _file_verdict(file: StoredEntry, source: Source) -> tuple[str, tuple[str, ..
         else:
             contract = source.schema
             columns = {footer.schema.column(i).path: footer.schema.column(i) for i in range(len(footer.schema))}
-            missing = [f.name for f in contract.fields if f.name not in columns]
+            missing = [f.name for f in contract.fields if f.name not in columns and not source.may_lack(f.name, batch)]
             extra = [name for name in columns if name not in contract.fieldNames()]
             problems = [f"missing column {c}" for c in missing] + [f"unexpected column {c}" for c in extra]
             nanos = []
@@ -186,7 +186,7 @@ def landed_files(source: Source, batches: list[str] | None = None) -> LandedFile
         if wanted is not None and entry.name not in wanted:
             continue
         for file in _batch_files(entry):
-            reason, nanos = _file_verdict(file, source)
+            reason, nanos = _file_verdict(file, source, _batch_day(entry.name))
             if reason:
                 below = storage.relative_to(file.path, entry.path)
                 files.refused.append(Refusal(source.name, f"{entry.name}/{below}", batch_name(entry), reason))

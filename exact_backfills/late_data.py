@@ -168,7 +168,7 @@ def _event_changes(
                 r[day] for r in staging.select(*key, day).join(keys, key, "left_semi").select(day).distinct().collect()
             ]
             staging = staging.where(day_filter(day, holding) if holding else F.lit(False))
-        staged = staging.join(keys, key, "left_semi").select(*columns).localCheckpoint()
+        staged = source.as_versions(staging.join(keys, key, "left_semi")).localCheckpoint()
         published = staged.withColumn("_published", F.lit(True))
         # The published version wins a tie with an identical landed row: re-reading a batch changes nothing.
         winners = latest_versions(new.unionByName(published), source, key, then=(F.col("_published").desc(),)).where(
@@ -182,7 +182,7 @@ def _event_changes(
 
         unseen = rejected
         if table_exists(table.quarantine):
-            quarantined = read_table(spark, table.quarantine).select(_row_id(columns).alias("_id"))
+            quarantined = source.as_versions(read_table(spark, table.quarantine)).select(_row_id(columns).alias("_id"))
             unseen = rejected.withColumn("_id", _row_id(columns)).join(quarantined, "_id", "left_anti")
         _tally(unseen, quarantine.QUARANTINE_DAY, "quarantined", days)
         landed = LandedBatches(batches.names, candidates, staged) if keep else None

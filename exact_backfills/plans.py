@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -275,10 +275,18 @@ def _reshaped_measures(old: DataFrame, new: DataFrame, shape: SchemaDiff) -> dic
     for side, columns in ((new, shape.added), (old, shape.dropped)):
         summed = [c for c in columns if c in numeric]
         if summed:
-            row = side.agg(*[F.sum(c).alias(c) for c in summed]).first()
+            row = side.agg(*[_total(side, c).alias(c) for c in summed]).first()
             assert row is not None
             found |= {c: ("-", str(row[c])) if side is new else (str(row[c]), "-") for c in summed}
     return found
+
+
+def _total(rows: DataFrame, column: str) -> Column:
+    """A numeric column's total; a whole number's summed as a decimal, since a total of identifiers (a key of large
+    numbers) would overflow a long."""
+    if isinstance(rows.schema[column].dataType, T.IntegralType):
+        return F.sum(F.col(column).cast(T.DecimalType(38, 0)))
+    return F.sum(column)
 
 
 def _measures(table: Declared, old: DataFrame, new: DataFrame, shared: list[str]) -> dict[str, tuple[str, str]]:
@@ -286,7 +294,7 @@ def _measures(table: Declared, old: DataFrame, new: DataFrame, shared: list[str]
     (whether it moved or not), then each other numeric column whose sum moved."""
     declared = {name: F.expr(m.aggregate) for name, m in table.reconcile.measures.items()} if table.reconcile else {}
     columns = [f.name for f in new.schema.fields if f.name in shared and isinstance(f.dataType, _NUMERIC)]
-    sums = {c: F.sum(c) for c in columns if c not in declared}
+    sums = {c: _total(new, c) for c in columns if c not in declared}
     every = {**declared, **sums}
     if not every:
         return {}

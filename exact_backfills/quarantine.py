@@ -83,7 +83,7 @@ def split(source: Source, versions: DataFrame, partitions: Partitions) -> tuple[
 
 
 def for_days(source: Source, rejected: DataFrame, days: list[date]) -> DataFrame:
-    return rejected.where(day_filter(QUARANTINE_DAY, days)).select(QUARANTINE_DAY, REASON, *source.version_columns)
+    return source.as_versions(rejected.where(day_filter(QUARANTINE_DAY, days)), QUARANTINE_DAY, REASON)
 
 
 def latest_landed(source: Source, versions: DataFrame, days: list[date]) -> DataFrame:

@@ -3,6 +3,7 @@ day; and the columns the machinery adds to a landed row. Declared in a `Pipeline
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import date
 from enum import Enum
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -44,6 +45,15 @@ class Rule:
 
 
 @dataclass(frozen=True)
+class ColumnAdded:
+    """A nullable column the contract gained after batches landed without it: batches before `first_batch` may lack
+    it (their rows read it as null, and keep counting); from `first_batch` on, a file without it is refused."""
+
+    name: str
+    first_batch: date
+
+
+@dataclass(frozen=True)
 class Source:
     """A dataset landed as immutable, append-only Parquet batches under `landing/<name>/ingest_date=D/`.
 
@@ -57,7 +67,8 @@ class Source:
       there, a daylight-saving day having 23 or 25 hours.
     - `loaded_at`: the load time, a timestamp: the restatement watermark follows it, never the event's day.
     - `rules`: rows breaking the contract beyond its types, quarantined with the reason (events only). Rows with a
-      null key, day or timestamp, a day outside the partitions, or a day after their load are quarantined too."""
+      null key, day or timestamp, a day outside the partitions, or a day after their load are quarantined too.
+    - `columns_added`: nullable columns of `schema` the contract gained after batches landed without them."""
 
     name: str
     schema: T.StructType
@@ -70,10 +81,26 @@ class Source:
     description: str = ""
     day_of: str = ""
     timezone: str = "UTC"
+    columns_added: Sequence[ColumnAdded] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "key", tuple(self.key))
         object.__setattr__(self, "rules", tuple(self.rules))
+        object.__setattr__(self, "columns_added", tuple(self.columns_added))
+
+    def may_lack(self, column: str, batch: date | None) -> bool:
+        """Whether a file of `batch` may lack `column`: one the contract gained after that batch."""
+        return batch is not None and any(a.name == column and batch < a.first_batch for a in self.columns_added)
+
+    def as_versions(self, rows: DataFrame, *leading: str) -> DataFrame:
+        """Staged or quarantined rows (`leading` columns first) as this contract's versions: a column the contract
+        gained since they were written reads as null, as it does in the batches landed before it."""
+        types = {f.name: f.dataType for f in self.schema.fields}
+        gained = {a.name for a in self.columns_added} - set(rows.columns)
+        return rows.select(
+            *leading,
+            *[F.lit(None).cast(types[c]).alias(c) if c in gained else F.col(c) for c in self.version_columns],
+        )
 
     @property
     def columns(self) -> list[str]:
@@ -131,6 +158,18 @@ class Source:
         found += [f"its column {c} is a name the machinery adds" for c in sorted(clash)]
         if self.rules and self.kind is SourceKind.DIMENSION:
             found.append("a dimension has no quarantine: its rules would never apply")
+        return found + self._added_problems(named)
+
+    def _added_problems(self, named: Sequence[str]) -> list[str]:
+        fields = {f.name: f for f in self.schema.fields}
+        found = []
+        for added in self.columns_added:
+            if added.name not in fields:
+                found.append(f"its added column {added.name} is not a column of its schema")
+            elif not fields[added.name].nullable:
+                found.append(f"its added column {added.name} is not nullable: the batches before it read it as null")
+            elif added.name in (*named, self.day_of):
+                found.append(f"its added column {added.name} is a column every row needs (key, day, version or load)")
         return found
 
     def _day_of_problems(self, types: dict[str, T.DataType]) -> list[str]:

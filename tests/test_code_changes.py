@@ -10,16 +10,18 @@ differs, run against the same lake and instance."""
 
 import json
 import shutil
-from datetime import date, timedelta
+from dataclasses import replace
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import NamedTuple
 
 import pytest
 from dagster import AssetKey, RunRequest, SkipReason, build_sensor_context
+from pyspark.sql import types as T
 
 from assets_pkg.generate import generate
 from bench.harness import corrections, land_batch, next_batch_day
-from exact_backfills import code_versions
+from exact_backfills import ColumnAdded, code_versions, landing
 from exact_backfills.backfill import BackfillRequest, run_backfill
 from exact_backfills.checks import BUILT_BY_CURRENT_CODE
 from exact_backfills.dagster_names import CODE_CHECK_JOB
@@ -30,7 +32,7 @@ from resources.delta_io import history
 from resources.lake import lake_root, table_path
 from tests.support.lake import environment, files_by_day, rows, versions
 from tests.support.late_batches import check_partition_statuses
-from tests.support.orders import DAY_COLUMN, ORDERS, PUBLISH_ORDER
+from tests.support.orders import DAY_COLUMN, ORDER_ITEMS, ORDERS, PUBLISH_ORDER
 from tests.support.projects import (
     CHECK_CODE_VERSIONS,
     FACT_NET_REWRITTEN,
@@ -355,10 +357,14 @@ MAX_QUANTITY = Edit(
 )
 
 
+@pytest.fixture(scope="module")
+def wider(fixed, tmp_path_factory) -> Path:
+    return project_with(tmp_path_factory.mktemp("wider"), MAX_QUANTITY, base=fixed)
+
+
 def test_a_mart_gaining_a_column_is_planned_with_its_schema_diff_and_promoted_whole_as_a_from_scratch_build(
-    spark, built, fixed, tmp_path
+    spark, built, wider, tmp_path
 ):
-    wider = project_with(tmp_path / "wider", MAX_QUANTITY, base=fixed)
     first_days = ["--start", str(START), "--end", str(START + timedelta(days=2))]
     before = versions(spark, "daily_revenue")[0]
 
@@ -400,3 +406,75 @@ def test_a_mart_gaining_a_column_is_planned_with_its_schema_diff_and_promoted_wh
     published = rows(spark, "daily_revenue")
     with environment(LAKE_ROOT=str(build_from_scratch(wider, tmp_path / "scratch"))):
         assert published == rows(spark, "daily_revenue") and "max_quantity" in published[0]
+
+
+# After it: a source's contract gains a nullable column, which the batches landed before it lack.
+SOURCES = "assets_pkg/sources.py"
+INGESTED_AT = (
+    '            T.StructField("ingested_at", T.TimestampType(), False),\n        ]\n    ),\n    key=["order_id"'
+)
+
+
+def test_a_source_gaining_a_column_keeps_its_old_batches_and_carries_the_new_into_staging_as_a_from_scratch_build(
+    spark, built, wider, tmp_path
+):
+    first_batch = next_batch_day()
+    with_column = Edit(
+        SOURCES,
+        INGESTED_AT,
+        INGESTED_AT.replace(
+            "        ]\n", '            T.StructField("coupon_code", T.StringType()),\n        ]\n'
+        ).replace(
+            "    key=",
+            f'    columns_added=[ColumnAdded("coupon_code", date.fromisoformat("{first_batch}"))],\n    key=',
+        ),
+    )
+    gained = project_with(
+        tmp_path / "gained",
+        Edit(
+            SOURCES,
+            "from exact_backfills import ",
+            "from datetime import date\n\nfrom exact_backfills import ColumnAdded, ",
+        ),
+        base=project_with(tmp_path / "contract", with_column, base=wider),
+    )
+
+    # A batch carrying the new column, landed under the new contract: corrections of three items, each with a coupon.
+    contract = T.StructType([*ORDER_ITEMS.schema.fields, T.StructField("coupon_code", T.StringType())])
+    at = datetime.combine(first_batch, datetime.min.time(), tzinfo=UTC) + timedelta(hours=2)
+    items = [(*r[:-1], at, "SPRING", first_batch) for r in corrections(spark, START + timedelta(days=3), 3)]
+    batch = spark.createDataFrame(items, T.StructType([*contract.fields, T.StructField("ingest_date", T.DateType())]))
+    landing.land(
+        {replace(ORDER_ITEMS, schema=contract, columns_added=[ColumnAdded("coupon_code", first_batch)]): batch}
+    )
+
+    stale, early, planned, promoted, restated, checked, after = run_commands(
+        gained,
+        ["stale", "--json"],
+        ["restate"],
+        PLAN,
+        ["promote", "{plan_id}"],
+        ["restate"],
+        ["check", "--start", str(START), "--end", str(END)],
+        ["stale", "--json"],
+    )
+
+    for said in (stale, planned, promoted, restated, checked, after):
+        assert said.code == 0 and "Traceback" not in said.err, said
+    # Restated before the plan: refused in one line, since it would stage the new column on some days only.
+    said = early.out + early.err
+    assert early.code != 0 and "a change of shape replaces every day of the table" in said and "Traceback" not in said
+    # The contract is staging's code: every day of it is stale, and the plan adds the column to it (and quarantine).
+    staging_stale = json.loads(stale.out)["stg_order_items"]
+    assert set(staging_stale) == set(EVERY_DAY) and all("code" in why for why in staging_stale.values()), stale.out
+    tables = plan_of(planned)["tables"]
+    assert tables["stg_order_items"]["schema"]["added"] == {"coupon_code": "string"}
+    assert json.loads(after.out) == {}
+    staged = rows(spark, "stg_order_items")
+    coupons = {(r["order_id"], r["order_item_id"]) for r in staged if r["coupon_code"] == "SPRING"}
+    assert len(coupons) == 3 and all(r["coupon_code"] in (None, "SPRING") for r in staged)
+    # Nothing lost: the old batches' rows are all still there (their coupon null), and every table is what the new
+    # code builds from scratch over the same landing.
+    published = {t: rows(spark, t) for t in TABLES}
+    with environment(LAKE_ROOT=str(build_from_scratch(gained, tmp_path / "scratch"))):
+        assert published == {t: rows(spark, t) for t in TABLES}

@@ -84,6 +84,48 @@ def test_the_landing_contract_reads_every_timestamp_encoding_and_refuses_what_it
     }
 
 
+def test_a_column_the_contract_gained_may_be_missing_from_the_batches_before_it_and_from_no_later_one(
+    tmp_path, monkeypatch
+):
+    import dataclasses
+
+    from pyspark.sql import types as T
+
+    from exact_backfills import ColumnAdded
+
+    monkeypatch.setenv("LAKE_ROOT", str(tmp_path))
+    gained = dataclasses.replace(
+        ORDER_ITEMS,
+        schema=T.StructType([*ORDER_ITEMS.schema.fields, T.StructField("coupon_code", T.StringType())]),
+        columns_added=[ColumnAdded("coupon_code", date(2025, 1, 3))],
+    )
+    landed = tmp_path / "landing" / "order_items"
+    _write(landed / "ingest_date=2025-01-02" / "before.parquet", CONTRACT, ROW)
+    _write(landed / "ingest_date=2025-01-03" / "without.parquet", CONTRACT, ROW)
+    _write(
+        landed / "ingest_date=2025-01-03" / "with.parquet",
+        {**CONTRACT, "coupon_code": pa.string()},
+        {**ROW, "coupon_code": "X"},
+    )
+
+    found = landing.landed_files(gained)
+    assert sorted(p.rsplit("/", 2)[1] + "/" + p.rsplit("/", 1)[1] for p in found.plain) == [
+        "ingest_date=2025-01-02/before.parquet",
+        "ingest_date=2025-01-03/with.parquet",
+    ]
+    assert {r.file: r.reason for r in found.refused} == {
+        "ingest_date=2025-01-03/without.parquet": "missing column coupon_code"
+    }
+    assert gained.problems() == []
+    required = dataclasses.replace(gained, columns_added=[ColumnAdded("channel", D), ColumnAdded("order_id", D)])
+    assert required.problems() == ["its added column order_id is not nullable: the batches before it read it as null"]
+    keyed = dataclasses.replace(gained, columns_added=[ColumnAdded("updated_at", D), ColumnAdded("note", D)])
+    assert keyed.problems() == [
+        "its added column updated_at is not nullable: the batches before it read it as null",
+        "its added column note is not a column of its schema",
+    ]
+
+
 def test_a_failure_between_commits_names_the_operation_and_what_was_committed_with_its_version_and_days():
     change = Change(Operation.BACKFILL, {"stg_order_items": [day(0), day(1)], "fact_order_item": [day(0), day(1)]})
     commits = {
