@@ -294,13 +294,18 @@ def _measures(table: Declared, old: DataFrame, new: DataFrame, shared: list[str]
     (whether it moved or not), then each other numeric column whose sum moved."""
     declared = {name: F.expr(m.aggregate) for name, m in table.reconcile.measures.items()} if table.reconcile else {}
     columns = [f.name for f in new.schema.fields if f.name in shared and isinstance(f.dataType, _NUMERIC)]
-    sums = {c: _total(new, c) for c in columns if c not in declared}
-    every = {**declared, **sums}
-    if not every:
+    names = [*declared, *(c for c in columns if c not in declared)]
+    if not names:
         return {}
-    b, a = (df.agg(*[expr.alias(f"_m{i}") for i, expr in enumerate(every.values())]).first() for df in (old, new))
+
+    def totals_of(df: DataFrame) -> Any:  # each side's own types decide how a column is summed (it may be retyped)
+        return df.agg(
+            *[(declared[n] if n in declared else _total(df, n)).alias(f"_m{i}") for i, n in enumerate(names)]
+        ).first()
+
+    b, a = totals_of(old), totals_of(new)
     assert b is not None and a is not None
-    totals = {name: (b[f"_m{i}"], a[f"_m{i}"]) for i, name in enumerate(every)}
+    totals = {name: (b[f"_m{i}"], a[f"_m{i}"]) for i, name in enumerate(names)}
     return {m: (str(x), str(y)) for m, (x, y) in totals.items() if m in declared or x != y}
 
 

@@ -320,9 +320,8 @@ def overwrite_days(df: DataFrame, table: str, column: str, days: Sequence[date],
         .option("userMetadata", metadata)
         .partitionBy(column)
     )
-    shape = (
-        SchemaDiff.between(df.sparkSession.read.format("delta").load(path).schema, df.schema) if before >= 0 else None
-    )
+    written = df.schema  # read once: over Spark Connect each read is a round trip
+    shape = SchemaDiff.between(df.sparkSession.read.format("delta").load(path).schema, written) if before >= 0 else None
     if shape:  # the whole table in the new shape, in one commit: no version of it mixes two shapes
         _refuse_partial_reshape(df.sparkSession, path, table, column, days, shape)
         writer = writer.option("overwriteSchema", "true")
@@ -350,7 +349,7 @@ def overwrite_days(df: DataFrame, table: str, column: str, days: Sequence[date],
         files_removed=int(metrics.get("numRemovedFiles", 0)),
         by_day=entry["by_day"],
         call_failed=call_failed,
-        columns=tuple((f.name, f.dataType.simpleString()) for f in df.schema.fields),
+        columns=tuple((f.name, f.dataType.simpleString()) for f in written.fields),
     )
 
 
