@@ -234,7 +234,8 @@ def _overlay(
 def _diff(table: Declared, before: DataFrame, after: DataFrame, days: list[date], plan: TablePlan) -> None:
     """Fill `plan` with how `after` (the shadow) differs from `before` (published) on `days`, day by day."""
     column = table.day_column
-    was, now = checks.day_contents(before, column), checks.day_contents(after, column)
+    contents = checks.day_contents_of({"before": (before, column), "after": (after, column)})
+    was, now = contents["before"], contents["after"]
     none = DayContent(0, None)
     plan.changed_days = [d for d in days if was.get(d, none) != now.get(d, none)]
     plan.unchanged_days = [d for d in days if d not in plan.changed_days]

@@ -25,7 +25,7 @@ from pydantic import Field
 from pyspark.sql import SparkSession
 
 from exact_backfills import landing, liveness, recording, retention
-from exact_backfills.checks import day_contents
+from exact_backfills.checks import day_contents_of
 from exact_backfills.dagster_names import LAKE_WRITES_POOL, PIPELINE_TAG, ROLLBACK_JOB, ROLLBACK_OP
 from exact_backfills.declare import BATCH_COLUMN, Pipeline, SourceKind
 from exact_backfills.operations import check_version
@@ -231,15 +231,19 @@ class DayPreview:
 
 
 def preview(spark: SparkSession, pipeline: Pipeline, plan: RollbackPlan) -> list[DayPreview]:
-    """Per restored table and day: rows and fingerprint now and after the rollback. Writes nothing."""
-    found = []
+    """Per restored table and day: rows and fingerprint now and after the rollback, in one Spark job. Writes
+    nothing."""
+    sides = {}
     for table, version in plan.restore.items():
         column = pipeline.day_columns[table]
-        now = day_contents(read_days(spark, table, column, plan.days), column)
-        after = day_contents(rows_as_of(spark, table, column, version, plan.days), column)
-        none = DayContent(0, None)
-        found += [DayPreview(table, day, version, now.get(day, none), after.get(day, none)) for day in plan.days]
-    return found
+        sides[table, "now"] = (read_days(spark, table, column, plan.days), column)
+        sides[table, "after"] = (rows_as_of(spark, table, column, version, plan.days), column)
+    found, none = day_contents_of(sides), DayContent(0, None)
+    return [
+        DayPreview(table, day, version, found[table, "now"].get(day, none), found[table, "after"].get(day, none))
+        for table, version in plan.restore.items()
+        for day in plan.days
+    ]
 
 
 def landed_batches(spark: SparkSession, pipeline: Pipeline, days: list[date]) -> str:
