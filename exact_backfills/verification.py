@@ -6,7 +6,7 @@ A check that cannot be evaluated (its query fails, the detection it reads fails)
 saying why: "passed" only ever means evaluated and passed. What every table's checks share (the late-data
 detection, the days stale by code) is found once per run, not once per table."""
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from datetime import date
@@ -96,6 +96,28 @@ def stale_code_days(spark: SparkSession, pipeline: Pipeline) -> dict[str, dict[d
     return stale_by_code(
         pipeline, {t: written.get(t, {}) for t in pipeline.publish_order}, code_versions.current(pipeline)
     )
+
+
+def never_built(pipeline: Pipeline, built: Mapping[str, Iterable[date]]) -> dict[str, list[date]]:
+    """Table -> the days every table it is built from has published and it never has (a table just declared, or a
+    backfill that selected only the tables upstream of it), in the partitions in effect. A staging table's days are
+    its landing's, which the late-data detection covers."""
+    partitions = pipeline.partitions
+    found: dict[str, list[date]] = {}
+    for table in pipeline.publish_order:
+        upstream = list(pipeline.by_name[table].upstream) if table in pipeline.by_name else []
+        if not upstream:
+            continue
+        expected = set.intersection(*(set(built.get(u, ())) for u in upstream))
+        missing = sorted(d for d in expected - set(built.get(table, ())) if d in partitions)
+        if missing:
+            found[table] = missing
+    return found
+
+
+def never_built_days(spark: SparkSession, pipeline: Pipeline) -> dict[str, list[date]]:
+    """`never_built`, of what the audit trail says each table has published."""
+    return never_built(pipeline, audit.built_by(spark, pipeline.name))
 
 
 def code_outcomes(

@@ -5,8 +5,9 @@ the new code differs from what is published, publishing nothing; `promote` write
 files untouched), after which every table equals that from-scratch build and nothing is stale. A restatement since
 the plan, or a blocking failure in the plan, makes `promote` refuse. A mart gaining a column is planned with its
 schema diff and promoted as a rewrite of the whole table, after which it equals a from-scratch build; over some of its
-days only, the plan and a backfill refuse in one line. The change is made for real: a copy of the project whose code
-differs, run against the same lake and instance."""
+days only, the plan and a backfill refuse in one line. A source gaining a column keeps its old batches. A table just
+declared is stale on exactly its days, never built, which its own backfill builds. The change is made for real: a
+copy of the project whose code differs, run against the same lake and instance."""
 
 import json
 import shutil
@@ -415,9 +416,10 @@ INGESTED_AT = (
 )
 
 
-def test_a_source_gaining_a_column_keeps_its_old_batches_and_carries_the_new_into_staging_as_a_from_scratch_build(
-    spark, built, wider, tmp_path
-):
+@pytest.fixture(scope="module")
+def gained(wider, tmp_path_factory) -> Path:
+    """The code after the mart's column: the order item source's contract gains a nullable column from the next
+    batch on."""
     first_batch = next_batch_day()
     with_column = Edit(
         SOURCES,
@@ -429,16 +431,21 @@ def test_a_source_gaining_a_column_keeps_its_old_batches_and_carries_the_new_int
             f'    columns_added=[ColumnAdded("coupon_code", date.fromisoformat("{first_batch}"))],\n    key=',
         ),
     )
-    gained = project_with(
-        tmp_path / "gained",
+    return project_with(
+        tmp_path_factory.mktemp("gained"),
         Edit(
             SOURCES,
             "from exact_backfills import ",
             "from datetime import date\n\nfrom exact_backfills import ColumnAdded, ",
         ),
-        base=project_with(tmp_path / "contract", with_column, base=wider),
+        base=project_with(tmp_path_factory.mktemp("contract"), with_column, base=wider),
     )
 
+
+def test_a_source_gaining_a_column_keeps_its_old_batches_and_carries_the_new_into_staging_as_a_from_scratch_build(
+    spark, built, gained, tmp_path
+):
+    first_batch = next_batch_day()
     # A batch carrying the new column, landed under the new contract: corrections of three items, each with a coupon.
     contract = T.StructType([*ORDER_ITEMS.schema.fields, T.StructField("coupon_code", T.StringType())])
     at = datetime.combine(first_batch, datetime.min.time(), tzinfo=UTC) + timedelta(hours=2)
@@ -478,3 +485,60 @@ def test_a_source_gaining_a_column_keeps_its_old_batches_and_carries_the_new_int
     published = {t: rows(spark, t) for t in TABLES}
     with environment(LAKE_ROOT=str(build_from_scratch(gained, tmp_path / "scratch"))):
         assert published == {t: rows(spark, t) for t in TABLES}
+
+
+# After it: a table is declared, built from the fact.
+CHANNEL_ITEMS = "daily_channel_items"
+BUILD_CHANNEL_ITEMS = Edit(
+    "assets_pkg/pipeline.py",
+    "def _import_tpch_arguments(",
+    "def build_daily_channel_items(spark: SparkSession, days: list[date], read: Read) -> DataFrame:\n"
+    '    return read(FACT_ORDER_ITEM).groupBy("order_date", "channel").agg(F.count(F.lit(1)).alias("items"))\n\n\n'
+    "def _import_tpch_arguments(",
+)
+DECLARE_CHANNEL_ITEMS = Edit(
+    "assets_pkg/pipeline.py",
+    "    ],\n    generate=_generate,",
+    "        Table(\n"
+    f'            "{CHANNEL_ITEMS}",\n'
+    '            key=["order_date", "channel"],\n'
+    '            day_column="order_date",\n'
+    "            upstream={FACT_ORDER_ITEM: SameDay()},\n"
+    "            build=build_daily_channel_items,\n"
+    "        ),\n"
+    "    ],\n    generate=_generate,",
+)
+IMPORT_F = Edit(
+    "assets_pkg/pipeline.py",
+    "from pyspark.sql import DataFrame, SparkSession\n",
+    "from pyspark.sql import DataFrame, SparkSession\nfrom pyspark.sql import functions as F\n",
+)
+
+
+def test_a_table_just_declared_is_stale_on_exactly_its_days_never_built_and_its_backfill_commits_to_no_other(
+    spark, built, gained, tmp_path
+):
+    declared = gained
+    for n, edit in enumerate((IMPORT_F, BUILD_CHANNEL_ITEMS, DECLARE_CHANNEL_ITEMS)):
+        declared = project_with(tmp_path / f"declared{n}", edit, base=declared)
+    fact_days = sorted({r["order_date"].isoformat() for r in rows(spark, "fact_order_item")})
+    before = {t: versions(spark, t)[0] for t in TABLES}
+
+    stale, said, backfilled, after, checked = run_commands(
+        declared,
+        ["stale", "--json"],
+        ["stale"],
+        ["backfill", "--select", CHANNEL_ITEMS, "--start", fact_days[0], "--end", fact_days[-1]],
+        ["stale", "--json"],
+        ["check", "--start", str(START), "--end", str(END)],
+    )
+
+    # Exactly its days, each a day the fact has, and what builds them; nothing else is stale.
+    assert json.loads(stale.out) == {CHANNEL_ITEMS: {d: ["never_built"] for d in fact_days}}, stale.out
+    hint = f"backfill --select {CHANNEL_ITEMS} --start {fact_days[0]} --end {fact_days[-1]}"
+    assert f"{CHANNEL_ITEMS}: never built on {len(fact_days)} day(s)" in said.out and hint in said.out, said.out
+    # Its backfill builds them and commits to no other table; then nothing is stale and every check passes.
+    assert backfilled.code == 0, backfilled.out + backfilled.err
+    assert {t: versions(spark, t)[0] for t in TABLES} == before
+    assert sorted({r["order_date"].isoformat() for r in rows(spark, CHANNEL_ITEMS)}) == fact_days
+    assert json.loads(after.out) == {} and checked.code == 0, after.out + checked.out

@@ -55,3 +55,32 @@ def test_a_change_of_shape_planned_over_some_days_is_refused_in_one_line_naming_
         "daily_revenue's columns change (added max_quantity (int)): a change of shape rewrites every day of the "
         "table, and this plan covers 3 of its 10 day(s); plan --start 2025-01-01 --end 2025-01-10"
     )
+
+
+def _days(first: date, n: int) -> list[date]:
+    return [first + timedelta(days=i) for i in range(n)]
+
+
+def test_a_table_just_declared_is_never_built_on_exactly_the_days_every_table_it_is_built_from_has(monkeypatch):
+    from assets_pkg.pipeline import DAILY_CATEGORY_REVENUE, DAILY_REVENUE, DIM_PRODUCT, FACT_ORDER_ITEM, STG_ORDER_ITEMS
+    from assets_pkg.pipeline import pipeline as orders
+    from exact_backfills.verification import never_built
+
+    monkeypatch.setenv("PARTITION_START_DATE", "2025-01-01")
+    monkeypatch.setenv("PARTITION_END_DATE", "2025-01-31")
+    built = {t: _days(date(2025, 1, 1), 20) for t in orders.publish_order}
+    assert never_built(orders, built) == {}  # a backfill builds every table on the same days
+    # The mart just declared has no day; the fact had a day more, from a backfill that selected it and staging.
+    built[DAILY_CATEGORY_REVENUE] = []
+    built[STG_ORDER_ITEMS] = built[DIM_PRODUCT] = built[FACT_ORDER_ITEM] = _days(date(2025, 1, 1), 21)
+    assert never_built(orders, built) == {
+        DAILY_CATEGORY_REVENUE: _days(date(2025, 1, 1), 21),
+        DAILY_REVENUE: [date(2025, 1, 21)],
+        "customer_daily_features": [date(2025, 1, 21)],
+    }
+    # A day an upstream has not (the dimension's, here) is not expected of the tables built from it; nor is a day
+    # outside the partitions.
+    built[DIM_PRODUCT] = _days(date(2025, 1, 1), 20)
+    built[STG_ORDER_ITEMS] = [*built[STG_ORDER_ITEMS], date(2025, 2, 1)]
+    assert never_built(orders, built)[DAILY_REVENUE] == [date(2025, 1, 21)]
+    assert DAILY_CATEGORY_REVENUE in never_built(orders, built) and FACT_ORDER_ITEM not in never_built(orders, built)

@@ -62,9 +62,23 @@ def _print_code_changes(stale: "dict[str, dict[date, CodeChange]]") -> None:
             print(f"{table}: {why} on {len(changed)} day(s): {day_ranges(sorted(changed))}")
 
 
-def _stale_json(detection: "Detection", stale: "dict[str, dict[date, CodeChange]]") -> dict[str, dict[str, list[str]]]:
+def _print_never_built(pipeline: "Pipeline", unbuilt: dict[str, list[date]]) -> None:
+    from exact_backfills.pipelines import command
+    from exact_backfills.publish import day_ranges
+
+    for table, days in unbuilt.items():
+        print(
+            f"{table}: never built on {len(days)} day(s) its upstream tables have: {day_ranges(days)} "
+            f"(`{command(pipeline)} backfill --select {table} --start {days[0]} --end {days[-1]}` builds them)"
+        )
+
+
+def _stale_json(
+    detection: "Detection", stale: "dict[str, dict[date, CodeChange]]", unbuilt: dict[str, list[date]]
+) -> dict[str, dict[str, list[str]]]:
     """table -> day -> why it is stale: "landing" (batches landed since), "code" (its code, or an upstream's,
-    changed), "late_data_outside_window" (late rows older than the restatement window)."""
+    changed), "late_data_outside_window" (late rows older than the restatement window), "never_built" (its upstream
+    tables have the day, it does not: a table just declared)."""
     reasons: dict[str, dict[str, list[str]]] = {}
 
     def add(table: str, found: date, reason: str) -> None:
@@ -79,23 +93,29 @@ def _stale_json(detection: "Detection", stale: "dict[str, dict[date, CodeChange]
     for table, outside in detection.outside.items():
         for found in outside:
             add(table, found, "late_data_outside_window")
+    for table, days in unbuilt.items():
+        for found in days:
+            add(table, found, "never_built")
     return {t: dict(sorted(days.items())) for t, days in reasons.items()}
 
 
 def _stale(pipeline: "Pipeline", args: argparse.Namespace) -> int:
     from exact_backfills.late_data import detect
-    from exact_backfills.verification import stale_code_days
+    from exact_backfills.verification import never_built_days, stale_code_days
     from resources.spark import get_spark
 
     spark = get_spark()
     detection = detect(spark, pipeline)
     stale = {table: days for table, days in stale_code_days(spark, pipeline).items() if days}
+    unbuilt = never_built_days(spark, pipeline)
     if args.json:
-        print(json.dumps(_stale_json(detection, stale), indent=2))
+        print(json.dumps(_stale_json(detection, stale, unbuilt), indent=2))
         return 0
     print_detection(pipeline, detection)
     _print_code_changes(stale)
-    if not any(detection.days_by_table().values()) and not detection.outside and not detection.holds and not stale:
+    _print_never_built(pipeline, unbuilt)
+    found = any(detection.days_by_table().values()) or detection.outside or detection.holds or stale or unbuilt
+    if not found:
         print("nothing is stale")
     return 0
 
