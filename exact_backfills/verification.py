@@ -14,7 +14,7 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
-from exact_backfills import checks, code_versions, deadlines, landing, landing_index, late_data, quarantine
+from exact_backfills import checks, clock, code_versions, deadlines, landing, landing_index, late_data, quarantine
 from exact_backfills.builds import narrowed
 from exact_backfills.declare import Pipeline, Reconcile, Staging
 from exact_backfills.dependencies import CodeChange, DayChange, stale_by_code
@@ -98,10 +98,10 @@ def stale_code_days(spark: SparkSession, pipeline: Pipeline) -> dict[str, dict[d
     )
 
 
-def never_built(pipeline: Pipeline, built: Mapping[str, Iterable[date]]) -> dict[str, list[date]]:
-    """Table -> the days every table it is built from has published and it never has (a table just declared, or a
-    backfill that selected only the tables upstream of it), in the partitions in effect. A staging table's days are
-    its landing's, which the late-data detection covers."""
+def never_built(pipeline: Pipeline, built: Mapping[str, Iterable[date]], through: date) -> dict[str, list[date]]:
+    """Table -> the days up to `through` every table it is built from has published and it never has (a table just
+    declared, or a backfill that selected only the tables upstream of it), in the partitions in effect. A staging
+    table's days are its landing's, which the late-data detection covers."""
     partitions = pipeline.partitions
     found: dict[str, list[date]] = {}
     for table in pipeline.publish_order:
@@ -109,15 +109,18 @@ def never_built(pipeline: Pipeline, built: Mapping[str, Iterable[date]]) -> dict
         if not upstream:
             continue
         expected = set.intersection(*(set(built.get(u, ())) for u in upstream))
-        missing = sorted(d for d in expected - set(built.get(table, ())) if d in partitions)
+        missing = sorted(d for d in expected - set(built.get(table, ())) if d in partitions and d <= through)
         if missing:
             found[table] = missing
     return found
 
 
 def never_built_days(spark: SparkSession, pipeline: Pipeline) -> dict[str, list[date]]:
-    """`never_built`, of what the audit trail says each table has published."""
-    return never_built(pipeline, audit.built_by(spark, pipeline.name))
+    """`never_built`, of what the audit trail says each table has published, up to the last closed day: a day still
+    open may be published by some tables only (a day read through a lag is written once the daily run publishes it)."""
+    assert pipeline.calendar is not None  # refused when declared without one
+    through = pipeline.calendar.last_closed_day(clock.now())
+    return never_built(pipeline, audit.built_by(spark, pipeline.name), through)
 
 
 def code_outcomes(

@@ -65,12 +65,13 @@ def _print_code_changes(stale: "dict[str, dict[date, CodeChange]]") -> None:
 def _print_never_built(pipeline: "Pipeline", unbuilt: dict[str, list[date]]) -> None:
     from exact_backfills.pipelines import command
     from exact_backfills.publish import day_ranges
+    from resources.delta_io import day_runs
 
     for table, days in unbuilt.items():
-        print(
-            f"{table}: never built on {len(days)} day(s) its upstream tables have: {day_ranges(days)} "
-            f"(`{command(pipeline)} backfill --select {table} --start {days[0]} --end {days[-1]}` builds them)"
+        builds = "; ".join(
+            f"`{command(pipeline)} backfill --select {table} --start {a} --end {b}`" for a, b in day_runs(days)
         )
+        print(f"{table}: never built on {len(days)} day(s) its upstream tables have: {day_ranges(days)} ({builds})")
 
 
 def _stale_json(
