@@ -154,13 +154,11 @@ ENGINE_HOME_KEY = "exactbackfills.engine.home"
 def engine_settings(configured: Settings) -> engine.EngineSettings:
     """What the warm engine is started with: local mode as `SPARK_MASTER` says, with the Delta jars, the project's
     local file system and settings, its log in the engine's folder. A long-lived JVM: the JIT's optimizing compiler
-    pays for itself, but not on small lakes (SPARK_SHORT_RUNS, as the tests run): there its compile threads took a
-    third of the engine's CPU, for query plans that stay small."""
+    pays for itself (no SHORT_RUN_JAVA_OPTIONS)."""
     home = Path(configured.spark_engine_home)
     # Its logging configuration is a copy in its folder: the same engine serves any copy of the code.
     logging = _logging_options(spark_log(configured), console=False, config=home / engine.LOG4J_FILE)
-    jit = f" {SHORT_RUN_JAVA_OPTIONS}" if configured.spark_short_runs else ""
-    java = f"{LOCAL_JAVA_OPTIONS}{jit} {logging}"
+    java = f"{LOCAL_JAVA_OPTIONS} {logging}"
     local_fs = local_fs_config(configured)
     jars = application_jars(configured)
     application = {

@@ -65,12 +65,6 @@ start() {
   [ -f "$SPARK_DAEMON_CLASSPATH" ] || { echo "spark-cluster: $SPARK_DAEMON_CLASSPATH missing: run scripts/setup.sh" >&2; exit 1; }
   chmod 700 "$STATE"
   write_secrets
-  # On small lakes (SPARK_SHORT_RUNS=1, as the tests run) every JVM of the cluster compiles with the JIT's quick
-  # compiler alone, as a local driver then does (resources/spark.py).
-  if [ "${SPARK_SHORT_RUNS:-0}" = 1 ]; then
-    LOG4J="$LOG4J $(.venv/bin/python -c 'from resources.spark import SHORT_RUN_JAVA_OPTIONS as o; print(o)')"
-    export SPARK_DAEMON_JAVA_OPTS="$LOG4J"
-  fi
 
   launch master "$SPARK_HOME/bin/spark-class" org.apache.spark.deploy.master.Master \
     --host "$HOST" --port "$MASTER_PORT" --webui-port "$MASTER_UI_PORT"

@@ -5,7 +5,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
 # Two workers, a test module each at a time (a module shares one lake): much of a module's time is spent waiting on
 # Dagster's daemon and sensors, which the other worker's module fills. `-n 0` runs everything in this process.
 # Every process of the tests connects to one warm Spark engine of their own (resources/engine.py), stopped when they
-# end. It and the tests that start a driver in their own process (SPARK_ENGINE=in-process) start as for a short run
+# end. The tests that start a driver in their own process (SPARK_ENGINE=in-process) start it as for a short run
 # (SPARK_SHORT_RUNS): their lakes are small, so the JVM's optimizing compiler costs two cores more than it gives back.
 # For the same reason Spark evaluates their expressions interpreted (SPARK_CODEGEN=0): compiling each query's Java code
 # took a large share of the engine's CPU. The bench's test runs the bench with the default, which compiles.
