@@ -24,6 +24,8 @@ from resources.delta_io import read_days, scan_of_table
 from resources.settings import Codegen, settings
 from resources.spark import evaluation_for, interpreted
 
+BuiltBy = dict[str, dict[date, str | None]]  # what audit.built_by reads: table -> day -> the code that last wrote it
+
 
 @dataclass
 class Reconciled:
@@ -90,9 +92,12 @@ def _evaluated_for(spark: SparkSession, df: DataFrame, table: str) -> AbstractCo
     return interpreted(spark)
 
 
-def stale_code_days(spark: SparkSession, pipeline: Pipeline) -> dict[str, dict[date, CodeChange]]:
-    """Table -> its published days stale by code (built by an older version of its code, or from such a day)."""
-    written = audit.built_by(spark, pipeline.name)
+def stale_code_days(
+    spark: SparkSession, pipeline: Pipeline, written: BuiltBy | None = None
+) -> dict[str, dict[date, CodeChange]]:
+    """Table -> its published days stale by code (built by an older version of its code, or from such a day), from
+    the audit trail (`written`, when read already)."""
+    written = audit.built_by(spark, pipeline.name) if written is None else written
     return stale_by_code(
         pipeline, {t: written.get(t, {}) for t in pipeline.publish_order}, code_versions.current(pipeline)
     )
@@ -115,12 +120,13 @@ def never_built(pipeline: Pipeline, built: Mapping[str, Iterable[date]], through
     return found
 
 
-def never_built_days(spark: SparkSession, pipeline: Pipeline) -> dict[str, list[date]]:
-    """`never_built`, of what the audit trail says each table has published, up to the last closed day: a day still
-    open may be published by some tables only (a day read through a lag is written once the daily run publishes it)."""
+def never_built_days(spark: SparkSession, pipeline: Pipeline, written: BuiltBy | None = None) -> dict[str, list[date]]:
+    """`never_built`, of what the audit trail (`written`, when read already) says each table has published, up to the
+    last closed day: a day still open may be published by some tables only (a day read through a lag is written once
+    the daily run publishes it)."""
     assert pipeline.calendar is not None  # refused when declared without one
     through = pipeline.calendar.last_closed_day(clock.now())
-    return never_built(pipeline, audit.built_by(spark, pipeline.name), through)
+    return never_built(pipeline, audit.built_by(spark, pipeline.name) if written is None else written, through)
 
 
 def code_outcomes(

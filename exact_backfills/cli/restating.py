@@ -103,12 +103,14 @@ def _stale_json(
 def _stale(pipeline: "Pipeline", args: argparse.Namespace) -> int:
     from exact_backfills.late_data import detect
     from exact_backfills.verification import never_built_days, stale_code_days
+    from resources import audit
     from resources.spark import get_spark
 
     spark = get_spark()
     detection = detect(spark, pipeline)
-    stale = {table: days for table, days in stale_code_days(spark, pipeline).items() if days}
-    unbuilt = never_built_days(spark, pipeline)
+    written = audit.built_by(spark, pipeline.name)  # read once for both
+    stale = {table: days for table, days in stale_code_days(spark, pipeline, written).items() if days}
+    unbuilt = never_built_days(spark, pipeline, written)
     if args.json:
         print(json.dumps(_stale_json(detection, stale, unbuilt), indent=2))
         return 0
