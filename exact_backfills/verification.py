@@ -24,8 +24,6 @@ from resources.delta_io import read_days, scan_of_table
 from resources.settings import Codegen, settings
 from resources.spark import evaluation_for, interpreted
 
-BuiltBy = dict[str, dict[date, str | None]]  # what audit.built_by reads: table -> day -> the code that last wrote it
-
 
 @dataclass
 class Reconciled:
@@ -93,7 +91,7 @@ def _evaluated_for(spark: SparkSession, df: DataFrame, table: str) -> AbstractCo
 
 
 def stale_code_days(
-    spark: SparkSession, pipeline: Pipeline, written: BuiltBy | None = None
+    spark: SparkSession, pipeline: Pipeline, written: audit.BuiltBy | None = None
 ) -> dict[str, dict[date, CodeChange]]:
     """Table -> its published days stale by code (built by an older version of its code, or from such a day), from
     the audit trail (`written`, when read already)."""
@@ -120,7 +118,9 @@ def never_built(pipeline: Pipeline, built: Mapping[str, Iterable[date]], through
     return found
 
 
-def never_built_days(spark: SparkSession, pipeline: Pipeline, written: BuiltBy | None = None) -> dict[str, list[date]]:
+def never_built_days(
+    spark: SparkSession, pipeline: Pipeline, written: audit.BuiltBy | None = None
+) -> dict[str, list[date]]:
     """`never_built`, of what the audit trail (`written`, when read already) says each table has published, up to the
     last closed day: a day still open may be published by some tables only (a day read through a lag is written once
     the daily run publishes it)."""

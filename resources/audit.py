@@ -97,9 +97,12 @@ def latest_written(spark: SparkSession, pipeline: str, trail: DataFrame | None =
     return rows.withColumn("_n", F.row_number().over(latest)).where("_n = 1").drop("_n")
 
 
-def built_by(spark: SparkSession, pipeline: str) -> dict[str, dict[date, str | None]]:
+BuiltBy = dict[str, dict[date, str | None]]  # asset -> each published day -> the code version that last wrote it
+
+
+def built_by(spark: SparkSession, pipeline: str) -> BuiltBy:
     """Asset -> each published day -> the code version that last wrote it (None: not recorded)."""
-    found: dict[str, dict[date, str | None]] = {}
+    found: BuiltBy = {}
     for r in latest_written(spark, pipeline).select("asset", "partition", "code_version").collect():
         found.setdefault(r.asset, {})[r.partition] = r.code_version
     return found
