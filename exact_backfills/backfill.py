@@ -37,6 +37,7 @@ from exact_backfills.dagster_names import (
     PROMOTE_OP,
     PUBLISHED_PARTLY,
     PUBLISHED_TAG,
+    RENAME_JOB,
     RESTATE_JOB,
     ROLLBACK_JOB,
     ROLLBACK_OP,
@@ -364,6 +365,14 @@ def observe_landing(pipeline: Pipeline, instance: DagsterInstance | None = None)
             run_config=QUIET,
         )
     )
+
+
+def run_rename(pipeline: Pipeline, instance: DagsterInstance | None = None) -> ExecuteInProcessResult:
+    """The rename job, run in this process."""
+    instance = instance or dagster_instance()
+    before_writing(instance, pipeline, print)
+    job = definitions_of(pipeline).resolve_job_def(RENAME_JOB)
+    return job.execute_in_process(instance=instance, raise_on_error=False, run_config=QUIET)
 
 
 def run_plan(

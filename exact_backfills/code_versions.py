@@ -12,7 +12,7 @@ pipeline can be computed beside the running one."""
 import ast
 import hashlib
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,8 +48,8 @@ class _Module:
 class _Sources:
     """The modules of `packages` under the first of `roots` that holds each, parsed once each."""
 
-    def __init__(self, roots: list[Path], packages: set[str]):
-        self.roots, self.packages = roots, packages
+    def __init__(self, roots: list[Path], packages: set[str], renamed: Mapping[str, str] | None = None):
+        self.roots, self.packages, self.renamed = roots, packages, renamed or {}
         self.modules: dict[str, _Module] = {}
 
     def _is_project(self, module: str) -> bool:
@@ -133,7 +133,7 @@ class _Sources:
                     found, attribute = module.imports[name[1]]
                     todo.append((found, attribute or ""))
                 continue
-            normalized = _normalized(node)
+            normalized = _normalized(node, self.renamed)
             seen[name] = ast.dump(normalized, annotate_fields=False)
             todo.extend(self.references(module, normalized))
         return seen
@@ -160,8 +160,11 @@ def _called(call: ast.Call) -> str:
     return func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
 
 
-def _normalized(node: ast.AST) -> ast.AST:
-    """`node` without what does not decide rows: docstrings, type annotations, a declaration's description."""
+def _normalized(node: ast.AST, renamed: Mapping[str, str] | None = None) -> ast.AST:
+    """`node` without what does not decide rows: docstrings, type annotations, a declaration's description, and a
+    rename (`renamed`: new name -> the name before): a renamed table's name reads as its name before, wherever it is
+    written, so that the rename alone changes neither its version nor those of the tables built from it."""
+    renamed = renamed or {}
     parsed = ast.parse(ast.unparse(node))
     node = parsed if isinstance(node, ast.Module) else parsed.body[0]
     for child in ast.walk(node):
@@ -182,7 +185,9 @@ def _normalized(node: ast.AST) -> ast.AST:
         if isinstance(child, ast.arg):
             child.annotation = None
         if isinstance(child, ast.Call) and _called(child) in DECLARATIONS:
-            child.keywords = [k for k in child.keywords if k.arg != "description"]
+            child.keywords = [k for k in child.keywords if k.arg not in ("description", "renamed_from")]
+        if isinstance(child, ast.Constant) and isinstance(child.value, str) and child.value in renamed:
+            child.value = renamed[child.value]
     return node
 
 
@@ -207,15 +212,15 @@ def code_versions(pipeline: Pipeline, roots: list[Path] | None = None) -> dict[s
     (by default, where they are imported from)."""
     declared_in = pipeline.declared_in
     roots = roots or list(dict.fromkeys([_root_of(declared_in), _root_of(MACHINERY)]))
-    sources = _Sources(roots, {declared_in.split(".")[0], MACHINERY})
+    sources = _Sources(roots, {declared_in.split(".")[0], MACHINERY}, pipeline.renamed)
     module = sources.module(declared_in)
     versions: dict[str, str] = {}
     for table in pipeline.tables:
         declaration = sources.declaration(declared_in, table.name)
         if declaration is None:  # declared in a way not found by name (a loop, say): the whole module decides it
-            declared = _normalized(module.tree)
+            declared = _normalized(module.tree, pipeline.renamed)
         else:
-            declared = _normalized(declaration)
+            declared = _normalized(declaration, pipeline.renamed)
         reached = sources.closure(_builds(table) + list(sources.references(module, declared)))
         digest = hashlib.sha256(ast.dump(declared, annotate_fields=False).encode())
         for name in sorted(reached):

@@ -21,6 +21,8 @@ DAILY_RUN_SCHEDULE = "daily_run"  # publishes each day once it closes (daily_run
 VACUUM_JOB = "vacuum_tables"
 VACUUM_OP = "vacuum_under_the_horizon"
 VACUUM_SCHEDULE = "nightly_vacuum"
+RENAME_JOB = "rename_tables"
+RENAME_OP = "move_renamed_days"
 
 # Every step that writes the lake claims this concurrency pool, whose limit dagster.yaml sets to 1: steps of any runs
 # (the UI's, the sensor's, the command line's) write one at a time, so two runs over the same days wait for each

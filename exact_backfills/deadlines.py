@@ -16,11 +16,12 @@ def declared(pipeline: Pipeline) -> bool:
 
 
 def first_published(spark: SparkSession, pipeline: Pipeline, table: str, days: list[date]) -> dict[date, datetime]:
-    """When `table` first published each of `days` that it has published."""
+    """When `table` first published each of `days` that it has published (under its former name, if renamed)."""
     if not days:
         return {}
+    names = [table, *([pipeline.renamed[table]] if table in pipeline.renamed else [])]  # a rename's first too
     trail = audit.read(spark, pipeline.name).where(
-        (F.col("asset") == table) & F.col("partition").between(min(days), max(days))
+        F.col("asset").isin(names) & F.col("partition").between(min(days), max(days))
     )
     # as epoch seconds: a collected timestamp would be read in the local timezone of this process
     found = trail.groupBy("partition").agg(F.min(F.unix_timestamp("ended_at")).alias("first")).collect()

@@ -70,7 +70,9 @@ class Table:
     - `build(spark, days, read)`: its rows of `days`; `read(name)` gives an upstream's rows of the days its day
       dependency names (the rows this change builds for that table, the published ones elsewhere). It must be
       deterministic (no clock, no randomness) and read nothing else.
-    - `reconcile`: measures equal to an upstream's, day by day; `checks`: the user's own checks."""
+    - `reconcile`: measures equal to an upstream's, day by day; `checks`: the user's own checks.
+    - `renamed_from`: the name it was published under before, when it is renamed: `rename` carries its days from that
+      table without a rebuild, and the rename alone changes no code version (keep it declared)."""
 
     name: str
     key: Sequence[str]
@@ -80,6 +82,7 @@ class Table:
     description: str = ""
     reconcile: Reconcile | None = None
     checks: Sequence[UserCheck] = ()
+    renamed_from: str = ""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "key", tuple(self.key))
@@ -250,6 +253,7 @@ class Pipeline:
                 f"table {t.name}: check {n} is declared twice"
                 for n in sorted({n for n in check_names if check_names.count(n) > 1})
             ]
+        found += _rename_problems(self.tables)
         for source in self.sources:
             if source.name not in staged:
                 found.append(f"source {source.name}: no Staging table takes it into the lake")
@@ -298,6 +302,11 @@ class Pipeline:
         return [name for t in tables for name in [*(s.name for s in self.by_name[t].side_tables), t]]
 
     @cached_property
+    def renamed(self) -> dict[str, str]:
+        """Each renamed table's name -> the name it was published under before."""
+        return {t.name: t.renamed_from for t in self.tables if isinstance(t, Table) and t.renamed_from}
+
+    @cached_property
     def every_table(self) -> list[str]:
         """Every table the pipeline writes, side tables included, in publish order."""
         return self.with_side_tables(self.publish_order)
@@ -339,6 +348,19 @@ class Pipeline:
         """What a table's asset depends on in Dagster: its upstream tables, or the landing asset of its source."""
         declared = self.by_name[table]
         return [landing_asset(declared.source)] if isinstance(declared, Staging) else list(declared.upstream)
+
+
+def _rename_problems(tables: Sequence[Declared]) -> list[str]:
+    """A table renamed from a name another table has, or from one another renamed table was."""
+    names = {n for t in tables for n in (t.name, *(s.name for s in t.side_tables))}
+    former = [t.renamed_from for t in tables if isinstance(t, Table) and t.renamed_from]
+    found = [
+        f"table {t.name}: renamed from {t.renamed_from}, a name the pipeline declares"
+        for t in tables
+        if isinstance(t, Table) and t.renamed_from in names
+    ]
+    found += [f"two tables are renamed from {n}" for n in sorted({n for n in former if former.count(n) > 1})]
+    return found
 
 
 def _is_dimension(table: Declared) -> bool:

@@ -11,6 +11,7 @@ from exact_backfills.deadlines import declared
 from exact_backfills.declare import Pipeline
 from exact_backfills.event_log_writes import batch_materializations
 from exact_backfills.overdue import overdue_sensor
+from exact_backfills.renaming import rename_job
 from exact_backfills.rollback import rollback_job
 from exact_backfills.vacuuming import vacuum_job, vacuum_schedule
 from resources.lake import private_files
@@ -42,6 +43,7 @@ def definitions_of(pipeline: Pipeline) -> Definitions:
                 code_changes.plan_job(pipeline),
                 code_changes.promote_job(pipeline),
                 vacuum,
+                rename_job(pipeline),
             ],
             schedules=[daily_run_schedule(pipeline, all_assets), vacuum_schedule(pipeline, vacuum)],
             sensors=[

@@ -31,6 +31,7 @@ from exact_backfills.dependencies import CodeChange
 from exact_backfills.partitions import days as day_range
 from exact_backfills.pipelines import command
 from exact_backfills.publish import day_ranges
+from exact_backfills.retirement import no_longer_declared
 from exact_backfills.verification import stale_code_days
 from exact_backfills.write_path.staging import overlay
 from resources import audit, control
@@ -87,6 +88,8 @@ class Plan:
     blocking_failures: list[BlockingFailure]
     # Why it cannot be promoted although every check passed, one line each: a change of shape over some days only.
     refusals: list[str] = field(default_factory=list)
+    # Tables it published and no longer declares: left as they are (`retire` archives or drops one).
+    undeclared: list[str] = field(default_factory=list)
 
     @property
     def promotable(self) -> bool:
@@ -127,6 +130,7 @@ class Plan:
                 for f in self.blocking_failures
             ],
             "refusals": self.refusals,
+            "undeclared": self.undeclared,
             "code_versions": self.code_versions,
             "pinned": self.pinned,
         }
@@ -171,6 +175,7 @@ class Plan:
             tables,
             failures,
             doc.get("refusals", []),
+            doc.get("undeclared", []),
         )
 
     def markdown(self, table: str) -> str:
@@ -180,7 +185,7 @@ class Plan:
             f"{table}: code {p.code_before} → {p.code_after}; {len(p.changed_days)} day(s) change, "
             f"{len(p.unchanged_days)} unchanged; rows added {p.rows_added}, removed {p.rows_removed}, "
             f"changed {p.rows_changed}",
-            *([f"columns: {p.schema.describe()}"] if p.schema else []),
+            *(["", f"columns: {p.schema.describe()}"] if p.schema else []),
             "",
             "| day | rows before | rows after | fingerprint before | fingerprint after |",
             "|---|---|---|---|---|",
@@ -237,15 +242,16 @@ def _diff(table: Declared, before: DataFrame, after: DataFrame, days: list[date]
     contents = checks.day_contents_of({"before": (before, column), "after": (after, column)})
     was, now = contents["before"], contents["after"]
     none = DayContent(0, None)
-    plan.changed_days = [d for d in days if was.get(d, none) != now.get(d, none)]
+    # A change of shape changes every day, even where its values read the same (a widened type).
+    plan.changed_days = [d for d in days if plan.schema or was.get(d, none) != now.get(d, none)]
     plan.unchanged_days = [d for d in days if d not in plan.changed_days]
     plan.days = [DayFigures(d, was.get(d, none), now.get(d, none)) for d in plan.changed_days]
     if not plan.changed_days:
         return
     key = list(dict.fromkeys([*table.key, column]))
     shared = [c for c in after.columns if c in before.columns and c not in key and c != "run_id"]
-    # A column added or dropped changes every row the day keeps: counted as changed in that column.
-    reshaped = [*plan.schema.added, *plan.schema.dropped]
+    # A column added, dropped or retyped changes every row the day keeps: counted as changed in that column.
+    reshaped = [*plan.schema.added, *plan.schema.dropped, *plan.schema.retyped]
     old = before.where(F.col(column).isin(plan.changed_days))
     new = after.where(F.col(column).isin(plan.changed_days))
     joined = new.select(*key, *[F.col(c).alias(f"a_{c}") for c in shared], F.lit(True).alias("_a")).join(
@@ -330,6 +336,7 @@ def make_plan(spark: SparkSession, pipeline: Pipeline, start: date, end: date, s
     written = audit.built_by(spark, pipeline.name)
     in_range = set(day_range(start, end))
     chosen = set(pipeline.downstream(set(select))) if select else set(pipeline.publish_order)
+    undeclared = [u.table for u in no_longer_declared(pipeline, written)]
     plan = Plan(
         uuid.uuid4().hex[:8],
         clock.now(),
@@ -339,6 +346,7 @@ def make_plan(spark: SparkSession, pipeline: Pipeline, start: date, end: date, s
         {t: current_version(spark, t) for t in pipeline.every_table},
         {},
         [],
+        undeclared=undeclared,
     )
     changed: dict[str, list[date]] = {}
     read = _overlay(spark, pipeline, plan.plan_id, changed, plan.pinned)
@@ -404,4 +412,7 @@ def version_note(plan: Plan) -> str:
             lines.append(f"  {measure}: {before} → {after}")
     if not plan.tables:
         lines.append("- nothing to rebuild: every day in the range was built by the code loaded now")
+    lines += [
+        f"- {t}: no longer declared, left as it is (`retire --table {t}` archives or drops it)" for t in plan.undeclared
+    ]
     return "\n".join(lines)

@@ -307,7 +307,7 @@ def overwrite_days(df: DataFrame, table: str, column: str, days: Sequence[date],
     metadata = json.dumps(commit_info, sort_keys=True, default=str)
     before = latest_version(path)
     if before >= 0:
-        owner = json.loads(_commit_entry(path, before).get("userMetadata") or "{}").get("pipeline")
+        owner = owner_of(path, before)
         if owner and commit_info.get("pipeline") and owner != commit_info["pipeline"]:
             raise TableOfAnotherPipeline(
                 f"{table} is written by pipeline {owner!r}, not {commit_info['pipeline']!r}: two pipelines sharing a "
@@ -351,6 +351,15 @@ def overwrite_days(df: DataFrame, table: str, column: str, days: Sequence[date],
         call_failed=call_failed,
         columns=tuple((f.name, f.dataType.simpleString()) for f in written.fields),
     )
+
+
+def owner_of(path: str, version: int | None = None) -> str | None:
+    """The pipeline that made commit `version` (default: the latest) of the table at `path`, from its userMetadata."""
+    version = latest_version(path) if version is None else version
+    if version < 0:
+        return None
+    owner = json.loads(_commit_entry(path, version).get("userMetadata") or "{}").get("pipeline")
+    return str(owner) if owner else None
 
 
 def _commit_entry(path: str, version: int) -> dict:

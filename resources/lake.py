@@ -12,6 +12,7 @@ __all__ = [
     "landing_path",
     "plans_root",
     "private_files",
+    "retired_path",
     "shadow_path",
     "table_path",
     "withdrawn_path",
@@ -55,3 +56,8 @@ def shadow_path(plan_id: str, table: str) -> str:
 def withdrawn_path(source: str, root: str | None = None) -> str:
     """Where `withdraw` keeps a source's withdrawn files and their notes."""
     return join(root or lake_root(), "withdrawn", source)
+
+
+def retired_path(table: str, stamp: str, root: str | None = None) -> str:
+    """Where `retire --archive` keeps a table no longer declared: beside the published tables, read by no one."""
+    return join(root or lake_root(), "warehouse", "_retired", table, stamp)

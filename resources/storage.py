@@ -293,6 +293,25 @@ def move(source: str, target: str) -> None:
 
 
 @_reached
+def move_tree(source: str, target: str) -> None:
+    """The folder `source` to `target`, where nothing is (FileExistsError, nothing moved). On a local folder one
+    rename, atomic; on object storage each file copied, then the source deleted, where a crash leaves both (the
+    source whole: a second move to another target starts again)."""
+    fs, inner_source = _located(source)
+    _, inner_target = _located(target)
+    if exists(target):
+        raise FileExistsError(target)
+    if on_object_store(source):
+        for entry in files_below(source):
+            fs.copy_file(_located(entry.path)[1], _located(join(target, relative_to(entry.path, source)))[1])
+        delete_tree(source)
+        return
+    os.makedirs(os.path.dirname(inner_target), exist_ok=True)
+    os.rename(inner_source, inner_target)
+    _sync_folder(os.path.dirname(inner_target))
+
+
+@_reached
 def delete_file(path: str) -> None:
     """The file at `path` deleted (FileNotFoundError when there is none)."""
     fs, inner = _located(path)

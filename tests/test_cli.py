@@ -142,6 +142,7 @@ REQUIRED = {
     "release": _RANGE,
     "withdraw": ["--file", "f", "--reason", "r"],
     "promote": ["p"],
+    "retire": ["--table", "t", "--archive"],
     "engine": ["status"],
 }
 

@@ -29,7 +29,7 @@ from exact_backfills.dagster_names import CODE_CHECK_JOB
 from exact_backfills.definitions import defs
 from exact_backfills.location import definitions_of
 from exact_backfills.partitions import days
-from resources.delta_io import history
+from resources.delta_io import history, table_exists
 from resources.lake import lake_root, table_path
 from tests.support.lake import environment, files_by_day, rows, versions
 from tests.support.late_batches import check_partition_statuses
@@ -38,6 +38,7 @@ from tests.support.projects import (
     CHECK_CODE_VERSIONS,
     FACT_NET_REWRITTEN,
     FEATURE_ROUNDING_FIX,
+    MAX_QUANTITY,
     TRANSFORMS,
     Edit,
     Said,
@@ -351,13 +352,6 @@ def test_a_restatement_between_the_plan_and_its_promotion_makes_promote_refuse_n
 
 # Last (the code before it would change the shape back): a mart gaining a column, a change of its shape, planned
 # with its schema diff, promoted as a rewrite of the table.
-MAX_QUANTITY = Edit(
-    TRANSFORMS,
-    '_money_sum("cost_amount"),\n    )',
-    '_money_sum("cost_amount"),\n        F.max("quantity").alias("max_quantity"),\n    )',
-)
-
-
 @pytest.fixture(scope="module")
 def wider(fixed, tmp_path_factory) -> Path:
     return project_with(tmp_path_factory.mktemp("wider"), MAX_QUANTITY, base=fixed)
@@ -515,12 +509,18 @@ IMPORT_F = Edit(
 )
 
 
+def _declaring_channel_items(base: Path, folder: Path) -> Path:
+    """A copy of `base` that declares CHANNEL_ITEMS, built from the fact."""
+    declared = base
+    for n, edit in enumerate((IMPORT_F, BUILD_CHANNEL_ITEMS, DECLARE_CHANNEL_ITEMS)):
+        declared = project_with(folder / f"declared{n}", edit, base=declared)
+    return declared
+
+
 def test_a_table_just_declared_is_stale_on_exactly_its_days_never_built_and_its_backfill_commits_to_no_other(
     spark, built, gained, tmp_path
 ):
-    declared = gained
-    for n, edit in enumerate((IMPORT_F, BUILD_CHANNEL_ITEMS, DECLARE_CHANNEL_ITEMS)):
-        declared = project_with(tmp_path / f"declared{n}", edit, base=declared)
+    declared = _declaring_channel_items(gained, tmp_path)
     fact_days = sorted({r["order_date"].isoformat() for r in rows(spark, "fact_order_item")})
     before = {t: versions(spark, t)[0] for t in TABLES}
 
@@ -542,3 +542,153 @@ def test_a_table_just_declared_is_stale_on_exactly_its_days_never_built_and_its_
     assert {t: versions(spark, t)[0] for t in TABLES} == before
     assert sorted({r["order_date"].isoformat() for r in rows(spark, CHANNEL_ITEMS)}) == fact_days
     assert json.loads(after.out) == {} and checked.code == 0, after.out + checked.out
+
+
+def test_a_table_no_longer_declared_is_named_by_stale_and_plan_and_stays_until_retired_its_dagster_history_kept(
+    spark, built, gained, tmp_path
+):
+    """CHANNEL_ITEMS, declared and built above, is removed from the declaration again: the project before it."""
+    if not table_exists(CHANNEL_ITEMS):  # alone, built here as above
+        declared = _declaring_channel_items(gained, tmp_path)
+        assert run_commands(declared, ["backfill", "--select", CHANNEL_ITEMS])[0].code == 0
+    published = rows(spark, CHANNEL_ITEMS)
+    every_version = versions(spark, CHANNEL_ITEMS)
+    others = {t: versions(spark, t)[0] for t in TABLES}
+
+    stale, said, planned, declared, archived, after, again = run_commands(
+        gained,
+        ["stale", "--json"],
+        ["stale"],
+        ["plan", "--start", str(START), "--end", str(END)],
+        ["retire", "--table", "daily_revenue", "--drop"],
+        ["retire", "--table", CHANNEL_ITEMS, "--archive"],
+        ["stale"],
+        ["retire", "--table", CHANNEL_ITEMS, "--drop"],
+    )
+
+    # Named, never touched, until retired: no day of it is stale (nothing builds it), and nothing else is.
+    days_published = len({r["order_date"] for r in published})
+    assert CHANNEL_ITEMS not in json.loads(stale.out), stale.out
+    assert f"{CHANNEL_ITEMS}: no longer declared; its {days_published} published day(s) stay" in said.out, said.out
+    assert f"- {CHANNEL_ITEMS}: no longer declared, left as it is" in planned.out, planned.out
+    # A declared table is never retired; one line, nothing touched.
+    assert declared.code == 2 and "daily_revenue is declared by pipeline" in declared.err, declared
+    assert len(declared.err.strip().splitlines()) == 1 and rows(spark, "daily_revenue")
+    # Archived whole: moved under _retired, every version readable there; then it is no longer named, and gone.
+    assert archived.code == 0 and not table_exists(CHANNEL_ITEMS), archived
+    archive = archived.out.split(" archived to ")[1].split(",")[0]
+    assert archive.startswith(lake_root()) and "/_retired/" in archive
+    kept = [r.asDict() for r in spark.read.format("delta").load(archive).drop("run_id").collect()]
+    assert sorted(kept, key=lambda row: repr(sorted(row.items()))) == published
+    assert [r.version for r in history(spark, archive)] == every_version
+    assert after.code == 0 and CHANNEL_ITEMS not in after.out, after.out
+    assert again.code == 2 and f"{CHANNEL_ITEMS} is not on the lake" in again.err, again
+    assert {t: versions(spark, t)[0] for t in TABLES} == others
+    # Dagster keeps the asset's history: every day it materialized.
+    materialized = built.get_materialized_partitions(AssetKey(CHANNEL_ITEMS))
+    assert materialized == {r["order_date"].isoformat() for r in published}
+
+
+# Then the fact is renamed, declared as such.
+RENAMED_FACT = "order_facts"
+FACT_RENAMED = Edit(
+    "assets_pkg/pipeline.py", 'FACT_ORDER_ITEM = "fact_order_item"', f'FACT_ORDER_ITEM = "{RENAMED_FACT}"'
+)
+RENAME_DECLARED = Edit(
+    "assets_pkg/pipeline.py",
+    "Table(\n            FACT_ORDER_ITEM,\n",
+    'Table(\n            FACT_ORDER_ITEM,\n            renamed_from="fact_order_item",\n',
+)
+
+
+@pytest.fixture(scope="module")
+def renamed(gained, tmp_path_factory) -> Path:
+    named = project_with(tmp_path_factory.mktemp("name"), FACT_RENAMED, base=gained)
+    return project_with(tmp_path_factory.mktemp("renamed"), RENAME_DECLARED, base=named)
+
+
+def test_a_renamed_table_moves_its_days_in_one_commit_without_a_rebuild_and_its_former_name_stays_until_retired(
+    spark, built, renamed
+):
+    published = rows(spark, "fact_order_item")
+    fact_days = sorted({r["order_date"].isoformat() for r in published})
+    others = {t: versions(spark, t)[0] for t in TABLES}
+
+    before, early, moved, again, after, checked, said = run_commands(
+        renamed,
+        ["stale", "--json"],
+        ["retire", "--table", "fact_order_item", "--drop"],
+        ["rename"],
+        ["rename"],
+        ["stale", "--json"],
+        ["check", "--start", str(START), "--end", str(END)],
+        ["stale"],
+    )
+
+    # Its days are named as its former name's to move, not as never built; nothing else is stale for the rename.
+    stale_before = json.loads(before.out)
+    assert stale_before.pop(RENAMED_FACT) == {d: ["renamed"] for d in fact_days}, before.out
+    assert early.code == 2 and "fact_order_item is order_facts's former name and holds days it has not" in early.err
+    moved_line = f"{RENAMED_FACT}: {len(fact_days)} day(s) moved from fact_order_item without a rebuild"
+    assert moved.code == 0 and moved_line in moved.out, moved
+    assert again.code == 0 and "nothing to rename" in again.out, again
+    # One commit of exactly the rows published; no other table written, the former one left as it was.
+    assert rows(spark, RENAMED_FACT) == published
+    assert len(versions(spark, RENAMED_FACT)) == 1
+    assert {t: versions(spark, t)[0] for t in TABLES} == others
+    # The rename alone changes no code version: nothing is stale by code, in it or the tables reading it; every
+    # check passes; Dagster has every day of the new asset; the former name is named until retired.
+    assert json.loads(after.out) == stale_before, after.out
+    assert checked.code == 0, checked.out + checked.err
+    assert built.get_materialized_partitions(AssetKey(RENAMED_FACT)) == set(fact_days)
+    assert "fact_order_item: no longer declared" in said.out, said.out
+
+
+# Then a money column of the mart is widened, and the column it gained is dropped: two changes of shape.
+WIDENED = Edit(
+    TRANSFORMS,
+    '        _money_sum("cost_amount"),\n        F.max',
+    '        _money_sum("cost_amount").cast("decimal(20,2)").alias("cost_amount"),\n        F.max',
+)
+DROPPED = Edit(TRANSFORMS, '        F.max("quantity").alias("max_quantity"),\n', "")
+
+
+def test_a_widened_type_and_a_dropped_column_each_change_every_day_and_are_promoted_whole_as_a_from_scratch_build(
+    spark, built, renamed, tmp_path
+):
+    widened = project_with(tmp_path / "widened", WIDENED, base=renamed)
+    dropped = project_with(tmp_path / "dropped", DROPPED, base=widened)
+    before = versions(spark, "daily_revenue")[0]
+
+    planned, promoted = run_commands(widened, PLAN, ["promote", "{plan_id}"])
+
+    # The values read the same, wider: still every day changes (its column's type), every row in that column.
+    table = plan_of(planned)["tables"]["daily_revenue"]
+    assert table["schema"] == {
+        "added": {},
+        "dropped": {},
+        "retyped": {"cost_amount": ["decimal(18,2)", "decimal(20,2)"]},
+    }
+    assert table["changed_days"] == EVERY_DAY and table["changed_columns"] == {"cost_amount": table["rows_changed"]}
+    assert promoted.code == 0 and versions(spark, "daily_revenue")[0] == before + 1, promoted.err
+    published = spark.read.format("delta").load(table_path("daily_revenue")).schema
+    assert published["cost_amount"].dataType == T.DecimalType(20, 2)
+
+    planned, promoted, stale, checked = run_commands(
+        dropped,
+        PLAN,
+        ["promote", "{plan_id}"],
+        ["stale", "--json"],
+        ["check", "--start", str(START), "--end", str(END)],
+    )
+
+    table = plan_of(planned)["tables"]["daily_revenue"]
+    assert table["schema"] == {"added": {}, "dropped": {"max_quantity": "int"}, "retyped": {}}
+    assert table["changed_days"] == EVERY_DAY and table["measures"]["max_quantity"]["after"] == "-"
+    assert promoted.code == 0 and versions(spark, "daily_revenue")[0] == before + 2, promoted.err
+    assert json.loads(stale.out) == {} and checked.code == 0, stale.out + checked.out
+    tables = [RENAMED_FACT if t == "fact_order_item" else t for t in TABLES]
+    published_rows = {t: rows(spark, t) for t in tables}
+    assert "max_quantity" not in published_rows["daily_revenue"][0]
+    with environment(LAKE_ROOT=str(build_from_scratch(dropped, tmp_path / "scratch"))):
+        assert published_rows == {t: rows(spark, t) for t in tables}

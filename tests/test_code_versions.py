@@ -3,12 +3,14 @@ version and no other table's; formatting, comments and docstrings change nothing
 the days older code built, and the days built from them."""
 
 import shutil
+from dataclasses import replace
 from datetime import date, timedelta
 from pathlib import Path
 
 import pytest
 
 from exact_backfills.code_versions import code_versions as versions_of
+from exact_backfills.declare import Pipeline, Staging
 from exact_backfills.dependencies import stale_by_code
 from resources.lake import REPO_ROOT
 from tests.support.orders import ORDERS, PUBLISH_ORDER
@@ -94,6 +96,44 @@ def test_a_change_to_the_spec_of_a_table_changes_its_version(project):
     before = code_versions(project)
     edit(project, "assets_pkg/pipeline.py", 'key=["order_date", "channel"],', 'key=["channel", "order_date"],')
     assert changed(before, code_versions(project)) == {"daily_revenue"}
+
+
+def _renamed(pipeline: Pipeline, old: str, new: str, declared: bool) -> Pipeline:
+    """`pipeline` as a copy declares it whose table `old` is called `new` (`declared`: with renamed_from)."""
+
+    def carried(t):
+        if isinstance(t, Staging):
+            return t
+        rec = t.reconcile and replace(
+            t.reconcile, upstream=new if t.reconcile.upstream == old else t.reconcile.upstream
+        )
+        return replace(
+            t,
+            name=new if t.name == old else t.name,
+            upstream={new if u == old else u: d for u, d in t.upstream.items()},
+            reconcile=rec,
+            renamed_from=old if t.name == old and declared else t.renamed_from,
+        )
+
+    found = replace(pipeline, tables=[carried(t) for t in pipeline.tables])
+    object.__setattr__(found, "declared_in", pipeline.declared_in)
+    return found
+
+
+def test_a_rename_declared_changes_no_version_and_one_undeclared_changes_the_table_and_every_table_reading_it(project):
+    before = code_versions(project)
+    readers = {t.name for t in ORDERS.tables if "fact_order_item" in t.upstream}
+    edit(project, "assets_pkg/pipeline.py", 'FACT_ORDER_ITEM = "fact_order_item"', 'FACT_ORDER_ITEM = "order_facts"')
+
+    def by_old_name(versions: dict[str, str]) -> dict[str, str]:
+        return {"fact_order_item" if t == "order_facts" else t: v for t, v in versions.items()}
+
+    undeclared = versions_of(_renamed(ORDERS, "fact_order_item", "order_facts", declared=False), [project])
+    assert changed(before, by_old_name(undeclared)) == {"fact_order_item", *readers}
+    declaration = "Table(\n            FACT_ORDER_ITEM,\n"
+    edit(project, "assets_pkg/pipeline.py", declaration, declaration + '            renamed_from="fact_order_item",\n')
+    declared = versions_of(_renamed(ORDERS, "fact_order_item", "order_facts", declared=True), [project])
+    assert by_old_name(declared) == before
 
 
 def test_formatting_comments_and_docstrings_change_no_version(project):

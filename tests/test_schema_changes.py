@@ -88,3 +88,22 @@ def test_a_table_just_declared_is_never_built_on_exactly_the_days_every_table_it
     assert FACT_ORDER_ITEM not in never_built(orders, built, date(2025, 1, 31))
     assert never_built(orders, built, date(2025, 1, 20))[DAILY_CATEGORY_REVENUE] == _days(date(2025, 1, 1), 20)
     assert DAILY_REVENUE not in never_built(orders, built, date(2025, 1, 20))
+
+
+def test_a_table_published_and_no_longer_declared_is_named_while_the_lake_holds_it():
+    from assets_pkg.pipeline import DAILY_REVENUE
+    from assets_pkg.pipeline import pipeline as orders
+    from exact_backfills.retirement import Undeclared, no_longer_declared
+
+    published = {t: dict.fromkeys(_days(date(2025, 1, 1), 20)) for t in orders.every_table}
+    assert no_longer_declared(orders, published, on_lake=lambda _: True) == []
+    published["daily_channel_items"] = dict.fromkeys(_days(date(2025, 1, 1), 7))
+    published["an_archived_mart"] = dict.fromkeys(_days(date(2025, 1, 1), 3))
+    on_lake = {*orders.every_table, "daily_channel_items"}.__contains__
+    assert no_longer_declared(orders, published, on_lake) == [Undeclared("daily_channel_items", 7)]
+    assert DAILY_REVENUE in orders.every_table  # a declared table is never among them, on the lake or not
+    assert Undeclared("daily_channel_items", 7).describe("exact-backfills") == (
+        "daily_channel_items: no longer declared; its 7 published day(s) stay on the lake until "
+        "`exact-backfills retire --table daily_channel_items --archive` (moved under _retired, kept readable) or "
+        "`--drop`"
+    )

@@ -3,14 +3,14 @@ command works on the pipeline selected (EXACT_BACKFILLS_PIPELINE, else the order
 is the same command line on the orders pipeline.
 
 The command line is one list of commands (`commands`), each with its arguments beside its handler, in a module per
-family: writing, reading, restating, planning, machine."""
+family: writing, reading, restating, planning, lifecycle, machine."""
 
 import argparse
 import os
 import sys
 from typing import TYPE_CHECKING
 
-from exact_backfills.cli import machine, planning, reading, restating, writing
+from exact_backfills.cli import lifecycle, machine, planning, reading, restating, writing
 from exact_backfills.cli.planning import plan_outcome
 from exact_backfills.cli.reading import describe_metrics
 from exact_backfills.cli.restating import describe_code_change, print_detection
@@ -46,6 +46,8 @@ def commands(pipeline: "Pipeline | None" = None) -> list[Command]:
         restating.STALE,
         planning.PLAN,
         planning.PROMOTE,
+        lifecycle.RENAME,
+        lifecycle.RETIRE,
         restating.RESTATE,
         machine.RUNS,
         reading.METRICS,

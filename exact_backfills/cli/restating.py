@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     from exact_backfills.declare import Pipeline
     from exact_backfills.dependencies import CodeChange
     from exact_backfills.late_data import Detection
+    from exact_backfills.renaming import PendingRename
 
 
 def print_detection(pipeline: "Pipeline", detection: "Detection") -> None:
@@ -75,11 +76,14 @@ def _print_never_built(pipeline: "Pipeline", unbuilt: dict[str, list[date]]) -> 
 
 
 def _stale_json(
-    detection: "Detection", stale: "dict[str, dict[date, CodeChange]]", unbuilt: dict[str, list[date]]
+    detection: "Detection",
+    stale: "dict[str, dict[date, CodeChange]]",
+    unbuilt: dict[str, list[date]],
+    renames: "list[PendingRename]",
 ) -> dict[str, dict[str, list[str]]]:
     """table -> day -> why it is stale: "landing" (batches landed since), "code" (its code, or an upstream's,
     changed), "late_data_outside_window" (late rows older than the restatement window), "never_built" (its upstream
-    tables have the day, it does not: a table just declared)."""
+    tables have the day, it does not: a table just declared), "renamed" (its former name has it: `rename` moves it)."""
     reasons: dict[str, dict[str, list[str]]] = {}
 
     def add(table: str, found: date, reason: str) -> None:
@@ -97,28 +101,46 @@ def _stale_json(
     for table, days in unbuilt.items():
         for found in days:
             add(table, found, "never_built")
+    for rename in renames:
+        for found in rename.days:
+            add(rename.table, found, "renamed")
     return {t: dict(sorted(days.items())) for t, days in reasons.items()}
 
 
 def _stale(pipeline: "Pipeline", args: argparse.Namespace) -> int:
     from exact_backfills.late_data import detect
+    from exact_backfills.pipelines import command
+    from exact_backfills.renaming import pending_renames
+    from exact_backfills.retirement import no_longer_declared
     from exact_backfills.verification import never_built_days, stale_code_days
     from resources import audit
     from resources.spark import get_spark
 
     spark = get_spark()
     detection = detect(spark, pipeline)
-    written = audit.built_by(spark, pipeline.name)  # read once for both
+    written = audit.built_by(spark, pipeline.name)  # read once for all
     stale = {table: days for table, days in stale_code_days(spark, pipeline, written).items() if days}
-    unbuilt = never_built_days(spark, pipeline, written)
+    renames = pending_renames(pipeline, written)
+    moving = {r.table: set(r.days) for r in renames}  # never built under its name: its rename moves them
+    unbuilt = {
+        t: kept
+        for t, days in never_built_days(spark, pipeline, written).items()
+        if (kept := sorted(set(days) - moving.get(t, set())))
+    }
     if args.json:
-        print(json.dumps(_stale_json(detection, stale, unbuilt), indent=2))
+        print(json.dumps(_stale_json(detection, stale, unbuilt, renames), indent=2))
         return 0
     print_detection(pipeline, detection)
     _print_code_changes(stale)
     _print_never_built(pipeline, unbuilt)
-    found = any(detection.days_by_table().values()) or detection.outside or detection.holds or stale or unbuilt
-    if not found:
+    undeclared = no_longer_declared(pipeline, written)
+    for said in [
+        *(r.describe(command(pipeline)) for r in renames),
+        *(u.describe(command(pipeline)) for u in undeclared),
+    ]:
+        print(said)
+    found = any(detection.days_by_table().values()) or bool(detection.outside or detection.holds)
+    if not (found or stale or unbuilt or renames or undeclared):
         print("nothing is stale")
     return 0
 

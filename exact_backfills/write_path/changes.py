@@ -26,10 +26,11 @@ class Operation(Enum):
     ROLLBACK = "rollback"  # read as of earlier Delta versions, then held
     RELEASE = "release"  # days held since a rollback, built from the landing again, then released
     PROMOTION = "promotion"  # the days a plan for a code change found changed, from its shadow tables
+    RENAME = "rename"  # a renamed table's days, moved from the table it was published as before
 
     @property
     def verb(self) -> str:
-        return "restored" if self is Operation.ROLLBACK else "written"
+        return {Operation.ROLLBACK: "restored", Operation.RENAME: "renamed"}.get(self, "written")
 
     def refusal_hint(self) -> str:
         if self is Operation.ROLLBACK:
@@ -74,7 +75,16 @@ class FromPlan:
     plan_id: str
 
 
-RowSource = Rebuilt | Restated | Restored | FromPlan
+@dataclass(frozen=True)
+class Renamed:
+    """Rows of a renamed table as the table it was published as before (`former`) holds them now, with the code version
+    that last wrote each day there."""
+
+    former: str
+    built_by: dict[date, str | None] = field(default_factory=dict)
+
+
+RowSource = Rebuilt | Restated | Restored | FromPlan | Renamed
 
 
 # In each day's materialization metadata: the code version that built the day.
@@ -86,6 +96,8 @@ def built_by(pipeline: Pipeline, table: str, source: RowSource, day: date | None
     rows. A commit mixing restored and rebuilt days names the restored rows' code."""
     if isinstance(source, Restored) and (day is None or source.restores(day)):
         return source.built_by
+    if isinstance(source, Renamed):
+        return source.built_by.get(day) if day else ", ".join(sorted({str(v) for v in source.built_by.values()}))
     return code_versions.current(pipeline)[table]
 
 

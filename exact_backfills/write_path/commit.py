@@ -15,7 +15,7 @@ from typing import TypeVar
 from pyspark.sql import functions as F
 
 from exact_backfills import clock
-from exact_backfills.write_path.changes import Change, Operation, Restored, RunInfo, built_by
+from exact_backfills.write_path.changes import Change, Operation, Renamed, Restored, RunInfo, built_by
 from exact_backfills.write_path.context import Writing
 from resources import control
 from resources.delta_io import Commit, overwrite_days
@@ -121,9 +121,11 @@ def _commit(w: Writing, table: str) -> dict[str, Commit]:
             side_df = side_df.withColumn("run_id", F.lit(run.run_id))  # which run put the row there
             info_side = {**info, "asset": side}
         commits[side] = overwrite_days(side_df, side, pipeline.day_columns[side], days, info_side)
-    restored = {"restored_version": source.version} if isinstance(source, Restored) else {}
+    provenance: dict[str, object] = {"restored_version": source.version} if isinstance(source, Restored) else {}
+    if isinstance(source, Renamed):
+        provenance = {"renamed_from": source.former}
     commits[table] = overwrite_days(
-        staged[table].table, table, pipeline.day_columns[table], days, {**info, "asset": table, **restored}
+        staged[table].table, table, pipeline.day_columns[table], days, {**info, "asset": table, **provenance}
     )
     fault_point(f"commit:{table}")
     return commits

@@ -11,7 +11,7 @@ from pyspark.sql import functions as F
 from exact_backfills import builds
 from exact_backfills.builds import RowsOfDays, Staged, narrowed
 from exact_backfills.declare import Declared, Pipeline, Staging
-from exact_backfills.write_path.changes import Change, FromPlan, Restated, Restored
+from exact_backfills.write_path.changes import Change, FromPlan, Renamed, Restated, Restored
 from exact_backfills.write_path.context import Writing
 from resources.delta_io import Scan, day_filter, read_days, read_path, scan_of_table, table_exists
 from resources.lake import shadow_path, table_path
@@ -61,6 +61,8 @@ def _built(w: Writing, table: Declared) -> Staged:
         result = _restored(spark, pipeline, table, source, days, read)
     elif isinstance(source, FromPlan):
         result = _from_plan(pipeline, table, source, days, read, spark)
+    elif isinstance(source, Renamed):
+        result = _renamed(spark, pipeline, table, source, days, read)
     elif isinstance(source, Restated) and isinstance(table, Staging) and table.events:
         result = builds.restate_events(spark, pipeline, table, source.landed, days)
     else:
@@ -125,6 +127,19 @@ def _from_plan(
         upstream=read(rec.upstream, days) if rec else None,
         upstream_day=pipeline.day_columns[rec.upstream] if rec else None,
         side_tables={s.name: read_path(spark, shadow[s.name], s.day_column, days).persist() for s in table.side_tables},
+    )
+
+
+def _renamed(
+    spark: SparkSession, pipeline: Pipeline, table: Declared, source: Renamed, days: list[date], read: RowsOfDays
+) -> Staged:
+    """A renamed table's days as the table it was published as holds them, with its upstream to reconcile with."""
+    assert not table.side_tables, f"{table.name}: a table with side tables is not renamed"
+    rec = table.reconcile
+    return Staged(
+        table=read_days(spark, source.former, table.day_column, days),
+        upstream=read(rec.upstream, days) if rec else None,
+        upstream_day=pipeline.day_columns[rec.upstream] if rec else None,
     )
 
 

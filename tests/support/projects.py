@@ -18,6 +18,13 @@ CHECK_CODE_VERSIONS = {
     f"assert defs.resolve_job_def({CODE_CHECK_JOB!r}).execute_in_process(instance=DagsterInstance.get()).success"
 }
 
+# A mart gains a column: the most frequent change of shape.
+MAX_QUANTITY = Edit(
+    TRANSFORMS,
+    '_money_sum("cost_amount"),\n    )',
+    '_money_sum("cost_amount"),\n        F.max("quantity").alias("max_quantity"),\n    )',
+)
+
 
 def run_in(project: Path, *args: str, check: bool = True, **env: str) -> subprocess.CompletedProcess:
     """`python *args` with `project`'s code, on this process's lake and instance unless `env` says otherwise."""
@@ -66,4 +73,4 @@ def run_commands(project: Path, *commands: list[str] | dict[str, str], **env: st
     return [Said(*said) for said in json.loads(done.stdout.strip().splitlines()[-1])]
 
 
-__all__ = ["FACT_NET_REWRITTEN", "FEATURE_ROUNDING_FIX", "TRANSFORMS", "Edit", "project_with"]
+__all__ = ["FACT_NET_REWRITTEN", "FEATURE_ROUNDING_FIX", "MAX_QUANTITY", "TRANSFORMS", "Edit", "project_with"]
