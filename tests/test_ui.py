@@ -29,7 +29,7 @@ from exact_backfills.checks import (
     UNIQUE_KEY,
     UP_TO_DATE,
 )
-from exact_backfills.dagster_names import LANDING_STATE_TAG, PIPELINE_TAG, RESTATE_JOB
+from exact_backfills.dagster_names import LANDING_STATE_TAG, PIPELINE_TAG, PLAN_JOB, RESTATE_JOB
 from exact_backfills.definitions import defs
 from examples.ml_features.generate import generate as generate_ml
 from examples.ml_features.pipeline import STG_APP_EVENTS, TRAINING_SET, USER_DAILY_FEATURES
@@ -51,7 +51,7 @@ from tests.support.late_batches import (
     three_corrected_and_two_late_days,
 )
 from tests.support.orders import FACT_ORDER_ITEM, ORDERS, PUBLISH_ORDER, QUARANTINE_ORDER_ITEMS, TABLES
-from tests.support.projects import CHECK_CODE_VERSIONS, FEATURE_ROUNDING_FIX, project_with, run_commands
+from tests.support.projects import CHECK_CODE_VERSIONS, FEATURE_ROUNDING_FIX, MAX_QUANTITY, project_with, run_commands
 
 pytestmark = [pytest.mark.slow, pytest.mark.daemon]
 
@@ -459,6 +459,30 @@ def _ml_checks(table: str) -> list[str]:
     """The checks the ML tests look at per table: keys, freshness, reconciliation and the user's own."""
     declared = ML.by_name[table]
     return [UNIQUE_KEY, UP_TO_DATE, *([RECONCILES] if declared.reconcile else []), *(c.name for c in declared.checks)]
+
+
+def test_a_mart_gaining_a_column_shows_its_schema_diff_in_the_plans_run_and_once_promoted_the_column_in_the_asset(
+    lake, dagster_dev, ui, tmp_path
+):
+    """The last of the orders pipeline's tests: its lake's mart then has a column the repository's code does not."""
+    root, _ = lake
+    wider = project_with(tmp_path / "wider", MAX_QUANTITY)
+    every_day = ["--start", str(START), "--end", str(START + timedelta(days=DAYS - 1))]
+    planned, promoted = run_commands(
+        wider,
+        ["plan", "--select", "daily_revenue", *every_day, "--json"],
+        ["promote", "{plan_id}"],
+        DAGSTER_HOME=str(root / "dagster_dev_home"),
+    )
+    assert planned.code == 0 and promoted.code == 0, planned.err + promoted.err
+
+    plan_run = runs_of(dagster_dev, PLAN_JOB, ORDERS)[0]["runId"]
+    diff = ui.run_markdown(plan_run, "daily_revenue")
+    ui.screenshot("plan-schema-diff")
+    assert "columns: added max_quantity (int)" in diff and f"{DAYS} day(s) change" in diff, diff
+    columns = ui.columns("daily_revenue")
+    ui.screenshot("asset-new-column")
+    assert "max_quantity" in columns and "net_amount" in columns, columns
 
 
 def test_the_ml_pipeline_a_second_location_backfills_a_range_from_its_groups_dialog_changing_nothing(

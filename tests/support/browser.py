@@ -179,6 +179,25 @@ class DagsterUI:
             if status != "Running" or time.monotonic() > deadline:
                 return status, panel
 
+    def columns(self, asset: str) -> str:
+        """The asset's overview from its Columns section on: Dagster's column schema of the asset, the latest
+        materialization's where it has one."""
+        self.open(f"/assets/{asset}")
+        self.page.get_by_text("Columns", exact=True).first.wait_for()
+        self.page.wait_for_timeout(1000)
+        text = self._text()
+        return text[text.index("Columns") :]
+
+    def run_markdown(self, run_id: str, label: str) -> str:
+        """On a run's page, the Markdown metadata entry `label` of its step's output, as its dialog shows it."""
+        self.open(f"/runs/{run_id}")
+        row = self.page.locator("tr", has=self.page.get_by_text(label, exact=True)).filter(has_text="[Show Markdown]")
+        row.first.get_by_text("[Show Markdown]").click()
+        dialog = self.page.get_by_role("dialog")
+        dialog.wait_for()
+        self.page.wait_for_timeout(500)
+        return dialog.inner_text()
+
     def freshness(self, asset: str, timeout: float = 90) -> str:
         """What the asset's overview shows under "Freshness policy" once Dagster's freshness daemon has evaluated it
         (about every 30 s): Passing, Warning or Failed; or the last line read there when `timeout` passes."""
