@@ -236,7 +236,7 @@ def _overlay(
     return overlay(changed, shadow, published, across_code_versions=True)
 
 
-def _diff(table: Declared, before: DataFrame, after: DataFrame, days: list[date], plan: TablePlan) -> None:
+def day_diff(table: Declared, before: DataFrame, after: DataFrame, days: list[date], plan: TablePlan) -> None:
     """Fill `plan` with how `after` (the shadow) differs from `before` (published) on `days`, day by day."""
     column = table.day_column
     contents = checks.day_contents_of({"before": (before, column), "after": (after, column)})
@@ -377,7 +377,7 @@ def make_plan(spark: SparkSession, pipeline: Pipeline, start: date, end: date, s
         result.schema = SchemaDiff.between(before.schema, after.schema)
         if result.schema:
             plan.refusals += reshape_refusals(name, result.schema, days, sorted(written.get(name, {})))
-        _diff(table, before, after, days, result)
+        day_diff(table, before, after, days, result)
         plan.tables[name] = result
         changed[name] = result.changed_days
     control.record_plan(spark, pipeline.name, plan.plan_id, json.dumps(plan.to_json()), plan.created_at)

@@ -107,3 +107,27 @@ def test_a_table_published_and_no_longer_declared_is_named_while_the_lake_holds_
         "`exact-backfills retire --table daily_channel_items --archive` (moved under _retired, kept readable) or "
         "`--drop`"
     )
+
+
+def test_a_type_widened_changes_every_day_even_where_spark_hashes_its_values_the_same(spark):
+    from decimal import Decimal
+
+    from pyspark.sql import functions as F
+
+    from exact_backfills.declare import Table
+    from exact_backfills.plans import TablePlan, day_diff
+
+    table = Table("daily_net", key=["order_date", "channel"], day_column="order_date", upstream={}, build=print)
+    days = _days(date(2025, 1, 1), 2)
+    narrow = spark.createDataFrame(
+        [(d, "web", Decimal("12.50")) for d in days], "order_date date, channel string, net_amount decimal(10,2)"
+    )
+    wide = narrow.withColumn("net_amount", F.col("net_amount").cast("decimal(12,2)"))
+    # Both hash a decimal of up to 18 digits as its unscaled long: by their values alone no day changes.
+    by_values = TablePlan("a", "b", [], [])
+    day_diff(table, narrow, wide, days, by_values)
+    assert by_values.changed_days == []
+    reshaped = TablePlan("a", "b", [], [], schema=SchemaDiff.between(narrow.schema, wide.schema))
+    day_diff(table, narrow, wide, days, reshaped)
+    assert reshaped.changed_days == days and reshaped.changed_columns == {"net_amount": 2}
+    assert reshaped.schema.describe() == "retyped net_amount (decimal(10,2) → decimal(12,2))"
