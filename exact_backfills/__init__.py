@@ -12,6 +12,7 @@ from exact_backfills.day_checks import DayCheck, DayOverDay
 from exact_backfills.declare import (
     AsOf,
     ColumnAdded,
+    ColumnDropped,
     Command,
     DayDependency,
     DeclarationError,
@@ -47,6 +48,7 @@ __all__ = [
     "AsOf",
     "Calendar",
     "ColumnAdded",
+    "ColumnDropped",
     "Command",
     "DayCheck",
     "DayDependency",

@@ -137,7 +137,12 @@ _verdicts: dict[tuple[str, int, int, str], tuple[str, tuple[str, ...]]] = {}
 
 def _file_verdict(file: StoredEntry, source: Source, batch: date | None) -> tuple[str, tuple[str, ...]]:
     """("", nanosecond columns) for a file of `batch` the contract accepts, (reason, ()) for one it refuses."""
-    cache_key = (file.path, file.size, file.modified_ns or 0, f"{source.schema.json()}{source.columns_added}")
+    cache_key = (
+        file.path,
+        file.size,
+        file.modified_ns or 0,
+        f"{source.schema.json()}{source.columns_added}{source.columns_dropped}",
+    )
     if cache_key in _verdicts:
         return _verdicts[cache_key]
     if file.size == 0:
@@ -152,7 +157,7 @@ def _file_verdict(file: StoredEntry, source: Source, batch: date | None) -> tupl
             contract = source.schema
             columns = {footer.schema.column(i).path: footer.schema.column(i) for i in range(len(footer.schema))}
             missing = [f.name for f in contract.fields if f.name not in columns and not source.may_lack(f.name, batch)]
-            extra = [name for name in columns if name not in contract.fieldNames()]
+            extra = [n for n in columns if n not in contract.fieldNames() and not source.may_carry(n, batch)]
             problems = [f"missing column {c}" for c in missing] + [f"unexpected column {c}" for c in extra]
             nanos = []
             for f in contract.fields:

@@ -54,6 +54,15 @@ class ColumnAdded:
 
 
 @dataclass(frozen=True)
+class ColumnDropped:
+    """A column the contract dropped after batches landed with it: files of batches up to `last_batch` may still carry
+    it (it is not read: their other columns keep counting); from the batch after on, a file with it is refused."""
+
+    name: str
+    last_batch: date
+
+
+@dataclass(frozen=True)
 class Source:
     """A dataset landed as immutable, append-only Parquet batches under `landing/<name>/ingest_date=D/`.
 
@@ -68,7 +77,8 @@ class Source:
     - `loaded_at`: the load time, a timestamp: the restatement watermark follows it, never the event's day.
     - `rules`: rows breaking the contract beyond its types, quarantined with the reason (events only). Rows with a
       null key, day or timestamp, a day outside the partitions, or a day after their load are quarantined too.
-    - `columns_added`: nullable columns of `schema` the contract gained after batches landed without them."""
+    - `columns_added`: nullable columns of `schema` the contract gained after batches landed without them.
+    - `columns_dropped`: columns the contract no longer has, which batches landed before carry."""
 
     name: str
     schema: T.StructType
@@ -82,15 +92,21 @@ class Source:
     day_of: str = ""
     timezone: str = "UTC"
     columns_added: Sequence[ColumnAdded] = ()
+    columns_dropped: Sequence[ColumnDropped] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "key", tuple(self.key))
         object.__setattr__(self, "rules", tuple(self.rules))
         object.__setattr__(self, "columns_added", tuple(self.columns_added))
+        object.__setattr__(self, "columns_dropped", tuple(self.columns_dropped))
 
     def may_lack(self, column: str, batch: date | None) -> bool:
         """Whether a file of `batch` may lack `column`: one the contract gained after that batch."""
         return batch is not None and any(a.name == column and batch < a.first_batch for a in self.columns_added)
+
+    def may_carry(self, column: str, batch: date | None) -> bool:
+        """Whether a file of `batch` may carry `column`, not in the contract: one it dropped after that batch."""
+        return batch is not None and any(d.name == column and batch <= d.last_batch for d in self.columns_dropped)
 
     def as_versions(self, rows: DataFrame, *leading: str) -> DataFrame:
         """Staged or quarantined rows (`leading` columns first) as this contract's versions: a column the contract
@@ -158,6 +174,11 @@ class Source:
         found += [f"its column {c} is a name the machinery adds" for c in sorted(clash)]
         if self.rules and self.kind is SourceKind.DIMENSION:
             found.append("a dimension has no quarantine: its rules would never apply")
+        found += [
+            f"its dropped column {d.name} is still a column of its schema"
+            for d in self.columns_dropped
+            if d.name in types
+        ]
         return found + self._added_problems(named)
 
     def _added_problems(self, named: Sequence[str]) -> list[str]:

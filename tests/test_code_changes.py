@@ -10,6 +10,7 @@ declared is stale on exactly its days, never built, which its own backfill build
 copy of the project whose code differs, run against the same lake and instance."""
 
 import json
+import re
 import shutil
 from dataclasses import replace
 from datetime import UTC, date, datetime, timedelta
@@ -692,3 +693,47 @@ def test_a_widened_type_and_a_dropped_column_each_change_every_day_and_are_promo
     assert "max_quantity" not in published_rows["daily_revenue"][0]
     with environment(LAKE_ROOT=str(build_from_scratch(dropped, tmp_path / "scratch"))):
         assert published_rows == {t: rows(spark, t) for t in tables}
+
+
+def test_a_source_column_dropped_as_declared_keeps_every_batch_landed_with_it_and_leaves_staging_promoted_without_it(
+    spark, built, renamed, tmp_path
+):
+    added = re.search(r'    columns_added=\[ColumnAdded\("coupon_code", .*\)\],\n', (renamed / SOURCES).read_text())
+    assert added, "the contract gained coupon_code above"
+    last = sorted(p.name for p in (Path(lake_root()) / "landing" / "order_items").glob("ingest_date=*"))[-1][-10:]
+    dropped = renamed
+    for n, edit in enumerate(
+        (
+            Edit(SOURCES, '            T.StructField("coupon_code", T.StringType()),\n', ""),
+            Edit(
+                SOURCES,
+                added[0],
+                f'    columns_dropped=[ColumnDropped("coupon_code", date.fromisoformat("{last}"))],\n',
+            ),
+            Edit(SOURCES, "ColumnAdded, ", "ColumnDropped, "),
+        )
+    ):
+        dropped = project_with(tmp_path / f"dropped{n}", edit, base=dropped)
+    staged_before = len(rows(spark, "stg_order_items"))
+
+    stale, planned, promoted, after, checked = run_commands(
+        dropped,
+        ["stale", "--json"],
+        PLAN,
+        ["promote", "{plan_id}"],
+        ["stale", "--json"],
+        ["check", "--start", str(START), "--end", str(END)],
+    )
+
+    # The contract is staging's code: every day of it is stale; the plan drops the column from staging whole.
+    assert set(json.loads(stale.out)["stg_order_items"]) == set(EVERY_DAY), stale.out
+    assert plan_of(planned)["tables"]["stg_order_items"]["schema"]["dropped"] == {"coupon_code": "string"}
+    assert promoted.code == 0 and json.loads(after.out) == {}, promoted.err + after.out
+    # Every file landed with the column still counts (a refused one would fail `check`); nothing is lost.
+    assert checked.code == 0 and "REFUSED" not in checked.out, checked.out
+    staged = rows(spark, "stg_order_items")
+    assert len(staged) == staged_before and "coupon_code" not in staged[0]
+    tables = [RENAMED_FACT if t == "fact_order_item" else t for t in TABLES]
+    published = {t: rows(spark, t) for t in tables}
+    with environment(LAKE_ROOT=str(build_from_scratch(dropped, tmp_path / "scratch"))):
+        assert published == {t: rows(spark, t) for t in tables}

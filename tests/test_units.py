@@ -126,6 +126,46 @@ def test_a_column_the_contract_gained_may_be_missing_from_the_batches_before_it_
     ]
 
 
+def test_a_column_the_contract_dropped_may_be_carried_by_the_batches_up_to_its_last_and_by_no_later_one(
+    tmp_path, monkeypatch
+):
+    import dataclasses
+
+    from pyspark.sql import types as T
+
+    from exact_backfills import ColumnDropped
+
+    monkeypatch.setenv("LAKE_ROOT", str(tmp_path))
+    dropped = dataclasses.replace(
+        ORDER_ITEMS,
+        schema=T.StructType([f for f in ORDER_ITEMS.schema.fields if f.name != "channel"]),
+        columns_dropped=[ColumnDropped("channel", date(2025, 1, 2))],
+    )
+    landed = tmp_path / "landing" / "order_items"
+    narrow = {c: t for c, t in CONTRACT.items() if c != "channel"}
+    _write(landed / "ingest_date=2025-01-02" / "before.parquet", CONTRACT, ROW)
+    _write(landed / "ingest_date=2025-01-03" / "with.parquet", CONTRACT, ROW)
+    _write(landed / "ingest_date=2025-01-03" / "without.parquet", narrow, ROW)
+
+    found = landing.landed_files(dropped)
+    assert sorted(p.rsplit("/", 2)[1] + "/" + p.rsplit("/", 1)[1] for p in found.plain) == [
+        "ingest_date=2025-01-02/before.parquet",
+        "ingest_date=2025-01-03/without.parquet",
+    ]
+    assert {r.file: r.reason for r in found.refused} == {
+        "ingest_date=2025-01-03/with.parquet": "unexpected column channel"
+    }
+    assert dropped.problems() == []
+    kept = dataclasses.replace(ORDER_ITEMS, columns_dropped=[ColumnDropped("channel", D)])
+    assert kept.problems() == ["its dropped column channel is still a column of its schema"]
+    # Undeclared, the same change refuses every file landed before it, by name: none of them is read.
+    undeclared = dataclasses.replace(dropped, columns_dropped=[])
+    assert {r.file for r in landing.landed_files(undeclared).refused} == {
+        "ingest_date=2025-01-02/before.parquet",
+        "ingest_date=2025-01-03/with.parquet",
+    }
+
+
 def test_a_failure_between_commits_names_the_operation_and_what_was_committed_with_its_version_and_days():
     change = Change(Operation.BACKFILL, {"stg_order_items": [day(0), day(1)], "fact_order_item": [day(0), day(1)]})
     commits = {
