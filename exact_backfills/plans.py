@@ -23,10 +23,10 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from exact_backfills import builds, checks, clock, code_versions
+from exact_backfills import builds, checks, clock, code_versions, contract_changes
 from exact_backfills.builds import RowsOfDays
 from exact_backfills.calendar import Partitions
-from exact_backfills.declare import Declared, Pipeline
+from exact_backfills.declare import Declared, Pipeline, Staging
 from exact_backfills.dependencies import CodeChange
 from exact_backfills.partitions import days as day_range
 from exact_backfills.pipelines import command
@@ -348,6 +348,9 @@ def make_plan(spark: SparkSession, pipeline: Pipeline, start: date, end: date, s
         [],
         undeclared=undeclared,
     )
+    for staging in (t for t in pipeline.tables if isinstance(t, Staging) and t.name in chosen):
+        if files := contract_changes.newly_refused(spark, staging):
+            plan.refusals.append(contract_changes.describe(staging, files))
     changed: dict[str, list[date]] = {}
     read = _overlay(spark, pipeline, plan.plan_id, changed, plan.pinned)
     for name in [t for t in pipeline.publish_order if t in chosen]:

@@ -701,19 +701,20 @@ def test_a_source_column_dropped_as_declared_keeps_every_batch_landed_with_it_an
     added = re.search(r'    columns_added=\[ColumnAdded\("coupon_code", .*\)\],\n', (renamed / SOURCES).read_text())
     assert added, "the contract gained coupon_code above"
     last = sorted(p.name for p in (Path(lake_root()) / "landing" / "order_items").glob("ingest_date=*"))[-1][-10:]
-    dropped = renamed
+    undeclared = renamed
     for n, edit in enumerate(
-        (
-            Edit(SOURCES, '            T.StructField("coupon_code", T.StringType()),\n', ""),
-            Edit(
-                SOURCES,
-                added[0],
-                f'    columns_dropped=[ColumnDropped("coupon_code", date.fromisoformat("{last}"))],\n',
-            ),
-            Edit(SOURCES, "ColumnAdded, ", "ColumnDropped, "),
-        )
+        (Edit(SOURCES, '            T.StructField("coupon_code", T.StringType()),\n', ""), Edit(SOURCES, added[0], ""))
     ):
-        dropped = project_with(tmp_path / f"dropped{n}", edit, base=dropped)
+        undeclared = project_with(tmp_path / f"undeclared{n}", edit, base=undeclared)
+    key = '    key=["order_id"'
+    declaration = f'    columns_dropped=[ColumnDropped("coupon_code", date.fromisoformat("{last}"))],\n{key}'
+    dropped = project_with(tmp_path / "declared", Edit(SOURCES, key, declaration), base=undeclared)
+    dropped = project_with(tmp_path / "imported", Edit(SOURCES, "ColumnAdded, ", "ColumnDropped, "), base=dropped)
+    # Undeclared, the plan names the files staging holds rows from that the contract would now refuse.
+    (refused,) = run_commands(undeclared, PLAN)
+    assert refused.code == 1, refused
+    (line,) = plan_of(refused)["refusals"]
+    assert line.startswith("order_items's contract now refuses ") and "unexpected column coupon_code" in line, line
     staged_before = len(rows(spark, "stg_order_items"))
 
     stale, planned, promoted, after, checked = run_commands(
