@@ -348,8 +348,10 @@ def make_plan(spark: SparkSession, pipeline: Pipeline, start: date, end: date, s
         [],
         undeclared=undeclared,
     )
+    # A staging table's contract is part of its code: only a staging table stale by its own code may have a new one.
     for staging in (t for t in pipeline.tables if isinstance(t, Staging) and t.name in chosen):
-        if files := contract_changes.newly_refused(spark, staging):
+        contract_changed = any(why.table == staging.name for why in stale.get(staging.name, {}).values())
+        if contract_changed and (files := contract_changes.newly_refused(spark, staging)):
             plan.refusals.append(contract_changes.describe(staging, files))
     changed: dict[str, list[date]] = {}
     read = _overlay(spark, pipeline, plan.plan_id, changed, plan.pinned)
