@@ -84,6 +84,12 @@ def test_the_landing_contract_reads_every_timestamp_encoding_and_refuses_what_it
     }
 
 
+def _read_and_refused(found) -> tuple[list[str], dict[str, str]]:
+    """The landed files the contract accepts (batch/file, sorted), and those it refuses with why."""
+    read = sorted(p.rsplit("/", 2)[1] + "/" + p.rsplit("/", 1)[1] for p in found.plain)
+    return read, {r.file: r.reason for r in found.refused}
+
+
 def test_a_column_the_contract_gained_may_be_missing_from_the_batches_before_it_and_from_no_later_one(
     tmp_path, monkeypatch
 ):
@@ -109,13 +115,11 @@ def test_a_column_the_contract_gained_may_be_missing_from_the_batches_before_it_
     )
 
     found = landing.landed_files(gained)
-    assert sorted(p.rsplit("/", 2)[1] + "/" + p.rsplit("/", 1)[1] for p in found.plain) == [
+    assert _read_and_refused(found)[0] == [
         "ingest_date=2025-01-02/before.parquet",
         "ingest_date=2025-01-03/with.parquet",
     ]
-    assert {r.file: r.reason for r in found.refused} == {
-        "ingest_date=2025-01-03/without.parquet": "missing column coupon_code"
-    }
+    assert _read_and_refused(found)[1] == {"ingest_date=2025-01-03/without.parquet": "missing column coupon_code"}
     assert gained.problems() == []
     required = dataclasses.replace(gained, columns_added=[ColumnAdded("channel", D), ColumnAdded("order_id", D)])
     assert required.problems() == ["its added column order_id is not nullable: the batches before it read it as null"]
@@ -148,13 +152,11 @@ def test_a_column_the_contract_dropped_may_be_carried_by_the_batches_up_to_its_l
     _write(landed / "ingest_date=2025-01-03" / "without.parquet", narrow, ROW)
 
     found = landing.landed_files(dropped)
-    assert sorted(p.rsplit("/", 2)[1] + "/" + p.rsplit("/", 1)[1] for p in found.plain) == [
+    assert _read_and_refused(found)[0] == [
         "ingest_date=2025-01-02/before.parquet",
         "ingest_date=2025-01-03/without.parquet",
     ]
-    assert {r.file: r.reason for r in found.refused} == {
-        "ingest_date=2025-01-03/with.parquet": "unexpected column channel"
-    }
+    assert _read_and_refused(found)[1] == {"ingest_date=2025-01-03/with.parquet": "unexpected column channel"}
     assert dropped.problems() == []
     kept = dataclasses.replace(ORDER_ITEMS, columns_dropped=[ColumnDropped("channel", D)])
     assert kept.problems() == ["its dropped column channel is still a column of its schema"]
