@@ -53,9 +53,10 @@ def no_longer_declared(
 def _moving(pipeline: Pipeline, published: audit.BuiltBy, table: str) -> str | None:
     """The table `table` is the former name of, while some of its days are not moved there yet (`stale` names it)."""
     renamed_to = {former: new for new, former in pipeline.renamed.items()}
-    if table in renamed_to and set(published.get(table, {})) - set(published.get(renamed_to[table], {})):
-        return renamed_to[table]
-    return None
+    if table not in renamed_to:
+        return None
+    left = set(published.get(table, {})) - set(published.get(renamed_to[table], {}))
+    return renamed_to[table] if any(d in pipeline.partitions for d in left) else None  # what `rename` moves
 
 
 def retire(pipeline: Pipeline, table: str, how: Retirement, published: audit.BuiltBy) -> str:

@@ -131,3 +131,26 @@ def test_a_type_widened_changes_every_day_even_where_spark_hashes_its_values_the
     day_diff(table, narrow, wide, days, reshaped)
     assert reshaped.changed_days == days and reshaped.changed_columns == {"net_amount": 2}
     assert reshaped.schema.describe() == "retyped net_amount (decimal(10,2) → decimal(12,2))"
+
+
+def test_a_former_name_is_named_no_longer_declared_once_its_days_in_the_partitions_have_moved(monkeypatch):
+    from dataclasses import replace
+
+    from assets_pkg.pipeline import pipeline as orders
+    from exact_backfills.renaming import PendingRename, pending_renames
+    from exact_backfills.retirement import Undeclared, no_longer_declared
+
+    monkeypatch.setenv("PARTITION_START_DATE", "2025-01-01")
+    monkeypatch.setenv("PARTITION_END_DATE", "2025-01-31")
+    revenue = replace(orders.by_name["daily_revenue"], name="revenue_by_day", renamed_from="daily_revenue")
+    renamed = replace(orders, tables=[revenue if t.name == "daily_revenue" else t for t in orders.tables])
+    published = {t: dict.fromkeys(_days(date(2025, 1, 1), 5)) for t in orders.every_table}
+    published["daily_revenue"] |= dict.fromkeys([date(2024, 12, 31)])  # a day before the partitions: never moved
+    on_lake = {*published, "revenue_by_day"}.__contains__
+    assert pending_renames(renamed, published, on_lake) == [
+        PendingRename("revenue_by_day", "daily_revenue", _days(date(2025, 1, 1), 5))
+    ]
+    assert no_longer_declared(renamed, published, on_lake) == []  # its rename names it meanwhile
+    published["revenue_by_day"] = dict.fromkeys(_days(date(2025, 1, 1), 5))
+    assert pending_renames(renamed, published, on_lake) == []
+    assert no_longer_declared(renamed, published, on_lake) == [Undeclared("daily_revenue", 6)]
