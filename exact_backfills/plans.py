@@ -28,6 +28,7 @@ from exact_backfills.builds import RowsOfDays
 from exact_backfills.calendar import Partitions
 from exact_backfills.declare import Declared, Pipeline, Staging
 from exact_backfills.dependencies import CodeChange
+from exact_backfills.key_changes import KeyChange, key_change, whole_rows_diff
 from exact_backfills.partitions import days as day_range
 from exact_backfills.pipelines import command
 from exact_backfills.publish import day_ranges
@@ -66,6 +67,13 @@ class TablePlan:
     measures: dict[str, tuple[str, str]] = field(default_factory=dict)  # column -> its total (before, after)
     days: list[DayFigures] = field(default_factory=list)  # the changed days' figures
     schema: SchemaDiff = field(default_factory=SchemaDiff)  # how its columns change
+    key: KeyChange | None = None  # how its natural key changes
+
+    @property
+    def reshaped(self) -> str:
+        """How its shape (columns, key) changes, '' when it keeps it: a change of shape rewrites every day."""
+        said = [f"columns change ({self.schema.describe()})"] if self.schema else []
+        return "; ".join(said + ([self.key.describe()] if self.key else []))
 
 
 @dataclass(frozen=True)
@@ -112,6 +120,7 @@ class Plan:
                     "rows_changed": p.rows_changed,
                     "changed_columns": p.changed_columns,
                     "schema": p.schema.to_json(),
+                    "key": p.key.to_json() if p.key else None,
                     "measures": {m: {"before": b, "after": a} for m, (b, a) in p.measures.items()},
                     "days": {
                         f.day.isoformat(): {
@@ -157,6 +166,7 @@ class Plan:
                 {m: (v["before"], v["after"]) for m, v in p["measures"].items()},
                 [figures(day, f) for day, f in p["days"].items()],
                 SchemaDiff.from_json(p.get("schema")),
+                KeyChange.from_json(p.get("key")),
             )
             for t, p in doc["tables"].items()
         }
@@ -186,6 +196,7 @@ class Plan:
             f"{len(p.unchanged_days)} unchanged; rows added {p.rows_added}, removed {p.rows_removed}, "
             f"changed {p.rows_changed}",
             *(["", f"columns: {p.schema.describe()}"] if p.schema else []),
+            *(["", p.key.describe()] if p.key else []),
             "",
             "| day | rows before | rows after | fingerprint before | fingerprint after |",
             "|---|---|---|---|---|",
@@ -242,18 +253,28 @@ def day_diff(table: Declared, before: DataFrame, after: DataFrame, days: list[da
     contents = checks.day_contents_of({"before": (before, column), "after": (after, column)})
     was, now = contents["before"], contents["after"]
     none = DayContent(0, None)
-    # A change of shape changes every day, even where its values read the same (a widened type).
-    plan.changed_days = [d for d in days if plan.schema or was.get(d, none) != now.get(d, none)]
+    # A change of shape changes every day, even where its values read the same (a widened type, another key).
+    plan.changed_days = [d for d in days if plan.reshaped or was.get(d, none) != now.get(d, none)]
     plan.unchanged_days = [d for d in days if d not in plan.changed_days]
     plan.days = [DayFigures(d, was.get(d, none), now.get(d, none)) for d in plan.changed_days]
     if not plan.changed_days:
         return
     key = list(dict.fromkeys([*table.key, column]))
     shared = [c for c in after.columns if c in before.columns and c not in key and c != "run_id"]
-    # A column added, dropped or retyped changes every row the day keeps: counted as changed in that column.
-    reshaped = [*plan.schema.added, *plan.schema.dropped, *plan.schema.retyped]
     old = before.where(F.col(column).isin(plan.changed_days))
     new = after.where(F.col(column).isin(plan.changed_days))
+    if plan.key:  # old rows may lack the new key's columns, or repeat it: compared whole, none "changed"
+        whole = [c for c in after.columns if c in before.columns and c != "run_id"]
+        plan.rows_added, plan.rows_removed = whole_rows_diff(old, new, whole)
+    else:
+        _keyed_diff(old, new, key, shared, plan)
+    plan.measures = _measures(table, old, new, shared) | _reshaped_measures(old, new, plan.schema)
+
+
+def _keyed_diff(old: DataFrame, new: DataFrame, key: list[str], shared: list[str], plan: TablePlan) -> None:
+    """Rows added, removed and changed by natural key, and per column the rows whose value changed."""
+    # A column added, dropped or retyped changes every row the day keeps: counted as changed in that column.
+    reshaped = [*plan.schema.added, *plan.schema.dropped, *plan.schema.retyped]
     joined = new.select(*key, *[F.col(c).alias(f"a_{c}") for c in shared], F.lit(True).alias("_a")).join(
         old.select(*key, *[F.col(c).alias(f"b_{c}") for c in shared], F.lit(True).alias("_b")), key, "full_outer"
     )
@@ -272,7 +293,6 @@ def day_diff(table: Declared, before: DataFrame, after: DataFrame, days: list[da
     assert totals is not None
     plan.rows_added, plan.rows_removed, plan.rows_changed = totals.added or 0, totals.removed or 0, totals.changed or 0
     plan.changed_columns = {c: totals[f"c_{c}"] for c in differs if totals[f"c_{c}"]}
-    plan.measures = _measures(table, old, new, shared) | _reshaped_measures(old, new, plan.schema)
 
 
 def _reshaped_measures(old: DataFrame, new: DataFrame, shape: SchemaDiff) -> dict[str, tuple[str, str]]:
@@ -316,14 +336,15 @@ def _measures(table: Declared, old: DataFrame, new: DataFrame, shared: list[str]
     return {m: (str(x), str(y)) for m, (x, y) in totals.items() if m in declared or x != y}
 
 
-def reshape_refusals(table: str, shape: SchemaDiff, days: list[date], published: list[date]) -> list[str]:
-    """Why a change of a table's shape planned over some of its days cannot be promoted: it replaces every day."""
+def reshape_refusals(table: str, plan: TablePlan, days: list[date], published: list[date]) -> list[str]:
+    """Why a change of a table's shape (its columns, its key) planned over some of its days cannot be promoted: it
+    replaces every day."""
     left = [d for d in published if d not in set(days)]
-    if not left:
+    if not plan.reshaped or not left:
         return []
     return [
-        f"{table}'s columns change ({shape.describe()}): a change of shape rewrites every day of the table, and this "
-        f"plan covers {len(published) - len(left)} of its {len(published)} day(s); plan --start {published[0]} "
+        f"{table}'s {plan.reshaped}: a change of shape rewrites every day of the table, and this plan covers "
+        f"{len(published) - len(left)} of its {len(published)} day(s); plan --start {published[0]} "
         f"--end {published[-1]}"
     ]
 
@@ -380,8 +401,8 @@ def make_plan(spark: SparkSession, pipeline: Pipeline, start: date, end: date, s
         after = read_path(spark, shadow_path(plan.plan_id, name), table.day_column, days)
         before = read_path(spark, table_path(name), table.day_column, days, plan.pinned[name])
         result.schema = SchemaDiff.between(before.schema, after.schema)
-        if result.schema:
-            plan.refusals += reshape_refusals(name, result.schema, days, sorted(written.get(name, {})))
+        result.key = key_change(name, table.key, plan.pinned[name])
+        plan.refusals += reshape_refusals(name, result, days, sorted(written.get(name, {})))
         day_diff(table, before, after, days, result)
         plan.tables[name] = result
         changed[name] = result.changed_days
@@ -409,8 +430,9 @@ def version_note(plan: Plan) -> str:
             + f", {len(p.unchanged_days)} unchanged; rows added {p.rows_added}, removed {p.rows_removed}, "
             f"changed {p.rows_changed}"
         )
-        if p.schema:
-            lines.append(f"  columns: {p.schema.describe()} (the whole table is rewritten in one commit)")
+        shape = [f"columns: {p.schema.describe()}"] if p.schema else []
+        for change in [*shape, *([p.key.describe()] if p.key else [])]:
+            lines.append(f"  {change} (the whole table is rewritten in one commit)")
         if p.changed_columns:
             lines.append("  columns changed: " + ", ".join(f"{c} ({n} rows)" for c, n in p.changed_columns.items()))
         for measure, (before, after) in p.measures.items():

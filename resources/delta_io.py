@@ -36,8 +36,8 @@ class CommitOutcomeUnknown(RuntimeError):
 
 
 class ShapeChangeRefused(RuntimeError):
-    """A write whose columns differ from its table's that would not replace every day the table holds: its old days
-    would read the new shape with nulls, or keep a dropped column's values."""
+    """A write whose columns (or key) differ from its table's that would not replace every day the table holds: its
+    old days would read the new shape with nulls, keep a dropped column's values, or hold rows unique on another key."""
 
 
 @dataclass(frozen=True)
@@ -236,6 +236,8 @@ def _fault_after_commit(table: str) -> None:
 # In every commit's userMetadata: an id of its own, by which the log tells whether the commit was made whatever its
 # call said (two commits of the same change, a retried run's, carry the same other fields).
 COMMIT_ID = "commit_id"
+# The natural key the rows of a table's commit are unique on: a commit of another key must replace every day.
+KEY = "key"
 
 
 def made_commit(path: str, before: int, metadata: str) -> dict | None:
@@ -275,17 +277,44 @@ def _made_despite(failed: Exception, table: str, path: str, before: int, metadat
     return entry
 
 
-def _refuse_partial_reshape(
-    spark: SparkSession, path: str, table: str, column: str, days: Sequence[date], shape: SchemaDiff
+def refuse_partial_reshape(
+    spark: SparkSession,
+    table: str,
+    column: str,
+    days: Sequence[date],
+    schema: T.StructType,
+    key: Sequence[str] | None,
+    written_by: dict[str, Any] | None = None,
+) -> SchemaDiff | None:
+    """ShapeChangeRefused unless a write over `days` of rows shaped `schema`, unique on `key`, keeps the table's shape
+    (its columns, the key its last write named) or replaces every day it holds; how its columns change (None: they do
+    not, or there is no table). Asked before anything of a change is committed, and again by each commit."""
+    path = table_path(table)
+    before = latest_version(path)
+    if before < 0:
+        return None
+    key_was = (written_note(path, before) if written_by is None else written_by).get(KEY)
+    shape = SchemaDiff.between(spark.read.format("delta").load(path).schema, schema)
+    changes = [f"columns change ({shape.describe()})"] if shape else []
+    if key_was and key and set(key_was) != set(key):  # rows unique on one key, or the other: never a mix
+        changes.append(f"key changes ({', '.join(key_was)} → {', '.join(key)})")
+    if changes:
+        _refuse_partial_rewrite(spark, path, table, column, days, "; ".join(changes))
+    return shape or None
+
+
+def _refuse_partial_rewrite(
+    spark: SparkSession, path: str, table: str, column: str, days: Sequence[date], change: str
 ) -> None:
-    """ShapeChangeRefused unless `days` holds every day the table holds."""
+    """ShapeChangeRefused unless `days` holds every day the table holds: `change` (its columns', its key's) replaces
+    them all in one commit."""
     held = sorted(r[0] for r in spark.read.format("delta").load(path).select(column).distinct().collect())
     left = [d for d in held if d not in set(days)]
     if left:
         raise ShapeChangeRefused(
-            f"{table}'s columns change ({shape.describe()}): a change of shape replaces every day of the table in one "
-            f"commit, and this write replaces {len(set(days) & set(held))} of its {len(held)} day(s); plan and promote "
-            f"the change over every day it holds ({held[0]}..{held[-1]})"
+            f"{table}'s {change}: a change of shape replaces every day of the table in one commit, and this write "
+            f"replaces {len(set(days) & set(held))} of its {len(held)} day(s); plan and promote the change over every "
+            f"day it holds ({held[0]}..{held[-1]})"
         )
 
 
@@ -300,19 +329,20 @@ def overwrite_days(df: DataFrame, table: str, column: str, days: Sequence[date],
 
     A write whose columns differ from the table's (a column added, dropped or retyped) changes its shape: it must
     replace every day the table holds, and replaces the whole table and its schema in one commit
-    (ShapeChangeRefused, nothing written, otherwise).
+    (ShapeChangeRefused, nothing written, otherwise). So must a write whose `commit_info` names a key (`KEY`) other
+    than the table's last write named.
     """
     path = table_path(table)
     commit_info = {**commit_info, COMMIT_ID: commit_info.get(COMMIT_ID) or uuid.uuid4().hex}
     metadata = json.dumps(commit_info, sort_keys=True, default=str)
     before = latest_version(path)
-    if before >= 0:
-        owner = owner_of(path, before)
-        if owner and commit_info.get("pipeline") and owner != commit_info["pipeline"]:
-            raise TableOfAnotherPipeline(
-                f"{table} is written by pipeline {owner!r}, not {commit_info['pipeline']!r}: two pipelines sharing a "
-                "lake must name their tables apart"
-            )
+    written_by = written_note(path, before)
+    owner = written_by.get("pipeline")
+    if owner and commit_info.get("pipeline") and owner != commit_info["pipeline"]:
+        raise TableOfAnotherPipeline(
+            f"{table} is written by pipeline {owner!r}, not {commit_info['pipeline']!r}: two pipelines sharing a "
+            "lake must name their tables apart"
+        )
     writer = (
         df.repartition(column)  # one file per day instead of one per day per task (rows held by day: no exchange)
         .write.format("delta")
@@ -321,10 +351,9 @@ def overwrite_days(df: DataFrame, table: str, column: str, days: Sequence[date],
         .partitionBy(column)
     )
     written = df.schema  # read once: over Spark Connect each read is a round trip
-    shape = SchemaDiff.between(df.sparkSession.read.format("delta").load(path).schema, written) if before >= 0 else None
-    if shape:  # the whole table in the new shape, in one commit: no version of it mixes two shapes
-        _refuse_partial_reshape(df.sparkSession, path, table, column, days, shape)
-        writer = writer.option("overwriteSchema", "true")
+    key = commit_info.get(KEY)
+    if refuse_partial_reshape(df.sparkSession, table, column, days, written, key, written_by):
+        writer = writer.option("overwriteSchema", "true")  # the whole table in the new shape, in one commit
     else:
         writer = writer.option("replaceWhere", day_predicate(column, days))
     entry: dict | None
@@ -354,12 +383,22 @@ def overwrite_days(df: DataFrame, table: str, column: str, days: Sequence[date],
 
 
 def owner_of(path: str, version: int | None = None) -> str | None:
-    """The pipeline that made commit `version` (default: the latest) of the table at `path`, from its userMetadata."""
-    version = latest_version(path) if version is None else version
-    if version < 0:
-        return None
-    owner = json.loads(_commit_entry(path, version).get("userMetadata") or "{}").get("pipeline")
+    """The pipeline that wrote the table at `path` (as of `version`, default the latest), from its userMetadata."""
+    owner = written_note(path, latest_version(path) if version is None else version).get("pipeline")
     return str(owner) if owner else None
+
+
+def written_note(path: str, version: int) -> dict[str, Any]:
+    """The userMetadata of the newest commit up to `version` that overwrite_days made ({} when none is in the log):
+    others (a vacuum's, a change of the table's properties) carry none, so the one before them is read."""
+    for v in range(version, -1, -1):
+        try:
+            note = json.loads(_commit_entry(path, v).get("userMetadata") or "{}")
+        except FileNotFoundError:  # the log's older entries cleaned up, past its retention
+            return {}
+        if COMMIT_ID in note:
+            return note
+    return {}
 
 
 def _commit_entry(path: str, version: int) -> dict:

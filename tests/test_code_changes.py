@@ -363,6 +363,7 @@ def test_a_mart_gaining_a_column_is_planned_with_its_schema_diff_and_promoted_wh
 ):
     first_days = ["--start", str(START), "--end", str(START + timedelta(days=2))]
     before = versions(spark, "daily_revenue")[0]
+    upstream = {t: versions(spark, t)[0] for t in ("stg_order_items", "fact_order_item")}  # the plan changes neither
 
     partial, backfilled, planned, promoted, stale, checked = run_commands(
         wider,
@@ -382,6 +383,7 @@ def test_a_mart_gaining_a_column_is_planned_with_its_schema_diff_and_promoted_wh
     said = backfilled.out + backfilled.err
     assert backfilled.code != 0 and "a change of shape replaces every day of the table in one commit" in said, said
     assert "Traceback" not in said, said
+    assert {t: versions(spark, t)[0] for t in upstream} == upstream  # refused before any table's commit
     # Over every day: its schema diff, every day changed, every row changed in the new column, with its total.
     table = plan_of(planned)["tables"]["daily_revenue"]
     assert planned.code == 0 and table["schema"] == {"added": {"max_quantity": "int"}, "dropped": {}, "retyped": {}}
@@ -392,7 +394,7 @@ def test_a_mart_gaining_a_column_is_planned_with_its_schema_diff_and_promoted_wh
     assert reshaped == {"daily_revenue"}  # no other table changes shape (those whose code differs are rebuilt too)
     # Promoted: the one commit of them all, the table in its new shape, equal to a from-scratch build with the new code.
     assert promoted.code == 0, promoted.err
-    assert "columns: added max_quantity (int)" in promoted.out, promoted.out
+    assert "columns: added max_quantity (int) (the whole table is rewritten in one commit)" in promoted.out
     assert versions(spark, "daily_revenue")[0] == before + 1
     assert json.loads(stale.out) == {} and checked.code == 0, stale.out + checked.out
     # Dagster shows the table's new shape: its newest materialization's column schema.
@@ -695,21 +697,35 @@ def test_a_widened_type_and_a_dropped_column_each_change_every_day_and_are_promo
         assert published_rows == {t: rows(spark, t) for t in tables}
 
 
-def test_a_source_column_dropped_as_declared_keeps_every_batch_landed_with_it_and_leaves_staging_promoted_without_it(
-    spark, built, renamed, tmp_path
-):
+class SourceColumnDropped(NamedTuple):
+    undeclared: Path  # the column taken out of the contract only
+    declared: Path  # and declared dropped, after the last batch landed with it
+
+
+@pytest.fixture(scope="module")
+def source_column_dropped(renamed, tmp_path_factory) -> SourceColumnDropped:
     added = re.search(r'    columns_added=\[ColumnAdded\("coupon_code", .*\)\],\n', (renamed / SOURCES).read_text())
     assert added, "the contract gained coupon_code above"
     last = sorted(p.name for p in (Path(lake_root()) / "landing" / "order_items").glob("ingest_date=*"))[-1][-10:]
     undeclared = renamed
-    for n, edit in enumerate(
-        (Edit(SOURCES, '            T.StructField("coupon_code", T.StringType()),\n', ""), Edit(SOURCES, added[0], ""))
+    for edit in (
+        Edit(SOURCES, '            T.StructField("coupon_code", T.StringType()),\n', ""),
+        Edit(SOURCES, added[0], ""),
     ):
-        undeclared = project_with(tmp_path / f"undeclared{n}", edit, base=undeclared)
+        undeclared = project_with(tmp_path_factory.mktemp("undeclared"), edit, base=undeclared)
     key = '    key=["order_id"'
     declaration = f'    columns_dropped=[ColumnDropped("coupon_code", date.fromisoformat("{last}"))],\n{key}'
-    dropped = project_with(tmp_path / "declared", Edit(SOURCES, key, declaration), base=undeclared)
-    dropped = project_with(tmp_path / "imported", Edit(SOURCES, "ColumnAdded, ", "ColumnDropped, "), base=dropped)
+    dropped = project_with(tmp_path_factory.mktemp("declared"), Edit(SOURCES, key, declaration), base=undeclared)
+    dropped = project_with(
+        tmp_path_factory.mktemp("imported"), Edit(SOURCES, "ColumnAdded, ", "ColumnDropped, "), base=dropped
+    )
+    return SourceColumnDropped(undeclared, dropped)
+
+
+def test_a_source_column_dropped_as_declared_keeps_every_batch_landed_with_it_and_leaves_staging_promoted_without_it(
+    spark, built, source_column_dropped, tmp_path
+):
+    undeclared, dropped = source_column_dropped
     # Undeclared, the plan names the files staging holds rows from that the contract would now refuse.
     (refused,) = run_commands(undeclared, PLAN)
     assert refused.code == 1, refused
@@ -738,3 +754,61 @@ def test_a_source_column_dropped_as_declared_keeps_every_batch_landed_with_it_an
     published = {t: rows(spark, t) for t in tables}
     with environment(LAKE_ROOT=str(build_from_scratch(dropped, tmp_path / "scratch"))):
         assert published == {t: rows(spark, t) for t in tables}
+
+
+# Last, the mart's key changes: to fewer columns, which its rows are not unique on; then to one more, its rows grouped
+# by it too.
+REVENUE_KEY = 'DAILY_REVENUE,\n            key=["order_date", "channel"],'
+BY_DAY_ONLY = Edit("assets_pkg/pipeline.py", REVENUE_KEY, 'DAILY_REVENUE,\n            key=["order_date"],')
+BY_CATEGORY = [
+    Edit("assets_pkg/pipeline.py", REVENUE_KEY, REVENUE_KEY.replace('"channel"]', '"channel", "product_category"]')),
+    Edit(
+        TRANSFORMS,
+        'fact.groupBy("order_date", "channel").',
+        'fact.groupBy("order_date", "channel", "product_category").',
+    ),
+]
+
+
+def test_a_changed_key_is_checked_unique_on_the_new_key_and_promoted_whole_as_a_from_scratch_build(
+    spark, built, source_column_dropped, tmp_path
+):
+    base = source_column_dropped.declared
+    by_day = project_with(tmp_path / "by_day", BY_DAY_ONLY, base=base)
+    keyed = project_with(tmp_path / "keyed", BY_CATEGORY[0], base=base)
+    by_category = project_with(tmp_path / "by_category", BY_CATEGORY[1], base=keyed)
+    before = versions(spark, "daily_revenue")[0]
+
+    (not_unique,) = run_commands(by_day, PLAN)
+    partial, planned, promoted, stale, checked = run_commands(
+        by_category,
+        ["backfill", "--start", str(START), "--end", str(START + timedelta(days=2))],
+        PLAN,
+        ["promote", "{plan_id}"],
+        ["stale", "--json"],
+        ["check", "--start", str(START), "--end", str(END)],
+    )
+
+    # The uniqueness check runs on the new key: several channels a day, so every day fails it and nothing is written.
+    found = plan_of(not_unique)
+    assert not_unique.code == 1 and {(f["table"], f["check"]) for f in found["blocking_failures"]} == {
+        ("daily_revenue", "unique_key")
+    }
+    assert found["tables"]["daily_revenue"]["key"] == {"before": ["order_date", "channel"], "after": ["order_date"]}
+    # Over some days only, a backfill is refused in one line: the key changes every day or none.
+    said = partial.out + partial.err
+    key_changes = "key changes (order_date, channel → order_date, channel, product_category): a change of shape"
+    assert partial.code != 0 and key_changes in said and "nothing of 2025-01-01..2025-01-03 was published" in said, said
+    assert "Traceback" not in said, said
+    # Over every day: the key and the new column, every day changed, rows compared whole (none "changed" by key).
+    table = plan_of(planned)["tables"]["daily_revenue"]
+    assert table["key"]["after"] == ["order_date", "channel", "product_category"]
+    assert table["schema"]["added"] == {"product_category": "string"}
+    assert table["changed_days"] == EVERY_DAY and table["rows_changed"] == 0
+    assert table["rows_added"] > table["rows_removed"] > 0  # more rows, one per category
+    assert promoted.code == 0 and "key changes (order_date, channel → " in promoted.out, promoted.err
+    assert versions(spark, "daily_revenue")[0] == before + 1  # one commit
+    assert json.loads(stale.out) == {} and checked.code == 0, stale.out + checked.out
+    published = rows(spark, "daily_revenue")
+    with environment(LAKE_ROOT=str(build_from_scratch(by_category, tmp_path / "scratch"))):
+        assert published == rows(spark, "daily_revenue")

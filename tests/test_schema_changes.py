@@ -5,7 +5,8 @@ from datetime import date, timedelta
 
 from pyspark.sql import types as T
 
-from exact_backfills.plans import reshape_refusals
+from exact_backfills.key_changes import KeyChange
+from exact_backfills.plans import TablePlan, reshape_refusals
 from resources.delta_io import SchemaDiff
 
 PUBLISHED = T.StructType(
@@ -46,15 +47,35 @@ def test_a_column_added_dropped_and_retyped_are_each_named_with_their_types():
     assert SchemaDiff.from_json(None) == SchemaDiff()  # a plan recorded before plans had a schema diff
 
 
+def _reshaped(shape: SchemaDiff | None = None, key: KeyChange | None = None) -> TablePlan:
+    return TablePlan("v1", "v2", [], [], schema=shape or SchemaDiff(), key=key)
+
+
 def test_a_change_of_shape_planned_over_some_days_is_refused_in_one_line_naming_the_range_to_plan():
     days = [date(2025, 1, 1) + timedelta(days=i) for i in range(10)]
-    shape = SchemaDiff(added={"max_quantity": "int"})
-    assert reshape_refusals("daily_revenue", shape, days, days) == []
-    (refused,) = reshape_refusals("daily_revenue", shape, days[:3], days)
+    added = _reshaped(SchemaDiff(added={"max_quantity": "int"}))
+    assert reshape_refusals("daily_revenue", added, days, days) == []
+    assert reshape_refusals("daily_revenue", _reshaped(), days[:3], days) == []  # the same shape: some days are fine
+    (refused,) = reshape_refusals("daily_revenue", added, days[:3], days)
     assert refused == (
         "daily_revenue's columns change (added max_quantity (int)): a change of shape rewrites every day of the "
         "table, and this plan covers 3 of its 10 day(s); plan --start 2025-01-01 --end 2025-01-10"
     )
+
+
+def test_a_changed_key_is_a_change_of_shape_named_with_both_keys():
+    days = [date(2025, 1, 1) + timedelta(days=i) for i in range(10)]
+    key = KeyChange(("order_date", "channel"), ("order_date", "channel", "product_category"))
+    assert KeyChange.from_json(key.to_json()) == key
+    assert KeyChange.from_json(None) is None  # a plan recorded before plans had keys
+    both = _reshaped(SchemaDiff(added={"product_category": "string"}), key)
+    assert both.reshaped == (
+        "columns change (added product_category (string)); key changes (order_date, channel → order_date, channel, "
+        "product_category)"
+    )
+    (refused,) = reshape_refusals("daily_revenue", _reshaped(key=key), days[5:], days)
+    assert refused.startswith("daily_revenue's key changes (order_date, channel → order_date, channel, product_cat")
+    assert refused.endswith("this plan covers 5 of its 10 day(s); plan --start 2025-01-01 --end 2025-01-10")
 
 
 def _days(first: date, n: int) -> list[date]:

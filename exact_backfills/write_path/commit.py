@@ -12,13 +12,14 @@ from dataclasses import dataclass
 from datetime import date, datetime
 from typing import TypeVar
 
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from exact_backfills import clock
 from exact_backfills.write_path.changes import Change, Operation, Renamed, Restored, RunInfo, built_by
 from exact_backfills.write_path.context import Writing
 from resources import control
-from resources.delta_io import Commit, overwrite_days
+from resources.delta_io import KEY, Commit, overwrite_days
 
 # For the fault-injection tests: EXACT_BACKFILLS_KILL_AT=<point> kills this process with SIGKILL when it reaches that
 # point, as an OOM kill or a lost machine would: "before-commits" (built and verified, nothing committed),
@@ -97,6 +98,15 @@ def under_way(w: Writing) -> None:
             w.commits.update(pending.result())
 
 
+def side_rows(w: Writing, table: str) -> dict[str, DataFrame]:
+    """The table's side tables' rows as committed: each row with the run that put it there (a restored version's
+    rows keep theirs)."""
+    staged = w.staged[table].side_tables
+    if isinstance(w.change.source(table), Restored):
+        return dict(staged)
+    return {side: rows.withColumn("run_id", F.lit(w.run.run_id)) for side, rows in staged.items()}
+
+
 def _commit(w: Writing, table: str) -> dict[str, Commit]:
     """The table's commit, its side tables' just before it (rows accepted and rows quarantined are two halves of one
     build)."""
@@ -114,19 +124,15 @@ def _commit(w: Writing, table: str) -> dict[str, Commit]:
         "last": days[-1],
         **change.note,
     }
-    for side, side_df in staged[table].side_tables.items():
-        if isinstance(source, Restored):
-            info_side = {**info, "asset": side, "restored_version": source.side_versions[side]}
-        else:
-            side_df = side_df.withColumn("run_id", F.lit(run.run_id))  # which run put the row there
-            info_side = {**info, "asset": side}
+    for side, side_df in side_rows(w, table).items():
+        restored = {"restored_version": source.side_versions[side]} if isinstance(source, Restored) else {}
+        info_side = {**info, "asset": side, **restored}
         commits[side] = overwrite_days(side_df, side, pipeline.day_columns[side], days, info_side)
     provenance: dict[str, object] = {"restored_version": source.version} if isinstance(source, Restored) else {}
     if isinstance(source, Renamed):
         provenance = {"renamed_from": source.former}
-    commits[table] = overwrite_days(
-        staged[table].table, table, pipeline.day_columns[table], days, {**info, "asset": table, **provenance}
-    )
+    info_table = {**info, "asset": table, KEY: list(pipeline.by_name[table].key), **provenance}
+    commits[table] = overwrite_days(staged[table].table, table, pipeline.day_columns[table], days, info_table)
     fault_point(f"commit:{table}")
     return commits
 

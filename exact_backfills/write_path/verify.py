@@ -1,5 +1,6 @@
 """Verifying: every blocking check of every table on every day, before anything is written. One failing day and
-nothing at all is written (reconcile before publish, across the graph): `Refused`."""
+nothing at all is written (reconcile before publish, across the graph): `Refused`. Nor is anything written when a
+table's shape (its columns, its key) would change over some of its days only: `ShapeChangeRefused`."""
 
 from concurrent.futures import Future
 from datetime import date
@@ -8,7 +9,9 @@ from exact_backfills import checks
 from exact_backfills.builds import Staged
 from exact_backfills.declare import Declared, Pipeline, Reconcile
 from exact_backfills.write_path.changes import Change, Refused
+from exact_backfills.write_path.commit import side_rows
 from exact_backfills.write_path.context import Writing
+from resources.delta_io import refuse_partial_reshape
 
 
 def check(w: Writing, table: str) -> None:
@@ -27,6 +30,17 @@ def verify(w: Writing) -> None:
     failing = {table: v.failing for table, v in w.verified.items() if v.failing}
     if failing:
         raise Refused(w.change, failing)
+    for table in w.change.tables():
+        _keeps_shape_or_replaces_every_day(w, table)
+
+
+def _keeps_shape_or_replaces_every_day(w: Writing, table: str) -> None:
+    """ShapeChangeRefused when the table (or a side table) would change shape on some of its days only: asked of each
+    before the first commit, since each commit asks only of its own table."""
+    days, key = w.change.days[table], w.pipeline.by_name[table].key
+    refuse_partial_reshape(w.spark, table, w.pipeline.day_columns[table], days, w.staged[table].table.schema, key)
+    for side, rows in side_rows(w, table).items():
+        refuse_partial_reshape(w.spark, side, w.pipeline.day_columns[side], days, rows.schema, None)
 
 
 def reconciled_within(pipeline: Pipeline, change: Change) -> dict[str, Reconcile]:
