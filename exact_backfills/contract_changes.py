@@ -1,7 +1,8 @@
 """A change of a source's contract that would refuse files landed and published before it: a column taken out of
-the schema (or retyped) without declaring it (`ColumnDropped`, `ColumnAdded`). Each such file would be refused by name
-and quarantined as one row, and the rows staging publishes from it would disappear at its next build. So the files
-are named before anything is written: a plan refuses to be promoted, a write is refused, in one line each."""
+the schema (or retyped) without declaring it (`ColumnDropped`, `ColumnAdded`, `ColumnRetyped`). Each such file would
+be refused by name and quarantined as one row, and the rows staging publishes from it would disappear at its next
+build. So the files are named before anything is written: a plan refuses to be promoted, a write is refused, in one
+line each."""
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
@@ -28,6 +29,6 @@ def describe(table: Staging, files: list[landing.Refusal]) -> str:
     )
     return (
         f"{table.source.name}'s contract now refuses {len(files)} landed file(s) {table.name} holds rows from "
-        f"({named}): declare the change (ColumnDropped for a column taken out, ColumnAdded for one added) so the "
-        "batches landed before it keep counting, or withdraw the files"
+        f"({named}): declare the change (ColumnDropped for a column taken out, ColumnAdded for one added, "
+        "ColumnRetyped for one widened) so the batches landed before it keep counting, or withdraw the files"
     )

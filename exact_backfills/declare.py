@@ -45,6 +45,7 @@ from exact_backfills.sources import RUN_COLUMN as RUN_COLUMN
 from exact_backfills.sources import VALID_FROM as VALID_FROM
 from exact_backfills.sources import ColumnAdded as ColumnAdded
 from exact_backfills.sources import ColumnDropped as ColumnDropped
+from exact_backfills.sources import ColumnRetyped as ColumnRetyped
 from exact_backfills.sources import Rule as Rule
 from exact_backfills.sources import Source as Source
 from exact_backfills.sources import SourceKind as SourceKind

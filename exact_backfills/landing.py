@@ -91,12 +91,26 @@ class Refusal:
         return f"{self.source}/{self.file}: {self.reason}"
 
 
+@dataclass(frozen=True)
+class Conversion:
+    """A column a file stores otherwise than as the contract's type: read as `stored`, then converted to it."""
+
+    column: str
+    stored: T.DataType
+    nanos: bool = False  # INT64 nanoseconds (pyarrow's default), to a timestamp; else a widening cast
+
+    def converted(self, to: T.DataType) -> Column:
+        if self.nanos:
+            return F.expr(f"timestamp_micros(div({self.column}, 1000))")
+        return F.col(self.column).cast(to)
+
+
 @dataclass
 class LandedFiles:
     """A source's landed files, as the contract sorts them."""
 
     plain: list[str] = field(default_factory=list)  # read as they are
-    nanos: dict[tuple[str, ...], list[str]] = field(default_factory=dict)  # INT64 nanosecond timestamp columns -> files
+    converted: dict[tuple[Conversion, ...], list[str]] = field(default_factory=dict)  # columns read otherwise -> files
     refused: list[Refusal] = field(default_factory=list)
 
 
@@ -132,16 +146,16 @@ def _arrow_mismatch(expected: T.DataType, column: Any, arrow_type: Any) -> str |
 
 
 # (path, size, mtime) -> verdict; files are immutable
-_verdicts: dict[tuple[str, int, int, str], tuple[str, tuple[str, ...]]] = {}
+_verdicts: dict[tuple[str, int, int, str], tuple[str, tuple[Conversion, ...]]] = {}
 
 
-def _file_verdict(file: StoredEntry, source: Source, batch: date | None) -> tuple[str, tuple[str, ...]]:
-    """("", nanosecond columns) for a file of `batch` the contract accepts, (reason, ()) for one it refuses."""
+def _file_verdict(file: StoredEntry, source: Source, batch: date | None) -> tuple[str, tuple[Conversion, ...]]:
+    """("", the columns to convert) for a file of `batch` the contract accepts, (reason, ()) for one it refuses."""
     cache_key = (
         file.path,
         file.size,
         file.modified_ns or 0,
-        f"{source.schema.json()}{source.columns_added}{source.columns_dropped}",
+        f"{source.schema.json()}{source.columns_added}{source.columns_dropped}{source.columns_retyped}",
     )
     if cache_key in _verdicts:
         return _verdicts[cache_key]
@@ -159,15 +173,19 @@ def _file_verdict(file: StoredEntry, source: Source, batch: date | None) -> tupl
             missing = [f.name for f in contract.fields if f.name not in columns and not source.may_lack(f.name, batch)]
             extra = [n for n in columns if n not in contract.fieldNames() and not source.may_carry(n, batch)]
             problems = [f"missing column {c}" for c in missing] + [f"unexpected column {c}" for c in extra]
-            nanos = []
+            converted = []
             for f in contract.fields:
                 if f.name in columns:
-                    why = _arrow_mismatch(f.dataType, columns[f.name], arrow.field(f.name).type)
+                    stored = arrow.field(f.name).type
+                    why = _arrow_mismatch(f.dataType, columns[f.name], stored)
+                    was = source.former_type(f.name, batch)
                     if why == "nanos":
-                        nanos.append(f.name)
+                        converted.append(Conversion(f.name, T.LongType(), nanos=True))
+                    elif why and was is not None and _arrow_mismatch(was, columns[f.name], stored) is None:
+                        converted.append(Conversion(f.name, was))
                     elif why:
                         problems.append(why)
-            verdict = ("; ".join(problems), ()) if problems else ("", tuple(nanos))  # type: ignore[assignment]
+            verdict = ("; ".join(problems), ()) if problems else ("", tuple(converted))  # type: ignore[assignment]
     _verdicts[cache_key] = verdict
     return verdict
 
@@ -191,12 +209,12 @@ def landed_files(source: Source, batches: list[str] | None = None) -> LandedFile
         if wanted is not None and entry.name not in wanted:
             continue
         for file in _batch_files(entry):
-            reason, nanos = _file_verdict(file, source, _batch_day(entry.name))
+            reason, converted = _file_verdict(file, source, _batch_day(entry.name))
             if reason:
                 below = storage.relative_to(file.path, entry.path)
                 files.refused.append(Refusal(source.name, f"{entry.name}/{below}", batch_name(entry), reason))
-            elif nanos:
-                files.nanos.setdefault(nanos, []).append(file.path)
+            elif converted:
+                files.converted.setdefault(converted, []).append(file.path)
             else:
                 files.plain.append(file.path)
     return files
@@ -243,7 +261,7 @@ def landing_read(spark: SparkSession, source: Source, batches: list[str] | None 
     """read_landing's rows of `batches` (every batch when None), with what they read."""
     dirs = _landed_batch_dirs(source)
     files = landed_files(source, batches)
-    read = [*files.plain, *(f for paths in files.nanos.values() for f in paths)]
+    read = [*files.plain, *(f for paths in files.converted.values() for f in paths)]
     every = {f.path: f.size for d in dirs for f in _batch_files(d)}
     read_batches = sorted({_batch_of_file(f) for f in read})
     scan = Scan(
@@ -269,19 +287,20 @@ def _rows(spark: SparkSession, source: Source, batches: list[str] | None, files:
         return df.withColumn(FILE_COLUMN, F.substring_index(F.col("_metadata.file_path"), f"/{source.name}/", -1))
 
     reader = spark.read.option("basePath", root)
-    if files.plain and not files.refused and not files.nanos:
+    if files.plain and not files.refused and not files.converted:
         # Every file as the contract says: Spark lists the folders itself.
         paths = [root] if batches is None else [f"{root}/{BATCH_PREFIX}{b}" for b in batches]
         parts = [with_file(reader.schema(schema).parquet(*paths))]
     else:
         parts = [with_file(reader.schema(schema).parquet(*files.plain))] if files.plain else []
-        for columns, paths in files.nanos.items():
-            as_numbers = T.StructType(
-                [T.StructField(f.name, T.LongType()) if f.name in columns else f for f in schema.fields]
+        for conversions, paths in files.converted.items():
+            stored = {c.column: c.stored for c in conversions}
+            as_stored = T.StructType(
+                [T.StructField(f.name, stored[f.name]) if f.name in stored else f for f in schema.fields]
             )
-            df = with_file(reader.schema(as_numbers).parquet(*paths))
-            for c in columns:
-                df = df.withColumn(c, F.expr(f"timestamp_micros(div({c}, 1000))"))
+            df = with_file(reader.schema(as_stored).parquet(*paths))
+            for c in conversions:
+                df = df.withColumn(c.column, c.converted(schema[c.column].dataType))
             parts.append(df)
     if not parts:
         empty = T.StructType([*schema.fields, T.StructField(FILE_COLUMN, T.StringType())])

@@ -63,6 +63,35 @@ class ColumnDropped:
 
 
 @dataclass(frozen=True)
+class ColumnRetyped:
+    """A column the contract widened after batches landed with its former type `was`: files of batches up to
+    `last_batch` may still store it so (read as `was`, then cast to the contract's type, which must widen it: no value
+    changes); from the batch after on, a file storing it as `was` is refused."""
+
+    name: str
+    was: T.DataType
+    last_batch: date
+
+
+_INTEGER_DIGITS: dict[type[T.DataType], int] = {T.ByteType: 3, T.ShortType: 5, T.IntegerType: 10, T.LongType: 20}
+
+
+def widens(was: T.DataType, now: T.DataType) -> bool:
+    """Whether every value of `was` reads the same as `now`: a wider integer, a double from a float or a smaller
+    integer, a decimal with at least as many integer and fraction digits."""
+    digits = _INTEGER_DIGITS
+    if isinstance(now, T.DecimalType):
+        if isinstance(was, T.DecimalType):
+            return now.scale >= was.scale and now.precision - now.scale >= was.precision - was.scale
+        return type(was) in digits and now.precision - now.scale >= digits[type(was)]
+    if type(now) in digits:
+        return type(was) in digits and digits[type(was)] < digits[type(now)]
+    if isinstance(now, T.DoubleType):
+        return isinstance(was, T.FloatType | T.ByteType | T.ShortType | T.IntegerType)
+    return False
+
+
+@dataclass(frozen=True)
 class Source:
     """A dataset landed as immutable, append-only Parquet batches under `landing/<name>/ingest_date=D/`.
 
@@ -78,7 +107,8 @@ class Source:
     - `rules`: rows breaking the contract beyond its types, quarantined with the reason (events only). Rows with a
       null key, day or timestamp, a day outside the partitions, or a day after their load are quarantined too.
     - `columns_added`: nullable columns of `schema` the contract gained after batches landed without them.
-    - `columns_dropped`: columns the contract no longer has, which batches landed before carry."""
+    - `columns_dropped`: columns the contract no longer has, which batches landed before carry.
+    - `columns_retyped`: columns the contract widened, which batches landed before store with their former type."""
 
     name: str
     schema: T.StructType
@@ -93,12 +123,14 @@ class Source:
     timezone: str = "UTC"
     columns_added: Sequence[ColumnAdded] = ()
     columns_dropped: Sequence[ColumnDropped] = ()
+    columns_retyped: Sequence[ColumnRetyped] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "key", tuple(self.key))
         object.__setattr__(self, "rules", tuple(self.rules))
         object.__setattr__(self, "columns_added", tuple(self.columns_added))
         object.__setattr__(self, "columns_dropped", tuple(self.columns_dropped))
+        object.__setattr__(self, "columns_retyped", tuple(self.columns_retyped))
 
     def may_lack(self, column: str, batch: date | None) -> bool:
         """Whether a file of `batch` may lack `column`: one the contract gained after that batch."""
@@ -107,6 +139,13 @@ class Source:
     def may_carry(self, column: str, batch: date | None) -> bool:
         """Whether a file of `batch` may carry `column`, not in the contract: one it dropped after that batch."""
         return batch is not None and any(d.name == column and batch <= d.last_batch for d in self.columns_dropped)
+
+    def former_type(self, column: str, batch: date | None) -> T.DataType | None:
+        """The type a file of `batch` may store `column` as instead of the contract's: its type before a widening."""
+        found = [
+            r.was for r in self.columns_retyped if r.name == column and batch is not None and batch <= r.last_batch
+        ]
+        return found[0] if found else None
 
     def as_versions(self, rows: DataFrame, *leading: str) -> DataFrame:
         """Staged or quarantined rows (`leading` columns first) as this contract's versions: a column the contract
@@ -179,7 +218,21 @@ class Source:
             for d in self.columns_dropped
             if d.name in types
         ]
-        return found + self._added_problems(named)
+        return found + self._added_problems(named) + self._retyped_problems()
+
+    def _retyped_problems(self) -> list[str]:
+        fields = {f.name: f for f in self.schema.fields}
+        found = []
+        for retyped in self.columns_retyped:
+            if retyped.name not in fields:
+                found.append(f"its retyped column {retyped.name} is not a column of its schema")
+            elif not widens(retyped.was, now := fields[retyped.name].dataType):
+                found.append(
+                    f"its retyped column {retyped.name} was {retyped.was.simpleString()}, which "
+                    f"{now.simpleString()} does not widen: a retype keeps every landed value (a wider integer, "
+                    "decimal or floating type); land the column under a new name instead"
+                )
+        return found
 
     def _added_problems(self, named: Sequence[str]) -> list[str]:
         fields = {f.name: f for f in self.schema.fields}

@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -16,9 +17,12 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from pyspark.sql import Row
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from assets_pkg.generate import generate
+from exact_backfills import ColumnRetyped, landing
 from exact_backfills.backfill import BackfillRequest, run_backfill, run_restatement
 from exact_backfills.cli import main
 from exact_backfills.publish import KILL_AT
@@ -122,6 +126,28 @@ def test_nanosecond_int96_and_microsecond_timestamps_are_read_as_the_same_instan
     }
     assert sorted(staged) == [8_000_001, 8_000_002, 8_000_003]
     assert {r.updated_at.replace(tzinfo=UTC) for r in staged.values()} == {UPDATED}
+
+
+def test_a_widened_column_is_read_from_the_batches_landed_before_it_cast_to_its_new_type_value_for_value(spark, landed):
+    _, batch, _, _ = landed
+    earlier = sorted(b for d in landing.batch_dirs(ORDER_ITEMS) if (b := landing.batch_name(d)) < str(batch))[-2:]
+    before = date.fromisoformat(earlier[-1])
+    wide = [T.StructField(f.name, T.LongType()) if f.name == "quantity" else f for f in ORDER_ITEMS.schema.fields]
+    widened = replace(
+        ORDER_ITEMS, schema=T.StructType(wide), columns_retyped=[ColumnRetyped("quantity", T.IntegerType(), before)]
+    )
+
+    as_landed = landing.read_landing(spark, ORDER_ITEMS, earlier)
+    as_widened = landing.read_landing(spark, widened, earlier)
+
+    assert as_widened.schema["quantity"].dataType == T.LongType()
+    assert sorted(map(Row.asDict, as_widened.collect()), key=str) == sorted(
+        map(Row.asDict, as_landed.collect()), key=str
+    )
+    assert as_widened.count() > 0 and not landing.landed_files(widened, earlier).refused
+    # A later batch still storing the former type breaks the contract: refused by name, never read.
+    later = landing.landed_files(widened, [str(batch)]).refused
+    assert "column quantity is int32, the contract says bigint" in {r.reason for r in later}
 
 
 def test_each_refused_file_is_held_in_quarantine_naming_the_file_and_why(spark, landed):

@@ -7,6 +7,7 @@ from decimal import Decimal
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from pyspark.sql import types as T
 
 from exact_backfills import landing
 from exact_backfills.dagster_names import PREVIEW_JOB
@@ -74,8 +75,8 @@ def test_the_landing_contract_reads_every_timestamp_encoding_and_refuses_what_it
 
     found = landing.landed_files(ORDER_ITEMS)
     assert sorted(p.rsplit("/", 1)[1] for p in found.plain) == ["int96.parquet", "micros.parquet", "millis.parquet"]
-    assert [[p.rsplit("/", 1)[1] for p in paths] for paths in found.nanos.values()] == [["nanos.parquet"]]
-    assert list(found.nanos) == [("updated_at",)]
+    assert [[p.rsplit("/", 1)[1] for p in paths] for paths in found.converted.values()] == [["nanos.parquet"]]
+    assert list(found.converted) == [(landing.Conversion("updated_at", T.LongType(), nanos=True),)]
     assert {r.file: r.reason for r in found.refused} == {
         "ingest_date=2025-01-02/empty.parquet": "zero-byte file",
         "ingest_date=2025-01-02/narrow.parquet": "missing column channel",
@@ -166,6 +167,68 @@ def test_a_column_the_contract_dropped_may_be_carried_by_the_batches_up_to_its_l
         "ingest_date=2025-01-02/before.parquet",
         "ingest_date=2025-01-03/with.parquet",
     }
+
+
+def test_a_column_the_contract_widened_may_keep_its_former_type_in_the_batches_up_to_its_last_and_in_no_later_one(
+    tmp_path, monkeypatch
+):
+    import dataclasses
+
+    from exact_backfills import ColumnRetyped
+
+    monkeypatch.setenv("LAKE_ROOT", str(tmp_path))
+    wide = [T.StructField(f.name, T.LongType()) if f.name == "quantity" else f for f in ORDER_ITEMS.schema.fields]
+    widened = dataclasses.replace(
+        ORDER_ITEMS, schema=T.StructType(wide), columns_retyped=[ColumnRetyped("quantity", T.IntegerType(), day(1))]
+    )
+    landed = tmp_path / "landing" / "order_items"
+    as_long = {**CONTRACT, "quantity": pa.int64()}
+    _write(landed / "ingest_date=2025-01-02" / "before.parquet", CONTRACT, ROW)
+    _write(landed / "ingest_date=2025-01-02" / "wide.parquet", as_long, ROW)
+    _write(landed / "ingest_date=2025-01-03" / "narrow.parquet", CONTRACT, ROW)
+    _write(landed / "ingest_date=2025-01-03" / "wide.parquet", as_long, ROW)
+
+    found = landing.landed_files(widened)
+    assert _read_and_refused(found)[0] == ["ingest_date=2025-01-02/wide.parquet", "ingest_date=2025-01-03/wide.parquet"]
+    assert [[p.rsplit("/", 2)[1] for p in paths] for paths in found.converted.values()] == [["ingest_date=2025-01-02"]]
+    assert list(found.converted) == [(landing.Conversion("quantity", T.IntegerType()),)]  # read as int, cast to long
+    assert _read_and_refused(found)[1] == {
+        "ingest_date=2025-01-03/narrow.parquet": "column quantity is int32, the contract says bigint"
+    }
+    assert widened.problems() == []
+    # Only a widening keeps every landed value; anything else is refused in one line saying what to do instead.
+    narrowed = dataclasses.replace(widened, columns_retyped=[ColumnRetyped("quantity", T.DecimalType(20, 2), D)])
+    assert narrowed.problems() == [
+        "its retyped column quantity was decimal(20,2), which bigint does not widen: a retype keeps every landed value "
+        "(a wider integer, decimal or floating type); land the column under a new name instead"
+    ]
+    unknown = dataclasses.replace(widened, columns_retyped=[ColumnRetyped("coupon", T.IntegerType(), D)])
+    assert unknown.problems() == ["its retyped column coupon is not a column of its schema"]
+
+
+@pytest.mark.parametrize(
+    "was, now, widens",
+    [
+        (T.IntegerType(), T.LongType(), True),
+        (T.ShortType(), T.IntegerType(), True),
+        (T.LongType(), T.IntegerType(), False),
+        (T.FloatType(), T.DoubleType(), True),
+        (T.IntegerType(), T.DoubleType(), True),
+        (T.LongType(), T.DoubleType(), False),  # a long's every value is not a double's
+        (T.DecimalType(18, 2), T.DecimalType(20, 2), True),
+        (T.DecimalType(18, 2), T.DecimalType(20, 4), True),
+        (T.DecimalType(18, 2), T.DecimalType(19, 4), False),  # one integer digit fewer
+        (T.DecimalType(18, 2), T.DecimalType(18, 1), False),
+        (T.IntegerType(), T.DecimalType(12, 2), True),
+        (T.LongType(), T.DecimalType(20, 1), False),
+        (T.IntegerType(), T.StringType(), False),
+        (T.DateType(), T.TimestampType(), False),
+    ],
+)
+def test_a_retype_widens_only_when_every_value_of_the_former_type_reads_the_same(was, now, widens):
+    from exact_backfills.sources import widens as widening
+
+    assert widening(was, now) is widens
 
 
 def test_a_failure_between_commits_names_the_operation_and_what_was_committed_with_its_version_and_days():
