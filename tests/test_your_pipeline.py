@@ -258,16 +258,13 @@ def test_the_late_day_rolled_back_rebuilds_the_weeks_that_hold_it_and_its_releas
     assert every_table(spark, shop) == restated
 
 
-def test_a_code_change_is_planned_and_promoted_on_exactly_the_days_it_changes(spark, shop, built, tmp_path):
-    fixed = write_package(tmp_path / "fixed", PIPELINE.replace(*CAPPED))
-    scratch = tmp_path / "scratch"
+def built_from_scratch(spark, shop, code: Path, scratch: Path) -> dict[str, list[dict]]:
+    """Every table as `code` builds it from scratch, START..END, over a copy of this lake's landing."""
     shutil.copytree(Path(lake_root()) / "landing", scratch / "landing")
+    on = ["-m", "exact_backfills", "--pipeline", REFERENCE]
     run_in(
-        fixed,
-        "-m",
-        "exact_backfills",
-        "--pipeline",
-        REFERENCE,
+        code,
+        *on,
         "backfill",
         "--start",
         str(START),
@@ -277,7 +274,12 @@ def test_a_code_change_is_planned_and_promoted_on_exactly_the_days_it_changes(sp
         DAGSTER_HOME=str(scratch / "home"),
     )
     with environment(LAKE_ROOT=str(scratch)):
-        expected = every_table(spark, shop)
+        return every_table(spark, shop)
+
+
+def test_a_code_change_is_planned_and_promoted_on_exactly_the_days_it_changes(spark, shop, built, tmp_path):
+    fixed = write_package(tmp_path / "fixed", PIPELINE.replace(*CAPPED))
+    expected = built_from_scratch(spark, shop, fixed, tmp_path / "scratch")
     published = every_table(spark, shop)
     changed = {
         r["week_ending"]
@@ -309,3 +311,37 @@ def test_the_promotion_rolled_back_restores_every_day_it_wrote_and_holds_them(sp
     ]
     # What it restored is what the code loaded here builds: the table before the fix, as a from-scratch build.
     assert every_table(spark, shop) == from_scratch(spark, tmp_path, START, END, pipeline=shop)
+
+
+# Then the user's weekly table gains a column: on how many of its 7 days a store had visits.
+VISIT_DAYS = (
+    '        F.sum(counted("baskets")).cast("decimal(12,2)").alias("baskets_7d"),\n    )',
+    '        F.sum(counted("baskets")).cast("decimal(12,2)").alias("baskets_7d"),\n'
+    '        F.count(F.lit(1)).cast("long").alias("visit_days_7d"),\n    )',
+)
+SELECTED = ('"baskets_7d", "region")', '"baskets_7d", "region", "visit_days_7d")')
+
+
+def test_the_weekly_table_gaining_a_column_is_planned_whole_and_promoted_as_a_from_scratch_build(
+    spark, shop, built, tmp_path
+):
+    assert run_backfill(  # the rolled-back days released, by the code that holds them
+        BackfillRequest(shop, START, END, tags={RELEASE_TAG: "true"}), instance=built, echo=lambda _: None
+    )
+    gained = write_package(tmp_path / "gained", PIPELINE.replace(*VISIT_DAYS).replace(*SELECTED))
+    held = sorted({r["week_ending"].isoformat() for r in rows(spark, "shop_store_week")})
+    expected = built_from_scratch(spark, shop, gained, tmp_path / "scratch")
+
+    on = ["--pipeline", REFERENCE]
+    planned, promoted = run_commands(
+        gained, [*on, "plan", "--start", str(START), "--end", str(END), "--json"], [*on, "promote", "{plan_id}"]
+    )
+
+    plan = json.loads(planned.out)
+    week = plan["tables"]["shop_store_week"]
+    assert planned.code == 0 and plan["promotable"], planned.out + planned.err
+    assert week["schema"] == {"added": {"visit_days_7d": "bigint"}, "dropped": {}, "retyped": {}}
+    assert week["changed_days"] == held and week["rows_added"] == week["rows_removed"] == 0
+    assert set(plan["tables"]) == {"shop_store_week"}  # its code alone changed: staging is not rebuilt
+    assert promoted.code == 0, promoted.err
+    assert every_table(spark, shop) == expected and "visit_days_7d" in expected["shop_store_week"][0]
