@@ -44,7 +44,7 @@ from examples.ml_features.sources import APP_EVENTS, LABELS, USER_STATUS
 from resources import audit, control
 from resources.delta_io import read_days, read_table
 from resources.lake import lake_root
-from tests.support.lake import environment, from_scratch, rows
+from tests.support.lake import environment, from_scratch, rows, versions
 from tests.support.late_batches import assert_rewrote_exactly, land_batch, latest_check_status, snapshot
 from tests.support.projects import Edit, project_with, run_commands, run_in
 
@@ -319,3 +319,58 @@ def test_a_code_change_is_planned_and_promoted_on_exactly_the_days_a_from_scratc
     assert {
         r.partition for r in written.where(f"asset = '{TRAINING_SET}' AND delta_version IS NOT NULL").collect()
     } == (changed[TRAINING_SET])
+
+
+# Then the features gain a column: a user's largest day's amount in the window. The training set, which selects its
+# columns, comes out the same.
+TOP_DAY = [
+    Edit(
+        "examples/ml_features/transforms.py",
+        '        F.sum("amount").cast(AMOUNT).alias("amount_7d"),\n',
+        '        F.sum("amount").cast(AMOUNT).alias("amount_7d"),\n'
+        '        F.max("amount").cast(AMOUNT).alias("top_day_7d"),\n',
+    ),
+    Edit(
+        "examples/ml_features/transforms.py",
+        '"events_1d", "status"\n    )',
+        '"events_1d", "status", "top_day_7d"\n    )',
+    ),
+]
+
+
+def test_the_features_gaining_a_column_are_rewritten_whole_and_the_training_set_built_from_them_is_not(
+    spark, built, tmp_path
+):
+    gained = project_with(tmp_path / "fixed", CAPPED)
+    for n, edit in enumerate(TOP_DAY):
+        gained = project_with(tmp_path / f"gained{n}", edit, base=gained)
+    held = sorted({r["feature_date"].isoformat() for r in rows(spark, USER_DAILY_FEATURES)})
+    training_version = versions(spark, TRAINING_SET)[0]
+    scratch = tmp_path / "scratch"
+    shutil.copytree(Path(lake_root()) / "landing", scratch / "landing")
+    run_in(
+        gained,
+        "-m",
+        "exact_backfills",
+        "--pipeline",
+        REFERENCE,
+        "backfill",
+        LAKE_ROOT=str(scratch),
+        DAGSTER_HOME=str(scratch / "home"),
+    )
+    with environment(LAKE_ROOT=str(scratch)):
+        expected = {t: rows(spark, t) for t in ML.publish_order}
+
+    pipeline = ["--pipeline", REFERENCE]
+    planned, promoted = run_commands(gained, [*pipeline, "plan", "--json"], [*pipeline, "promote", "{plan_id}"])
+
+    plan = json.loads(planned.out)
+    features, training = plan["tables"][USER_DAILY_FEATURES], plan["tables"][TRAINING_SET]
+    assert planned.code == 0 and plan["promotable"], planned.out + planned.err
+    assert list(features["schema"]["added"]) == ["top_day_7d"] and features["unchanged_days"] == []
+    assert set(held) <= set(features["changed_days"])  # every day published, an empty one too: the shape changed
+    # Early cutoff: the training set is rebuilt from the new features, its rows come out the same, nothing written.
+    assert training["changed_days"] == [] and training["unchanged_days"] == features["changed_days"]
+    assert promoted.code == 0, promoted.err
+    assert {t: rows(spark, t) for t in ML.publish_order} == expected
+    assert versions(spark, TRAINING_SET)[0] == training_version
