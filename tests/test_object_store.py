@@ -337,3 +337,35 @@ def test_a_conditional_put_answered_409_is_sent_again_and_its_entry_counted_made
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.splitlines() == ["committed", "holds this entry"], done.stdout + done.stderr[-3000:]
     assert (conflicting.conflicts_answered, conflicting.conditional_puts) == (1, 2)
+
+
+def test_tables_retired_on_object_storage_are_archived_with_every_version_readable_or_dropped(spark, built):
+    from exact_backfills.declare import Pipeline
+    from exact_backfills.retirement import Retirement, retire
+    from resources import audit
+    from resources.delta_io import table_exists
+    from tests.support.orders import ORDERS
+
+    archived, dropped = "daily_category_revenue", "customer_daily_features"  # two marts no table reads
+    without = Pipeline(
+        ORDERS.name, ORDERS.sources, [t for t in ORDERS.tables if t.name not in (archived, dropped)], ORDERS.calendar
+    )
+    with environment(LAKE_ROOT=built["s3"]["LAKE_ROOT"]):
+        path = table_path(archived)
+        kept = [r.version for r in history(spark, path)]
+        first, last = (
+            sorted(spark.read.format("delta").option("versionAsOf", v).load(path).collect()) for v in (0, kept[0])
+        )
+        published = audit.built_by(spark, ORDERS.name)
+
+        archiving = retire(without, archived, Retirement.ARCHIVE, published)
+        dropping = retire(without, dropped, Retirement.DROP, published)
+
+        target = archiving.split(" archived to ", 1)[1].split(",", 1)[0]
+        assert target.startswith(built["s3"]["LAKE_ROOT"]) and not table_exists(archived), archiving
+        # The whole log moved: every version is there, each reads as it did (relative file paths in the log).
+        assert [r.version for r in history(spark, target)] == kept
+        assert sorted(spark.read.format("delta").load(target).collect()) == last
+        assert sorted(spark.read.format("delta").option("versionAsOf", 0).load(target).collect()) == first
+        assert dropping.startswith(f"{dropped} dropped") and not table_exists(dropped)
+        assert not storage.exists(table_path(dropped))
