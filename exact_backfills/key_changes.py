@@ -4,29 +4,11 @@ and of the write runs on the new key. The key each commit was unique on is in it
 written before keys were recorded sees no change of key."""
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
 
 from pyspark.sql import DataFrame
 
-from resources.delta_io import KEY, written_note
+from resources.delta_io import KEY, KeyChange, written_note
 from resources.lake import table_path
-
-
-@dataclass(frozen=True)
-class KeyChange:
-    before: tuple[str, ...]
-    after: tuple[str, ...]
-
-    def describe(self) -> str:
-        return f"key changes ({', '.join(self.before)} → {', '.join(self.after)})"
-
-    def to_json(self) -> dict[str, Any]:
-        return {"before": list(self.before), "after": list(self.after)}
-
-    @classmethod
-    def from_json(cls, doc: dict[str, Any] | None) -> "KeyChange | None":
-        return cls(tuple(doc["before"]), tuple(doc["after"])) if doc else None
 
 
 def key_change(table: str, key: Sequence[str], version: int | None) -> KeyChange | None:
@@ -34,10 +16,7 @@ def key_change(table: str, key: Sequence[str], version: int | None) -> KeyChange
     None when they are the same columns, the table is not published, or no key was recorded."""
     if version is None or version < 0:
         return None
-    was = written_note(table_path(table), version).get(KEY)
-    if not was or set(was) == set(key):
-        return None
-    return KeyChange(tuple(was), tuple(key))
+    return KeyChange.between(written_note(table_path(table), version).get(KEY), key)
 
 
 def whole_rows_diff(old: DataFrame, new: DataFrame, columns: list[str]) -> tuple[int, int]:

@@ -80,6 +80,31 @@ class SchemaDiff:
 
 
 @dataclass(frozen=True)
+class KeyChange:
+    """How a table's natural key changes: the columns its rows were unique on, and those they are unique on now."""
+
+    before: tuple[str, ...]
+    after: tuple[str, ...]
+
+    @classmethod
+    def between(cls, before: Sequence[str] | None, after: Sequence[str] | None) -> "KeyChange | None":
+        """None when either is unknown (a commit from before keys were recorded) or both are the same columns."""
+        if not before or not after or set(before) == set(after):
+            return None
+        return cls(tuple(before), tuple(after))
+
+    def describe(self) -> str:
+        return f"key changes ({', '.join(self.before)} → {', '.join(self.after)})"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"before": list(self.before), "after": list(self.after)}
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any] | None) -> "KeyChange | None":
+        return cls(tuple(doc["before"]), tuple(doc["after"])) if doc else None
+
+
+@dataclass(frozen=True)
 class Commit:
     table: str
     version: int | None  # None: nothing to replace and nothing to write, so Delta recorded no commit
@@ -296,8 +321,8 @@ def refuse_partial_reshape(
     key_was = (written_note(path, before) if written_by is None else written_by).get(KEY)
     shape = SchemaDiff.between(spark.read.format("delta").load(path).schema, schema)
     changes = [f"columns change ({shape.describe()})"] if shape else []
-    if key_was and key and set(key_was) != set(key):  # rows unique on one key, or the other: never a mix
-        changes.append(f"key changes ({', '.join(key_was)} → {', '.join(key)})")
+    if key_change := KeyChange.between(key_was, key):  # rows unique on one key, or the other: never a mix
+        changes.append(key_change.describe())
     if changes:
         _refuse_partial_rewrite(spark, path, table, column, days, "; ".join(changes))
     return shape or None
