@@ -43,6 +43,12 @@ export SPARK_HOME SPARK_LOCAL_IP="$HOST" SPARK_LOG_DIR="$STATE/logs" SPARK_WORKE
 # Warnings and errors only, in every JVM of the cluster (scripts/spark-log4j2.properties).
 LOG4J="-Dlog4j2.configurationFile=file:$ROOT/scripts/spark-log4j2.properties"
 export SPARK_DAEMON_JAVA_OPTS="$LOG4J"
+# The application's JVMs (its driver and executors) under SPARK_SHORT_RUNS=1 compile with the quick compiler only, as a
+# local driver does (resources/spark.py SHORT_RUN_JAVA_OPTIONS): the tests' small lakes on a few shared cores.
+APP_JAVA="$LOG4J"
+if [ "${SPARK_SHORT_RUNS:-0}" = 1 ]; then
+  APP_JAVA="$LOG4J $(.venv/bin/python -c 'from resources.spark import SHORT_RUN_JAVA_OPTIONS as o; print(o)')"
+fi
 JARS_DIR="${DELTA_JARS_DIR:-$ROOT/.jars}"
 UI_FILTER=exactbackfills.PasswordFilter
 export SPARK_DAEMON_CLASSPATH="$JARS_DIR/exactbackfills-uifilter.jar"
@@ -89,7 +95,7 @@ start() {
 spark.executor.memory ${SPARK_EXECUTOR_MEMORY:-4g}
 spark.driver.host $HOST
 spark.driver.bindAddress $HOST
-spark.executor.extraJavaOptions $LOG4J
+spark.executor.extraJavaOptions $APP_JAVA
 spark.connect.grpc.binding.address $HOST
 spark.connect.grpc.binding.port $CONNECT_PORT
 spark.sql.extensions io.delta.sql.DeltaSparkSessionExtension
@@ -111,7 +117,7 @@ CONF
     --name exact-backfills-connect \
     --jars "$jars" \
     --driver-memory "${SPARK_CONNECT_DRIVER_MEMORY:-2g}" \
-    --driver-java-options "$LOG4J" \
+    --driver-java-options "$APP_JAVA" \
     "$(ls "$SPARK_HOME"/jars/spark-connect_*.jar)"
   wait_until connect 120 port_taken "$CONNECT_PORT"
   echo "spark-cluster: master spark://$HOST:$MASTER_PORT (UI http://$HOST:$MASTER_UI_PORT), $WORKERS worker(s), Spark Connect sc://$HOST:$CONNECT_PORT"
