@@ -104,8 +104,9 @@ class Settings(ConfigurableResource):
         "engine's errors a command receives (always in the Spark log: the engine's, or LAKE_ROOT/logs/spark.log)"
     )
     spark_short_runs: bool = Field(
-        description="SPARK_SHORT_RUNS: 1 starts every local driver as for a short run (its JVM's quick compiler "
-        "only), as the tests do: for small lakes"
+        description="SPARK_SHORT_RUNS: 1 starts every local driver, and the application of the cluster "
+        "scripts/spark-cluster.sh starts, as for a short run (their JVMs' quick compiler only), as the tests do: for "
+        "small lakes"
     )
     spark_codegen: str = Field(
         description="SPARK_CODEGEN: auto has Spark evaluate a write's expressions interpreted when it reads little "

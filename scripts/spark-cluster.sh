@@ -17,7 +17,8 @@
 # for a real cluster: add TLS and a firewall first, docs/production.md); each worker's SPARK_WORKER_CORES [the
 # machine's cores shared among the workers], SPARK_WORKER_MEMORY [8g]; the Connect server's driver
 # SPARK_CONNECT_DRIVER_MEMORY [2g], its executor SPARK_EXECUTOR_MEMORY [4g] (Spark's defaults of 1g each are for a
-# laptop, not for a backfill's year of TPC-H SF1 line items cached between checks).
+# laptop, not for a backfill's year of TPC-H SF1 line items cached between checks); SPARK_SHORT_RUNS=1 [0] for small
+# lakes, as the tests': the application's JVMs compile with the quick compiler only.
 set -euo pipefail
 umask 077
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -43,12 +44,6 @@ export SPARK_HOME SPARK_LOCAL_IP="$HOST" SPARK_LOG_DIR="$STATE/logs" SPARK_WORKE
 # Warnings and errors only, in every JVM of the cluster (scripts/spark-log4j2.properties).
 LOG4J="-Dlog4j2.configurationFile=file:$ROOT/scripts/spark-log4j2.properties"
 export SPARK_DAEMON_JAVA_OPTS="$LOG4J"
-# The application's JVMs (its driver and executors) under SPARK_SHORT_RUNS=1 compile with the quick compiler only, as a
-# local driver does (resources/spark.py SHORT_RUN_JAVA_OPTIONS): the tests' small lakes on a few shared cores.
-APP_JAVA="$LOG4J"
-if [ "${SPARK_SHORT_RUNS:-0}" = 1 ]; then
-  APP_JAVA="$LOG4J $(.venv/bin/python -c 'from resources.spark import SHORT_RUN_JAVA_OPTIONS as o; print(o)')"
-fi
 JARS_DIR="${DELTA_JARS_DIR:-$ROOT/.jars}"
 UI_FILTER=exactbackfills.PasswordFilter
 export SPARK_DAEMON_CLASSPATH="$JARS_DIR/exactbackfills-uifilter.jar"
@@ -71,6 +66,12 @@ start() {
   [ -f "$SPARK_DAEMON_CLASSPATH" ] || { echo "spark-cluster: $SPARK_DAEMON_CLASSPATH missing: run scripts/setup.sh" >&2; exit 1; }
   chmod 700 "$STATE"
   write_secrets
+  # The application's JVMs (its driver and executors) under SPARK_SHORT_RUNS=1 compile with the quick compiler only, as
+  # a local driver does (resources/spark.py SHORT_RUN_JAVA_OPTIONS): the tests' small lakes on a few shared cores.
+  local app_java="$LOG4J"
+  if [ "${SPARK_SHORT_RUNS:-0}" = 1 ]; then
+    app_java="$LOG4J $(.venv/bin/python -c 'from resources.spark import SHORT_RUN_JAVA_OPTIONS as o; print(o)')"
+  fi
 
   launch master "$SPARK_HOME/bin/spark-class" org.apache.spark.deploy.master.Master \
     --host "$HOST" --port "$MASTER_PORT" --webui-port "$MASTER_UI_PORT"
@@ -95,7 +96,7 @@ start() {
 spark.executor.memory ${SPARK_EXECUTOR_MEMORY:-4g}
 spark.driver.host $HOST
 spark.driver.bindAddress $HOST
-spark.executor.extraJavaOptions $APP_JAVA
+spark.executor.extraJavaOptions $app_java
 spark.connect.grpc.binding.address $HOST
 spark.connect.grpc.binding.port $CONNECT_PORT
 spark.sql.extensions io.delta.sql.DeltaSparkSessionExtension
@@ -117,7 +118,7 @@ CONF
     --name exact-backfills-connect \
     --jars "$jars" \
     --driver-memory "${SPARK_CONNECT_DRIVER_MEMORY:-2g}" \
-    --driver-java-options "$APP_JAVA" \
+    --driver-java-options "$app_java" \
     "$(ls "$SPARK_HOME"/jars/spark-connect_*.jar)"
   wait_until connect 120 port_taken "$CONNECT_PORT"
   echo "spark-cluster: master spark://$HOST:$MASTER_PORT (UI http://$HOST:$MASTER_UI_PORT), $WORKERS worker(s), Spark Connect sc://$HOST:$CONNECT_PORT"
