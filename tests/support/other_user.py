@@ -89,21 +89,31 @@ def as_other(*command: str, stdin: str = "", timeout: float = 180) -> subprocess
 
 
 def as_other_with(*command: str, packages: str, stdin: str = "", timeout: float = 180) -> subprocess.CompletedProcess:
-    user = other_user()
-    home = _home()
+    return subprocess.run(
+        _as_other_command(command, packages), input=stdin, capture_output=True, text=True, timeout=timeout, cwd=_home()
+    )
+
+
+def _as_other_command(command: tuple[str, ...], packages: str) -> list[str]:
     environment = {
         "PATH": "/usr/bin:/bin",
-        "HOME": str(home),
+        "HOME": str(_home()),
         "LANG": "C.UTF-8",
         "PYTHONPATH": packages,
     }
-    return subprocess.run(
-        ["runuser", "-u", user, "--", "env", "-i", *(f"{k}={v}" for k, v in environment.items()), *command],
-        input=stdin,
-        capture_output=True,
+    return ["runuser", "-u", other_user(), "--", "env", "-i", *(f"{k}={v}" for k, v in environment.items()), *command]
+
+
+def python_started_as_other(code: str) -> subprocess.Popen:
+    """Python code started as the other user, with the project's packages, its standard error a pipe of text: to be
+    read while it runs, and stopped with `os.killpg` (a session of its own)."""
+    return subprocess.Popen(
+        _as_other_command((other_python(), "-c", code), _packages()),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=timeout,
-        cwd=home,
+        cwd=_home(),
+        start_new_session=True,
     )
 
 
