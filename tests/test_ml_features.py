@@ -53,6 +53,8 @@ pytestmark = pytest.mark.slow  # builds a lake and runs backfills: minutes, not 
 START, END = date(2025, 1, 1), date(2025, 2, 9)
 EVERY_TABLE = ML.every_table
 REFERENCE = "examples.ml_features.pipeline:pipeline"
+# A from-scratch build of the 90 days in one run: the tests' chunk of 31 days (tests/support) would make three.
+ONE_RUN = ("--max-partitions-per-run", "366")
 # The ML pipeline's sensor as its code location defines it, called as its tick calls it.
 late_data_sensor = definitions_of(ML).resolve_sensor_def("late_data_sensor")
 
@@ -82,9 +84,9 @@ def built(spark, lake):
     with environment(RESTATEMENT_WINDOW_DAYS="200"):
         generate(spark, START, END, seed=11, rows_per_day=12)
         assert observe_landing(ML, instance).success
-        assert run_backfill(
-            BackfillRequest(ML, ML.partitions.first_day, ML.partitions.last_day), instance=instance, echo=lambda _: None
-        )
+        # One run for the 90 days, as a from-scratch build is: the tests' chunk of 31 days would make three.
+        whole = BackfillRequest(ML, ML.partitions.first_day, ML.partitions.last_day, chunk_size=366)
+        assert run_backfill(whole, instance=instance, echo=lambda _: None)
         assert run_restatement(ML, instance).success  # reads every batch once: nothing to restate
         yield Lake()
 
@@ -294,7 +296,15 @@ def test_a_code_change_is_planned_and_promoted_on_exactly_the_days_a_from_scratc
     shutil.copytree(Path(lake_root()) / "landing", scratch / "landing")
     home = str(scratch / "home")
     run_in(
-        fixed, "-m", "exact_backfills", "--pipeline", REFERENCE, "backfill", LAKE_ROOT=str(scratch), DAGSTER_HOME=home
+        fixed,
+        "-m",
+        "exact_backfills",
+        "--pipeline",
+        REFERENCE,
+        "backfill",
+        *ONE_RUN,
+        LAKE_ROOT=str(scratch),
+        DAGSTER_HOME=home,
     )
     with environment(LAKE_ROOT=str(scratch)):
         expected = {t: rows(spark, t) for t in ML.publish_order}
@@ -355,6 +365,7 @@ def test_the_features_gaining_a_column_are_rewritten_whole_and_the_training_set_
         "--pipeline",
         REFERENCE,
         "backfill",
+        *ONE_RUN,
         LAKE_ROOT=str(scratch),
         DAGSTER_HOME=str(scratch / "home"),
     )
