@@ -181,10 +181,11 @@ def _land_corrections(days: list[str]) -> None:
 
 
 class Bench:
-    def __init__(self, lake: Path, first: date, last: date, profile: str):
+    def __init__(self, lake: Path, first: date, last: date, profile: str, shared_engine: Path | None = None):
         self.lake, self.first, self.last, self.profile = lake, first, last, profile
         self.home = lake / "dagster_home"
-        self.engine_home = lake / "engine"
+        # A warm engine already up (the tests'), used as it is and left running; otherwise the bench's own.
+        self.engine_home, self.shared_engine = shared_engine or lake / "engine", shared_engine is not None
         # What a user gets: the default chunk size and sensor interval; only the lake, the instance and the days are
         # the bench's own.
         self.env = {
@@ -254,7 +255,8 @@ class Bench:
     def stop_engine(self) -> None:
         from resources import engine
 
-        engine.stop(self.engine_home)
+        if not self.shared_engine:
+            engine.stop(self.engine_home)
 
     def instance(self):
         from bench.harness import instance_at
@@ -458,6 +460,13 @@ def main() -> int:
         help="the demo's lake (`generate`: 90 days of 200 order items) instead of TPC-H: its import, the bare job, "
         "the backfill, the sensor's first restatement and `check` (--scale names it in the results)",
     )
+    parser.add_argument(
+        "--shared-engine",
+        metavar="HOME",
+        type=Path,
+        help="(embedded) the warm engine of this folder, already up with the same settings, used as it is and left "
+        "running (the tests' own): no cold start of the bench's, so import_s and the peak memory are not the bench's",
+    )
     parser.add_argument("--steps-of", metavar="LAKE", help="only print the run and step times of an earlier run's lake")
     parser.add_argument("--step", choices=["bare", "land-corrections", "table-days"], help=argparse.SUPPRESS)
     parser.add_argument("--step-days", nargs="*", help=argparse.SUPPRESS)
@@ -481,7 +490,7 @@ def main() -> int:
     last = min(final, first + timedelta(days=args.days - 1)) if args.days else final
     lake = Path(args.lake or tempfile.mkdtemp(prefix="bench-"))
     lake.mkdir(parents=True, exist_ok=True)
-    bench = Bench(lake, first, last, args.profile)
+    bench = Bench(lake, first, last, args.profile, args.shared_engine)
     try:
         return measure(args, bench, last)
     finally:
