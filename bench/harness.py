@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from contextlib import contextmanager
 from datetime import UTC, date, datetime, timedelta
@@ -139,8 +140,15 @@ class DagsterDev:
                 "Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode(),
             },
         )
-        with urllib.request.urlopen(request, timeout=30) as response:
-            body = json.load(response)
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                body = json.load(response)
+        except urllib.error.HTTPError as refused:  # with what the webserver said and the UI's log: a failure to read
+            said = refused.read().decode(errors="replace")[-2000:]
+            self.log.flush()
+            logged = (self.home / UI_LOG).read_text(errors="replace")[-3000:]
+            why = f"{refused.reason}: {said}\n--- {UI_LOG} ends with:\n{logged}"
+            raise urllib.error.HTTPError(refused.url, refused.code, why, refused.headers, None) from None
         assert "errors" not in body, body["errors"]
         return body["data"]
 
