@@ -53,8 +53,6 @@ pytestmark = pytest.mark.slow  # builds a lake and runs backfills: minutes, not 
 START, END = date(2025, 1, 1), date(2025, 2, 9)
 EVERY_TABLE = ML.every_table
 REFERENCE = "examples.ml_features.pipeline:pipeline"
-# A from-scratch build of the 90 days in one run: the tests' chunk of 31 days (tests/support) would make three.
-ONE_RUN = ("--max-partitions-per-run", "366")
 # The ML pipeline's sensor as its code location defines it, called as its tick calls it.
 late_data_sensor = definitions_of(ML).resolve_sensor_def("late_data_sensor")
 
@@ -281,6 +279,18 @@ def test_a_restated_lake_equals_a_from_scratch_build_on_the_same_landing(spark, 
 
 
 # A fix to the features: big purchases capped in the 7-day amount. It changes the days whose window holds one.
+def built_from_scratch(spark, project: Path, scratch: Path) -> dict[str, list[dict]]:
+    """Every published table's rows as `project`'s code builds them from scratch, over a copy of this lake's landing,
+    with its command line in a process of its own: the 90 days in one run (the tests' chunk of 31 days would make
+    three)."""
+    shutil.copytree(Path(lake_root()) / "landing", scratch / "landing")
+    one_run = ["--max-partitions-per-run", "366"]
+    backfill = ["-m", "exact_backfills", "--pipeline", REFERENCE, "backfill", *one_run]
+    run_in(project, *backfill, LAKE_ROOT=str(scratch), DAGSTER_HOME=str(scratch / "home"))
+    with environment(LAKE_ROOT=str(scratch)):
+        return {t: rows(spark, t) for t in ML.publish_order}
+
+
 CAPPED = Edit(
     "examples/ml_features/transforms.py",
     'F.sum(F.coalesce("amount", F.lit(0))).alias("amount")',
@@ -292,22 +302,7 @@ def test_a_code_change_is_planned_and_promoted_on_exactly_the_days_a_from_scratc
     spark, built, tmp_path
 ):
     fixed = project_with(tmp_path / "fixed", CAPPED)
-    scratch = tmp_path / "scratch"
-    shutil.copytree(Path(lake_root()) / "landing", scratch / "landing")
-    home = str(scratch / "home")
-    run_in(
-        fixed,
-        "-m",
-        "exact_backfills",
-        "--pipeline",
-        REFERENCE,
-        "backfill",
-        *ONE_RUN,
-        LAKE_ROOT=str(scratch),
-        DAGSTER_HOME=home,
-    )
-    with environment(LAKE_ROOT=str(scratch)):
-        expected = {t: rows(spark, t) for t in ML.publish_order}
+    expected = built_from_scratch(spark, fixed, tmp_path / "scratch")
     published = {t: rows(spark, t) for t in ML.publish_order}
     changed = {
         t: {r[ML.day_columns[t]] for r in [*expected[t], *published[t]] if (r in expected[t]) != (r in published[t])}
@@ -356,21 +351,7 @@ def test_the_features_gaining_a_column_are_rewritten_whole_and_the_training_set_
         gained = project_with(tmp_path / f"gained{n}", edit, base=gained)
     held = sorted({r["feature_date"].isoformat() for r in rows(spark, USER_DAILY_FEATURES)})
     training_version = versions(spark, TRAINING_SET)[0]
-    scratch = tmp_path / "scratch"
-    shutil.copytree(Path(lake_root()) / "landing", scratch / "landing")
-    run_in(
-        gained,
-        "-m",
-        "exact_backfills",
-        "--pipeline",
-        REFERENCE,
-        "backfill",
-        *ONE_RUN,
-        LAKE_ROOT=str(scratch),
-        DAGSTER_HOME=str(scratch / "home"),
-    )
-    with environment(LAKE_ROOT=str(scratch)):
-        expected = {t: rows(spark, t) for t in ML.publish_order}
+    expected = built_from_scratch(spark, gained, tmp_path / "scratch")
 
     pipeline = ["--pipeline", REFERENCE]
     planned, promoted = run_commands(gained, [*pipeline, "plan", "--json"], [*pipeline, "promote", "{plan_id}"])
