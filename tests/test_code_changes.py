@@ -11,7 +11,6 @@ copy of the project whose code differs, run against the same lake and instance."
 
 import json
 import re
-import shutil
 from dataclasses import replace
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
@@ -45,7 +44,6 @@ from tests.support.projects import (
     Said,
     project_with,
     run_commands,
-    run_in,
 )
 
 # The sensor as the code location defines it, called as its tick calls it.
@@ -133,20 +131,29 @@ def from_scratch(spark, built, fixed, tmp_path_factory) -> dict[str, dict[str, l
 
 def build_from_scratch(project: Path, scratch: Path) -> Path:
     """A lake in `scratch` built by `project`'s code from scratch, START..END, over a copy of this lake's landing."""
-    shutil.copytree(Path(lake_root()) / "landing", scratch / "landing")
-    run_in(
-        project,
-        "-m",
-        "assets_pkg",
-        "backfill",
-        "--start",
-        str(START),
-        "--end",
-        str(END),
-        LAKE_ROOT=str(scratch),
-        DAGSTER_HOME=str(scratch / "dagster_home"),
-    )
+    run_commands(project, built_from_scratch(scratch))
     return scratch
+
+
+def built_from_scratch(scratch: Path) -> dict[str, str]:
+    """A `run_commands` statement, after the commands whose result it is compared with: its copy's code builds a lake
+    in `scratch` from scratch, START..END, over a copy of this lake's landing as it is then, with `backfill` on an
+    instance of its own; the process's lake and instance are its own again after it. One process fewer to start."""
+    lake = {"LAKE_ROOT": str(scratch), "DAGSTER_HOME": str(scratch / "dagster_home")}
+    return {
+        "python": "import os, shutil\n"
+        "from pathlib import Path\n"
+        "from exact_backfills.cli import main\n"
+        "from resources.lake import lake_root\n"
+        f"shutil.copytree(Path(lake_root()) / 'landing', Path({str(scratch)!r}) / 'landing')\n"
+        f"was = {{k: os.environ.get(k) for k in {sorted(lake)!r}}}\n"
+        f"os.environ.update({lake!r})\n"
+        "try:\n"
+        f"    assert main(['backfill', '--start', {str(START)!r}, '--end', {str(END)!r}]) == 0\n"
+        "finally:\n"
+        "    for k, v in was.items():\n"
+        "        os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)\n"
+    }
 
 
 def by_day(spark, table: str) -> dict[str, list[dict]]:
@@ -365,7 +372,7 @@ def test_a_mart_gaining_a_column_is_planned_with_its_schema_diff_and_promoted_wh
     before = versions(spark, "daily_revenue")[0]
     upstream = {t: versions(spark, t)[0] for t in ("stg_order_items", "fact_order_item")}  # the plan changes neither
 
-    partial, backfilled, planned, promoted, stale, checked = run_commands(
+    partial, backfilled, planned, promoted, stale, checked, _ = run_commands(
         wider,
         ["plan", *first_days, "--json"],
         ["backfill", *first_days],
@@ -373,6 +380,7 @@ def test_a_mart_gaining_a_column_is_planned_with_its_schema_diff_and_promoted_wh
         ["promote", "{plan_id}"],
         ["stale", "--json"],
         ["check", "--start", str(START), "--end", str(END)],
+        built_from_scratch(tmp_path / "scratch"),
     )
 
     # Over some of its days only, it is refused in one line, saying what to do: by the plan, and by a backfill.
@@ -402,7 +410,7 @@ def test_a_mart_gaining_a_column_is_planned_with_its_schema_diff_and_promoted_wh
     shown = latest.asset_materialization.metadata["dagster/column_schema"].schema
     assert ("max_quantity", "int") in {(c.name, c.type) for c in shown.columns}
     published = rows(spark, "daily_revenue")
-    with environment(LAKE_ROOT=str(build_from_scratch(wider, tmp_path / "scratch"))):
+    with environment(LAKE_ROOT=str(tmp_path / "scratch")):
         assert published == rows(spark, "daily_revenue") and "max_quantity" in published[0]
 
 
@@ -452,7 +460,7 @@ def test_a_source_gaining_a_column_keeps_its_old_batches_and_carries_the_new_int
         {replace(ORDER_ITEMS, schema=contract, columns_added=[ColumnAdded("coupon_code", first_batch)]): batch}
     )
 
-    stale, early, planned, promoted, restated, checked, after = run_commands(
+    stale, early, planned, promoted, restated, checked, after, _ = run_commands(
         gained,
         ["stale", "--json"],
         ["restate"],
@@ -461,6 +469,7 @@ def test_a_source_gaining_a_column_keeps_its_old_batches_and_carries_the_new_int
         ["restate"],
         ["check", "--start", str(START), "--end", str(END)],
         ["stale", "--json"],
+        built_from_scratch(tmp_path / "scratch"),
     )
 
     for said in (stale, planned, promoted, restated, checked, after):
@@ -480,7 +489,7 @@ def test_a_source_gaining_a_column_keeps_its_old_batches_and_carries_the_new_int
     # Nothing lost: the old batches' rows are all still there (their coupon null), and every table is what the new
     # code builds from scratch over the same landing.
     published = {t: rows(spark, t) for t in TABLES}
-    with environment(LAKE_ROOT=str(build_from_scratch(gained, tmp_path / "scratch"))):
+    with environment(LAKE_ROOT=str(tmp_path / "scratch")):
         assert published == {t: rows(spark, t) for t in TABLES}
 
 
@@ -677,12 +686,13 @@ def test_a_widened_type_and_a_dropped_column_each_change_every_day_and_are_promo
     published = spark.read.format("delta").load(table_path("daily_revenue")).schema
     assert published["cost_amount"].dataType == T.DecimalType(20, 2)
 
-    planned, promoted, stale, checked = run_commands(
+    planned, promoted, stale, checked, _ = run_commands(
         dropped,
         PLAN,
         ["promote", "{plan_id}"],
         ["stale", "--json"],
         ["check", "--start", str(START), "--end", str(END)],
+        built_from_scratch(tmp_path / "scratch"),
     )
 
     table = plan_of(planned)["tables"]["daily_revenue"]
@@ -693,7 +703,7 @@ def test_a_widened_type_and_a_dropped_column_each_change_every_day_and_are_promo
     tables = [RENAMED_FACT if t == "fact_order_item" else t for t in TABLES]
     published_rows = {t: rows(spark, t) for t in tables}
     assert "max_quantity" not in published_rows["daily_revenue"][0]
-    with environment(LAKE_ROOT=str(build_from_scratch(dropped, tmp_path / "scratch"))):
+    with environment(LAKE_ROOT=str(tmp_path / "scratch")):
         assert published_rows == {t: rows(spark, t) for t in tables}
 
 
@@ -733,13 +743,14 @@ def test_a_source_column_dropped_as_declared_keeps_every_batch_landed_with_it_an
     assert line.startswith("order_items's contract now refuses ") and "unexpected column coupon_code" in line, line
     staged_before = len(rows(spark, "stg_order_items"))
 
-    stale, planned, promoted, after, checked = run_commands(
+    stale, planned, promoted, after, checked, _ = run_commands(
         dropped,
         ["stale", "--json"],
         PLAN,
         ["promote", "{plan_id}"],
         ["stale", "--json"],
         ["check", "--start", str(START), "--end", str(END)],
+        built_from_scratch(tmp_path / "scratch"),
     )
 
     # The contract is staging's code: every day of it is stale; the plan drops the column from staging whole.
@@ -752,7 +763,7 @@ def test_a_source_column_dropped_as_declared_keeps_every_batch_landed_with_it_an
     assert len(staged) == staged_before and "coupon_code" not in staged[0]
     tables = [RENAMED_FACT if t == "fact_order_item" else t for t in TABLES]
     published = {t: rows(spark, t) for t in tables}
-    with environment(LAKE_ROOT=str(build_from_scratch(dropped, tmp_path / "scratch"))):
+    with environment(LAKE_ROOT=str(tmp_path / "scratch")):
         assert published == {t: rows(spark, t) for t in tables}
 
 
@@ -780,13 +791,14 @@ def test_a_changed_key_is_checked_unique_on_the_new_key_and_promoted_whole_as_a_
     before = versions(spark, "daily_revenue")[0]
 
     (not_unique,) = run_commands(by_day, PLAN)
-    partial, planned, promoted, stale, checked = run_commands(
+    partial, planned, promoted, stale, checked, _ = run_commands(
         by_category,
         ["backfill", "--start", str(START), "--end", str(START + timedelta(days=2))],
         PLAN,
         ["promote", "{plan_id}"],
         ["stale", "--json"],
         ["check", "--start", str(START), "--end", str(END)],
+        built_from_scratch(tmp_path / "scratch"),
     )
 
     # The uniqueness check runs on the new key: several channels a day, so every day fails it and nothing is written.
@@ -810,5 +822,5 @@ def test_a_changed_key_is_checked_unique_on_the_new_key_and_promoted_whole_as_a_
     assert versions(spark, "daily_revenue")[0] == before + 1  # one commit
     assert json.loads(stale.out) == {} and checked.code == 0, stale.out + checked.out
     published = rows(spark, "daily_revenue")
-    with environment(LAKE_ROOT=str(build_from_scratch(by_category, tmp_path / "scratch"))):
+    with environment(LAKE_ROOT=str(tmp_path / "scratch")):
         assert published == rows(spark, "daily_revenue")
