@@ -239,7 +239,7 @@ def test_late_rows_are_restated_by_the_sensor_on_exactly_their_days_ending_equal
     spark, built, tmp_path
 ):
     """The backfill's days the late batch leaves alone and the days it restates, equal to a from-scratch build on a
-    local lake: one build for both, each costing a minute."""
+    local lake: one build for both (a build is a minute of this module)."""
     env, instance, _ = built
     items, expected = three_corrected_and_two_late_days(spark, START)
     before = snapshot(spark)
@@ -550,9 +550,9 @@ def test_another_user_cannot_run_an_application_on_the_master(profile):
             "PYSPARK_SUBMIT_ARGS": f"--properties-file {CLUSTER_STATE / 'conf' / 'spark-defaults.conf'} pyspark-shell",
         },
     )
+    refused = _refusal(theirs)  # stopped, whatever the operator's says
     assert "registered app-" in mine.stdout, mine.stderr[-2000:]
     # The master refuses the other's at its first attempt: it speaks no authenticated (SASL) RPC.
-    refused = _refusal(theirs)
     assert "Failed to connect to master" in refused and "Expected SaslMessage" in refused, refused[-1500:]
     credentials = tuple((CLUSTER_STATE / "ui-credentials").read_text().strip().split(":", 1))
     status, text = _request(f"http://127.0.0.1:{MASTER_UI_PORT}/json/", credentials)
