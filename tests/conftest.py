@@ -17,9 +17,9 @@ settings.register_profile("ci", max_examples=2, **_EXAMPLES)
 settings.register_profile("soak", max_examples=40, **_EXAMPLES)
 settings.load_profile("ci")
 
-# The longest modules first, so that neither of scripts/test.sh's two workers is left alone with one at the end; a
-# module that drives the daemon beside one that mostly computes. Then the quick loop's (-m "not slow") modules that
-# start Spark, one per worker, so that the two JVMs start at once and the other modules fill in around them.
+# The longest modules first, so that none of scripts/test.sh's workers is left alone with one at the end; a module
+# that drives the daemon beside one that mostly computes. Then the quick loop's (-m "not slow") modules that start
+# Spark, one per worker, so that their JVMs start at once and the other modules fill in around them.
 _LONGEST_FIRST = [
     "test_ui.py",
     "test_late_data.py",
