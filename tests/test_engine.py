@@ -1,7 +1,9 @@
 """The warm engine (resources/engine.py): the first process that needs Spark starts it, every later one connects to
 it instead of starting a JVM of its own, processes starting at once share one, and a process asking for other
-settings is refused rather than given an engine that is not what it asked for. Each test here uses an engine of its
-own, in a folder of its own, stopped at the end."""
+settings is refused rather than given an engine that is not what it asked for. The engines these tests start are
+in folders of their own, stopped at the end; what any engine does for a process (interpreted expressions, a process
+exiting while it holds a checkpoint) is shown on the test session's own, already warm: a cold engine is a minute of
+CPU compiling Spark's code before it answers a query at full speed."""
 
 import json
 import os
@@ -13,6 +15,7 @@ import pytest
 
 from resources import engine
 from resources.lake import REPO_ROOT
+from resources.settings import settings
 
 pytestmark = pytest.mark.slow  # starts engines: a JVM each
 
@@ -47,7 +50,22 @@ def home(tmp_path):
     engine.stop(folder)
 
 
-def test_the_first_process_that_needs_spark_starts_the_engine_and_the_next_connects_to_it(home):
+@pytest.fixture(scope="module")
+def started_home(tmp_path_factory):
+    """A folder whose engine the first process started and later ones reuse (the refused settings' test, run after)."""
+    folder = tmp_path_factory.mktemp("started") / "engine"
+    yield folder
+    engine.stop(folder)
+
+
+@pytest.fixture
+def session_engine():
+    """The test session's engine (scripts/test.sh), started before this module and left running after it."""
+    return settings().spark_engine_home
+
+
+def test_the_first_process_that_needs_spark_starts_the_engine_and_the_next_connects_to_it(started_home):
+    home = started_home
     assert engine.running(home) is None
 
     first = _process(home)
@@ -73,8 +91,11 @@ def test_processes_that_need_spark_at_once_share_one_engine(home):
     assert len(servers.stdout.split()) == 1, servers.stdout  # one server JVM for the three
 
 
-def test_a_process_asking_for_other_settings_is_refused_naming_them_and_runs_once_the_engine_is_stopped(home):
-    assert _process(home).returncode == 0
+def test_a_process_asking_for_other_settings_is_refused_naming_them_and_runs_once_the_engine_is_stopped(
+    started_home,
+):
+    home = started_home
+    assert _process(home).returncode == 0  # the engine the first test started, or one it starts
     started = engine.running(home)
 
     other = _process(home, SPARK_DRIVER_MEMORY="3g")
@@ -124,11 +145,11 @@ print(json.dumps({
 """
 
 
-def test_with_spark_codegen_off_expressions_run_interpreted_and_the_fingerprints_are_the_same(home):
+def test_with_spark_codegen_off_expressions_run_interpreted_and_the_fingerprints_are_the_same(session_engine):
     """SPARK_CODEGEN=0 (the tests' small lakes) changes how Spark evaluates, never what: the same days' fingerprints."""
     found = {}
     for codegen in ("1", "0"):
-        done = _process(home, _FINGERPRINTS, SPARK_CODEGEN=codegen)
+        done = _process(session_engine, _FINGERPRINTS, SPARK_CODEGEN=codegen)
         assert done.returncode == 0, done.stderr[-3000:]
         found[codegen] = json.loads(done.stdout.strip().splitlines()[-1])
     assert found["1"]["compiled_stages"] > 0 and found["1"]["expressions"] == "FALLBACK"
@@ -143,8 +164,8 @@ print(kept.count())
 """
 
 
-def test_a_process_still_holding_a_dataframe_cached_on_the_engine_exits_at_once(home):
+def test_a_process_still_holding_a_dataframe_cached_on_the_engine_exits_at_once(session_engine):
     # A failed run leaves its checkpoints referenced until its process exits: releasing them then, over the engine's
     # authenticated channel, must not wait for a thread the exiting interpreter never runs.
-    done = _process(home, _HOLDS_A_CHECKPOINT)  # a process that hangs fails this on its timeout
+    done = _process(session_engine, _HOLDS_A_CHECKPOINT)  # a process that hangs fails this on its timeout
     assert done.returncode == 0 and done.stdout.split() == ["3"], done.stderr[-2000:]
