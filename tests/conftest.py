@@ -35,6 +35,14 @@ _LONGEST_FIRST = [
     "test_faults.py",
     "test_cli.py",
     "test_transforms.py",
+    # The middle-sized ones before the many small ones, which then fill the end.
+    "test_engine.py",
+    "test_backfill.py",
+    "test_landing_contract.py",
+    "test_publish.py",
+    "test_tpch.py",
+    "test_retention.py",
+    "test_declarations.py",
 ]
 
 
