@@ -60,7 +60,8 @@ def started_home(tmp_path_factory):
 
 @pytest.fixture
 def session_engine():
-    """The test session's engine (scripts/test.sh), started before this module and left running after it."""
+    """The test session's engine (scripts/test.sh's SPARK_ENGINE_HOME), left running after this module: the first
+    process that needs it starts it, as for any other module."""
     return settings().spark_engine_home
 
 
