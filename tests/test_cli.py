@@ -1,5 +1,7 @@
 """The command line says what went wrong, and its exit code says whether it worked."""
 
+import subprocess
+import sys
 from datetime import date
 
 import pytest
@@ -230,3 +232,28 @@ def test_the_terminal_shows_the_commands_own_lines_and_spark_logs_to_a_file(lake
     from resources.spark import spark_log
 
     assert " WARN " in spark_log(settings()).read_text()  # what Spark said is kept, in the Spark log
+
+
+def test_a_command_ends_with_its_code_after_its_threads_and_exit_handlers_without_pythons_finalization(tmp_path):
+    """`cli.ending.end` skips Python's finalization (a second of every command) and keeps what a command relies on at
+    exit: a thread that is not a daemon finishes, exit handlers run and their output, like the command's own, reaches
+    stdout whole, and the exit code is the command's. A finalizer does not run: that is what is skipped."""
+    thread_wrote = tmp_path / "thread"
+    program = f"""
+import atexit, sys, threading, time
+from exact_backfills.cli.ending import end
+
+class Finalized:
+    def __del__(self):
+        print("finalized")
+
+kept = Finalized()
+atexit.register(lambda: print("exit handler ran"))
+threading.Thread(target=lambda: (time.sleep(0.5), open({str(thread_wrote)!r}, "w").write("done"))).start()
+sys.stdout.write("the command's last words, unflushed")
+end(3)
+"""
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 3, done.stderr
+    assert done.stdout == "the command's last words, unflushedexit handler ran\n", done.stdout
+    assert thread_wrote.read_text() == "done"

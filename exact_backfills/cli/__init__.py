@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Command",
     "build_parser",
+    "command",
     "commands",
     "describe_code_change",
     "describe_metrics",
@@ -129,3 +130,10 @@ def main(argv: list[str] | None = None, pipeline: str | None = None, prog: str =
     except (ValueError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+
+
+def command() -> None:
+    """The installed `exact-backfills`: `main`, its process ended as `cli.ending` says."""
+    from exact_backfills.cli.ending import end
+
+    end(main())

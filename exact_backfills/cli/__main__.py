@@ -1,5 +1,4 @@
-import sys
-
 from exact_backfills.cli import main
+from exact_backfills.cli.ending import end
 
-sys.exit(main())
+end(main())

@@ -47,10 +47,11 @@ class Said(NamedTuple):
 
 # Runs each command in one process of the copy (one Spark session for all): a list of argv for the command line, in
 # which "{plan_id}" stands for the id the last `plan --json` printed, or {"python": code} for a statement; prints what
-# each said as JSON on its last line.
+# each said as JSON on its last line; then it ends as a command does (exact_backfills/cli/ending.py).
 _DRIVER = """
 import contextlib, io, json, sys
 from exact_backfills.cli import main
+from exact_backfills.cli.ending import end
 said, plan_id = [], ""
 for command in json.loads(sys.argv[1]):
     out, err = io.StringIO(), io.StringIO()
@@ -64,6 +65,7 @@ for command in json.loads(sys.argv[1]):
         plan_id = json.loads(out.getvalue())["plan_id"]
     said.append([code, out.getvalue(), err.getvalue()])
 print(json.dumps(said))
+end(0)
 """
 
 
