@@ -60,7 +60,7 @@ from exact_backfills.write_path.commit import (
 )
 from exact_backfills.write_path.context import Started, Writing, at_once, threads
 from exact_backfills.write_path.intent import carried_days, carried_through, intend, settle_pending, with_carried
-from exact_backfills.write_path.record import commit_metadata, commit_totals, record
+from exact_backfills.write_path.record import COLUMN_SCHEMA, commit_metadata, commit_totals, record
 from exact_backfills.write_path.staging import cached, checkpointed, rows_as_of, stage
 from exact_backfills.write_path.verify import check, reconciled_within, verify
 from resources import audit, control
@@ -68,6 +68,7 @@ from resources import audit, control
 # Where callers name the write path's vocabulary and its parts.
 __all__ = [
     "CODE_VERSION",
+    "COLUMN_SCHEMA",
     "KILL_AT",
     "Change",
     "FromPlan",

@@ -6,6 +6,7 @@ The check results are made in the checks package (checks/results.py), tied to th
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from collections.abc import Set as AbstractSet
+from datetime import date
 from typing import Any
 
 from dagster import (
@@ -21,7 +22,7 @@ from exact_backfills import checks
 from exact_backfills.dagster_names import TABLE_DAYS_TAG
 from exact_backfills.dagster_private import add_asset_metadata_by_partition
 from exact_backfills.declare import Pipeline
-from exact_backfills.publish import PartlyPublished, Publication, commit_metadata
+from exact_backfills.publish import COLUMN_SCHEMA, PartlyPublished, Publication, commit_metadata
 
 # In a step's failure metadata: the machinery refused what was asked, writing nothing (the command line exits 2).
 REFUSED = "refused"
@@ -56,6 +57,7 @@ def publication_events(
         context.instance.add_run_tags(context.run.run_id, {TABLE_DAYS_TAG: str(_published[context.run.run_id])})
     in_range = set(context.partition_keys) if selected else set()
     for written, by_day in publication.metadata.items():
+        by_day = columns_on_the_newest(by_day, in_range if written in selected else set())
         beyond = by_day
         if written in selected:
             by_partition = {day.isoformat(): m for day, m in by_day.items() if day.isoformat() in in_range}
@@ -83,6 +85,22 @@ def selected_check_outputs(context: Any, table: str) -> list[str]:
     ]
 
 
+def columns_on_the_newest(
+    by_day: dict[date, dict[str, Any]], in_range: AbstractSet[str]
+) -> dict[date, dict[str, Any]]:
+    """`by_day` with the commit's columns on the day Dagster records last only: the days of the step's range (in
+    their order), then the others, sorted. Dagster's UI shows an asset's columns from its newest materialization; a
+    copy on every day cost a seven-year backfill of one mart 2.5 s of its recording for 2406 copies of one schema."""
+    if not by_day:
+        return by_day
+    order = sorted(by_day, key=lambda day: (day.isoformat() not in in_range, day))
+    return {day: m if day == order[-1] else _without(m, COLUMN_SCHEMA) for day, m in by_day.items()}
+
+
+def _without(metadata: dict[str, Any], key: str) -> dict[str, Any]:
+    return {k: v for k, v in metadata.items() if k != key}
+
+
 def partly_published_events(
     context: Any, pipeline: Pipeline, partly: PartlyPublished, recorded: AbstractSet[str] = frozenset()
 ) -> Iterator[AssetMaterialization | AssetCheckEvaluation]:
@@ -94,7 +112,7 @@ def partly_published_events(
         if table in recorded:
             continue
         days = partly.plan[table]
-        for day, metadata in sorted(commit_metadata(commit, days).items()):
+        for day, metadata in sorted(columns_on_the_newest(commit_metadata(commit, days), set()).items()):
             yield AssetMaterialization(table, partition=day.isoformat(), metadata=metadata)
     for table in [t for t in partly.not_committed if t in pipeline.by_name]:  # side tables have no checks
         outcomes = [

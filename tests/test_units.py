@@ -601,3 +601,24 @@ def test_metrics_show_on_the_terminal_and_as_json_by_the_same_figures():
     assert describe_metrics(never)[0] == (
         "landing: newest batch -, newest day -; watermark - (never restated); landed data not yet published: -"
     )
+
+
+def test_a_commits_columns_go_on_the_materialization_dagster_records_last_only():
+    """Dagster's UI shows an asset's columns from its newest materialization: of a commit's days, the last of the
+    step's range when nothing else follows it, else the last of the days beyond it (recorded after the range)."""
+    from exact_backfills.publish import COLUMN_SCHEMA
+    from exact_backfills.recording import columns_on_the_newest
+
+    def with_columns(days):
+        return {d: {"rows_written": 1, COLUMN_SCHEMA: "the columns"} for d in days}
+
+    def carrying(by_day):
+        return [d for d, m in by_day.items() if COLUMN_SCHEMA in m]
+
+    in_range = {day(0).isoformat(), day(1).isoformat()}
+    assert carrying(columns_on_the_newest(with_columns([day(1), day(0)]), in_range)) == [day(1)]
+    assert carrying(columns_on_the_newest(with_columns([day(0), day(1), day(5)]), in_range)) == [day(5)]
+    assert carrying(columns_on_the_newest(with_columns([day(3), day(1)]), {day(3).isoformat()})) == [day(1)]
+    assert carrying(columns_on_the_newest(with_columns([day(2), day(4)]), set())) == [day(4)]
+    kept = columns_on_the_newest(with_columns([day(0), day(1)]), in_range)
+    assert all(m["rows_written"] == 1 for m in kept.values()) and columns_on_the_newest({}, in_range) == {}

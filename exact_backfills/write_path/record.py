@@ -27,6 +27,9 @@ from exact_backfills.write_path.context import Writing
 from resources import audit, control
 from resources.delta_io import Commit, scalar
 
+# Dagster's metadata key for a materialization's columns, which its UI shows as the asset's schema (the newest's).
+COLUMN_SCHEMA = "dagster/column_schema"
+
 
 def record(w: Writing, table: str) -> Publication:
     """A committed table's publication, with the days it leaves stale; its audit rows kept for the one append."""
@@ -215,12 +218,8 @@ def commit_metadata(commit: Commit, days: list[date]) -> dict[date, dict[str, An
             "files_removed": commit.by_day.get(day.isoformat(), {}).get("files_removed", 0),
             "delta_version": version,
             "written_with_days": written_with,
-            # The day's columns, as Dagster's UI shows an asset's schema (its newest materialization's).
-            **(
-                {"dagster/column_schema": TableSchema([TableColumn(n, t) for n, t in commit.columns])}
-                if commit.columns
-                else {}
-            ),
+            # The day's columns, as Dagster's UI shows an asset's schema (recording keeps them on the newest day only).
+            **({COLUMN_SCHEMA: TableSchema([TableColumn(n, t) for n, t in commit.columns])} if commit.columns else {}),
             # A commit found in the log though its call failed: what the call said.
             **({"commit_call_failed": commit.call_failed} if commit.call_failed else {}),
         }
