@@ -85,16 +85,14 @@ def selected_check_outputs(context: Any, table: str) -> list[str]:
     ]
 
 
-def columns_on_the_newest(
-    by_day: dict[date, dict[str, Any]], in_range: AbstractSet[str]
-) -> dict[date, dict[str, Any]]:
+def columns_on_the_newest(by_day: dict[date, dict[str, Any]], in_range: AbstractSet[str]) -> dict[date, dict[str, Any]]:
     """`by_day` with the commit's columns on the day Dagster records last only: the days of the step's range (in
     their order), then the others, sorted. Dagster's UI shows an asset's columns from its newest materialization; a
     copy on every day cost a seven-year backfill of one mart 2.5 s of its recording for 2406 copies of one schema."""
     if not by_day:
         return by_day
-    order = sorted(by_day, key=lambda day: (day.isoformat() not in in_range, day))
-    return {day: m if day == order[-1] else _without(m, COLUMN_SCHEMA) for day, m in by_day.items()}
+    newest = max(by_day, key=lambda day: (day.isoformat() not in in_range, day))
+    return {day: m if day == newest else _without(m, COLUMN_SCHEMA) for day, m in by_day.items()}
 
 
 def _without(metadata: dict[str, Any], key: str) -> dict[str, Any]:

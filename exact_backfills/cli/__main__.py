@@ -1,4 +1,3 @@
-from exact_backfills.cli import main
-from exact_backfills.cli.ending import end
+from exact_backfills.cli import command
 
-end(main())
+command()

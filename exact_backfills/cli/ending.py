@@ -20,6 +20,8 @@ def end(code: int) -> NoReturn:
     for thread in threading.enumerate():
         if thread is not threading.main_thread() and not thread.daemon:
             thread.join()
+    # CPython's own exit-handler runner (private to the atexit module, there since Python 3.0): the handlers run once,
+    # here, as at a normal exit. tests/test_cli.py fails if an exit handler's output goes missing.
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:
