@@ -23,12 +23,14 @@ from decimal import Decimal
 from pathlib import Path
 from typing import NamedTuple
 
-from dagster import DagsterInstance
+from dagster import DagsterInstance, DagsterRunStatus, RunRecord, RunsFilter
+from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from assets_pkg.pipeline import pipeline
 from assets_pkg.sources import ORDER_ITEMS
-from exact_backfills import landing
+from exact_backfills import clock, landing
+from exact_backfills.dagster_names import DAILY_RUN_SCHEDULE, DAILY_RUN_TAG, VACUUM_SCHEDULE
 from exact_backfills.declare import Source
 from exact_backfills.instance import write_config
 from resources.delta_io import read_days
@@ -226,6 +228,76 @@ class DagsterDev:
         self.log.close()
 
 
+# Days on a simulated clock, which the UI's daemon, its schedules and sensors follow (exact_backfills/clock.py).
+
+LOCATION = "exact_backfills"  # workspace.yaml's
+SCHEDULE = """
+query($selector: ScheduleSelector!) {
+  scheduleOrError(scheduleSelector: $selector) { ... on Schedule { id scheduleState { status } } }
+}"""
+STOP_SCHEDULE = "mutation($id: String!) { stopRunningSchedule(id: $id) { __typename } }"
+START_SCHEDULE = "mutation($selector: ScheduleSelector!) { startSchedule(scheduleSelector: $selector) { __typename } }"
+STARTING = [DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING, DagsterRunStatus.CANCELING]
+FINISHED = (DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE)
+
+
+class SimulatedDays:
+    """Moves the simulated clock under a running UI and daemon (`dev`, recording in `instance`), and finds the daily
+    runs its schedule makes, as a user's days pass: the tests' stretches and the bench's."""
+
+    def __init__(self, dev: DagsterDev, instance: DagsterInstance):
+        self.dev, self.instance = dev, instance
+
+    def start(self) -> None:
+        """Once the UI answers, and the scheduler has seen the daily run: it ticks for the closes after that. The
+        nightly vacuum is stopped: on a simulated clock it would be another run a day that removes nothing (Delta
+        dates files by the wall clock)."""
+        self.dev.wait_until_up(timeout=300)
+        deadline = time.monotonic() + 180
+        while not any(s.name == DAILY_RUN_SCHEDULE for s in self.instance.all_instigator_state()):
+            assert time.monotonic() < deadline, "the scheduler did not see the daily run"
+            time.sleep(1)
+        self.schedule(VACUUM_SCHEDULE, running=False)
+
+    def move_to(self, instant: datetime) -> None:
+        """The clock moves while no run is starting: Dagster fails a run that has been starting for 5 minutes, which
+        a jump of hours would make of one. A run queued or under way lives through it as through a slow night."""
+        deadline = time.monotonic() + 120
+        while self.instance.get_runs_count(RunsFilter(statuses=STARTING)):
+            assert time.monotonic() < deadline, "a run is still starting after 2 minutes"
+            time.sleep(0.5)
+        clock.set_simulated(instant)
+
+    def daily_run_of(self, day: date, finished: bool = True, timeout: float = 180) -> RunRecord:
+        """The daily run of `day`, once queued (the scheduler creates it, then submits it to the queue) and, when
+        `finished`, once it has finished."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            runs = self.instance.get_run_records(RunsFilter(tags={DAILY_RUN_TAG: day.isoformat()}))
+            status = runs[0].dagster_run.status if runs else None
+            if status in FINISHED or (not finished and status not in (None, DagsterRunStatus.NOT_STARTED)):
+                return runs[0]
+            time.sleep(0.5)
+        raise TimeoutError(f"no daily run of {day} finished")
+
+    def schedule(self, name: str, running: bool) -> None:
+        """Starts or stops a schedule, as its toggle in the UI does; until its state says so a second later (a scheduler
+        iteration under way when a schedule stops writes its state back as it read it)."""
+        selector = {"repositoryLocationName": LOCATION, "repositoryName": "__repository__", "scheduleName": name}
+        wanted = "RUNNING" if running else "STOPPED"
+        for _ in range(10):
+            if running:
+                self.dev.graphql(START_SCHEDULE, {"selector": selector})
+            else:
+                schedule_id = self.dev.graphql(SCHEDULE, {"selector": selector})["scheduleOrError"]["id"]
+                self.dev.graphql(STOP_SCHEDULE, {"id": schedule_id})
+            time.sleep(1.5)
+            state = self.dev.graphql(SCHEDULE, {"selector": selector})["scheduleOrError"]["scheduleState"]
+            if state["status"] == wanted:
+                return
+        raise AssertionError(f"{name} is not {wanted}")
+
+
 # A late batch, landed on top of a built lake.
 
 # Where landed order items first reach the lake: a correction re-sends some of its rows.
@@ -238,16 +310,31 @@ def next_batch_day(source: Source = ORDER_ITEMS) -> date:
     return date.fromisoformat(newest) + timedelta(days=1)
 
 
-def land_batch(spark, items, batch: date, source: Source = ORDER_ITEMS) -> datetime:
-    """Land `items` (rows of the landing contract, ingested_at left None) as the batch of `batch`; returns its
-    ingested_at."""
-    ingested = datetime.combine(batch, datetime.min.time(), tzinfo=UTC) + timedelta(hours=2)
+def land_batch(
+    spark, items, batch: date, source: Source = ORDER_ITEMS, ingested: datetime | None = None, also=None
+) -> datetime:
+    """Land `items` (rows of the landing contract, ingested_at left None) and the DataFrame `also` (rows of the
+    contract with ingest_date), as the batch of `batch` loaded at `ingested` (02:00 UTC that day by default); returns
+    its ingested_at."""
+    ingested = ingested or datetime.combine(batch, datetime.min.time(), tzinfo=UTC) + timedelta(hours=2)
     df = spark.createDataFrame(
         [(*r[:-1], ingested, batch) for r in items],
         T.StructType([*source.schema.fields, T.StructField("ingest_date", T.DateType())]),
     )
-    landing.land({source: df})
+    landing.land({source: df if also is None else also.unionByName(df)})
     return ingested
+
+
+def a_day_like(spark, template: date, day: date, ingested: datetime):
+    """The order items staged on `template`, as new orders of `day` loaded at `ingested`: the same items under new
+    order ids (the template's plus `day`'s ordinal times 10^8, above any TPC-H order key up to SF16), with
+    ingest_date: a day of business like an earlier one."""
+    staged = read_days(spark, STAGING.name, STAGING.day_column, [template])
+    loaded = F.lit(ingested).cast("timestamp")
+    new = {"order_id": F.col("order_id") + day.toordinal() * 10**8, "order_date": F.lit(day), "updated_at": loaded}
+    new["ingested_at"] = loaded
+    contract = [new.get(f.name, F.col(f.name)).cast(f.dataType).alias(f.name) for f in ORDER_ITEMS.schema.fields]
+    return staged.select(*contract, F.lit(day).alias("ingest_date"))
 
 
 def corrections(spark, day, n):

@@ -12,15 +12,10 @@ from zoneinfo import ZoneInfo
 import pytest
 from dagster import DagsterRunStatus, RunsFilter
 
+from bench.harness import FINISHED, SimulatedDays
 from exact_backfills import clock
 from exact_backfills.checks.deadline import PUBLISHED_BY_DEADLINE
-from exact_backfills.dagster_names import (
-    DAILY_RUN_SCHEDULE,
-    DAILY_RUN_TAG,
-    LAKE_WRITES_POOL,
-    RESTATE_JOB,
-    VACUUM_SCHEDULE,
-)
+from exact_backfills.dagster_names import DAILY_RUN_SCHEDULE, LAKE_WRITES_POOL, RESTATE_JOB
 from exact_backfills.landing import land_batch
 from exact_backfills.metrics import metrics
 from resources.lake import REPO_ROOT
@@ -36,21 +31,12 @@ FIRST, LAST = date(2025, 3, 5), date(2025, 3, 10)
 DELAYED = date(2025, 3, 8)  # the night its schedule is stopped
 NO_DATA = date(2025, 3, 6)
 DST = date(2025, 3, 9)  # 23 hours in New York
-STARTING = [DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING, DagsterRunStatus.CANCELING]
-FINISHED = (DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE)
 BACKFILLED = date(2025, 3, 7)  # a backfill of every day so far launched from the UI that day
 # Each table's deadline check, day by day: the six days met it (restated ones too: a deadline is on a day's first
 # publication) but the delayed one. Today has no result on the staging table (nothing of it landed); the weekly
 # table's today already holds the days before it (its window's restatement after midnight), before its deadline.
 DEADLINES_SHOWN = {STG_VISITS: {"Passed": 5, "Failed": 1, "Missing": 1}, WEEKLY_VISITS: {"Passed": 6, "Failed": 1}}
 
-LOCATION = "exact_backfills"  # workspace.yaml's
-SCHEDULE = """
-query($selector: ScheduleSelector!) {
-  scheduleOrError(scheduleSelector: $selector) { ... on Schedule { id scheduleState { status } } }
-}"""
-STOP_SCHEDULE = "mutation($id: String!) { stopRunningSchedule(id: $id) { __typename } }"
-START_SCHEDULE = "mutation($selector: ScheduleSelector!) { startSchedule(scheduleSelector: $selector) { __typename } }"
 PARTITION_KEYS = """
 query($key: AssetKeyInput!) { assetNodeOrError(assetKey: $key) { ... on AssetNode { partitionKeys } } }"""
 
@@ -75,29 +61,12 @@ def landed_on(day: date) -> list[tuple[str, date]]:
     return visits_of(day) + late.get(day, [])
 
 
-class Stretch:
+class Stretch(SimulatedDays):
     """The simulated days, driven through the UI's daemon and GraphQL as a user's would be."""
 
     def __init__(self, spark, dev: DagsterDev, instance):
-        self.spark, self.dev, self.instance = spark, dev, instance
-
-    def start(self) -> None:
-        """Once the UI answers, and the scheduler has seen the daily run: it ticks for the closes after that."""
-        self.dev.wait_until_up(timeout=300)
-        deadline = time.monotonic() + 180
-        while not any(s.name == DAILY_RUN_SCHEDULE for s in self.instance.all_instigator_state()):
-            assert time.monotonic() < deadline, "the scheduler did not see the daily run"
-            time.sleep(1)
-        self.schedule(VACUUM_SCHEDULE, running=False)  # a vacuum a night is another run a simulated day
-
-    def move_to(self, instant: datetime) -> None:
-        """The clock moves while no run is starting: Dagster fails a run that has been starting for 5 minutes, which
-        a jump of hours would make of one. A run queued or under way lives through it as through a slow night."""
-        deadline = time.monotonic() + 120
-        while self.instance.get_runs_count(RunsFilter(statuses=STARTING)):
-            assert time.monotonic() < deadline, "a run is still starting after 2 minutes"
-            time.sleep(0.5)
-        clock.set_simulated(instant)
+        super().__init__(dev, instance)
+        self.spark = spark
 
     def land(self, day: date, until: tuple[DagsterRunStatus, ...] = (DagsterRunStatus.STARTED,)) -> None:
         """Lands what lands on `day`, now; once the tables exist, until the late-data sensor's run of it is `until`."""
@@ -118,35 +87,6 @@ class Stretch:
         """Whether a restatement after the first `count` is `statuses` or has finished."""
         runs = self.instance.get_run_records(RunsFilter(job_name=RESTATE_JOB), ascending=True)
         return len(runs) > count and runs[-1].dagster_run.status in (*statuses, *FINISHED)
-
-    def daily_run_of(self, day: date, finished: bool = True, timeout: float = 180):
-        """The daily run of `day`, once queued (the scheduler creates it, then submits it to the queue) and, when
-        `finished`, once it has finished."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            runs = self.instance.get_run_records(RunsFilter(tags={DAILY_RUN_TAG: day.isoformat()}))
-            status = runs[0].dagster_run.status if runs else None
-            if status in FINISHED or (not finished and status not in (None, DagsterRunStatus.NOT_STARTED)):
-                return runs[0]
-            time.sleep(1)
-        raise TimeoutError(f"no daily run of {day} finished")
-
-    def schedule(self, name: str, running: bool) -> None:
-        """Starts or stops a schedule, as its toggle in the UI does; until its state says so a second later (a scheduler
-        iteration under way when a schedule stops writes its state back as it read it)."""
-        selector = {"repositoryLocationName": LOCATION, "repositoryName": "__repository__", "scheduleName": name}
-        wanted = "RUNNING" if running else "STOPPED"
-        for _ in range(10):
-            if running:
-                self.dev.graphql(START_SCHEDULE, {"selector": selector})
-            else:
-                schedule_id = self.dev.graphql(SCHEDULE, {"selector": selector})["scheduleOrError"]["id"]
-                self.dev.graphql(STOP_SCHEDULE, {"id": schedule_id})
-            time.sleep(1.5)
-            state = self.dev.graphql(SCHEDULE, {"selector": selector})["scheduleOrError"]["scheduleState"]
-            if state["status"] == wanted:
-                return
-        raise AssertionError(f"{name} is not {wanted}")
 
 
 @pytest.fixture(scope="module")
