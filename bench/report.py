@@ -5,6 +5,7 @@ bench/sf10.json                           python bench/run.py --scale 10 --only-
 bench/demo.json                           python bench/run.py --demo --scale 0 --out bench/demo.json --docs
 bench/event_log.json                      python bench/event_log.py --days 31 --checks 5 --out bench/event_log.json
 bench/commit_floor.json                   python bench/commit_floor.py --out bench/commit_floor.json (each profile)
+bench/sf1-stretch.json                    python bench/stretch.py --scale 1 --days 60 --out ... --docs
 
 python bench/report.py            # rewrite the generated part of docs/performance.md
 python bench/report.py --print [--json FILE ...]   # print it instead (of other bench/run.py outputs)
@@ -198,6 +199,63 @@ def _demo() -> list[str]:
     ]
 
 
+# The days in moving time (bench/stretch.py): a stretch of days on a simulated clock, after a full history.
+STRETCH = "sf1-stretch.json"
+
+
+def _stretch() -> list[str]:
+    path = REPO / "bench" / STRETCH
+    if not path.exists():
+        return []
+    run = json.loads(path.read_text())
+    storage = run["storage"]
+    rows = [
+        ("the whole history backfilled from the UI first (s)", run["history_backfill_s"]),
+        ("a day's orders landed until the late-data sensor published them (s)", run["landed_to_published_s"]),
+        ("a day's close until its daily run published it (s)", run["closed_to_published_s"]),
+        (
+            f"the same, with a backfill of every day under way (s; its runs of {run['during_backfill_chunk_days']:,}"
+            " days, the default)",
+            run["daily_run_during_backfill_s"],
+        ),
+        (
+            f"days that missed their deadline ({run['deadline']} the next morning), of {run['stretch_days']}",
+            len({day for late in run["deadline_misses"].values() for day in late}),
+        ),
+        (
+            "bytes the days added to the lake, old versions included (the backfill apart)",
+            storage["added_by_the_days_bytes"],
+        ),
+        (
+            "bytes the backfill of every day added (the files it replaced, kept for rollback)",
+            storage["added_by_the_backfill_bytes"],
+        ),
+        ("a year of days at that rate (bytes)", storage["a_year_of_days_bytes"]),
+        ("the lake at the end (bytes)", storage["stored_bytes"]),
+        (
+            "of which live: what a reader of today's versions reads (the rest, a vacuum past the horizon removes)",
+            storage["live_bytes"],
+        ),
+    ]
+    per_day = storage["per_table_day"]
+    return [
+        f"Days in moving time (`{STRETCH}`: `bench/stretch.py`): TPC-H SF{run['scale']:g}'s history, then "
+        f"{run['stretch_days']} days on a simulated clock, each landing, closing and published by the daily run; "
+        f"embedded profile, defaults, on {run['cpus']} cores.",
+        "",
+        "| | |",
+        "|---|---|",
+        *(f"| {what} | {_cell(value)} |" for what, value in rows),
+        "",
+        "What each table holds per day of the stretch (live data files, bytes):",
+        "",
+        "| table | files per day | bytes per day |",
+        "|---|---|---|",
+        *(f"| {t} | {_cell(f['files'])} | {_cell(f['bytes'])} |" for t, f in per_day.items()),
+        "",
+    ]
+
+
 def _scales() -> list[str]:
     """The embedded profile's full-history backfill at each scale side by side, and the growth from the first."""
     found = [json.loads(p.read_text()) for p in (REPO / "bench" / f for f in SCALES) if p.exists()]
@@ -254,6 +312,7 @@ def tables(runs: list[Path] | None = None) -> str:
     if runs is None:
         out += _scales()
         out += _demo()
+        out += _stretch()
     event_log = REPO / "bench" / "event_log.json"
     if event_log.exists():
         e = json.loads(event_log.read_text())
