@@ -208,36 +208,38 @@ def _stretch() -> list[str]:
     if not path.exists():
         return []
     run = json.loads(path.read_text())
-    storage = run["storage"]
+    storage, during = run["storage"], run["during_backfill"]
+    missed = {day for late in run["deadline_misses"].values() for day in late}
     rows = [
-        ("the whole history backfilled from the UI first (s)", run["history_backfill_s"]),
+        (f"the history ({run['history_days']:,} days) backfilled from the UI first (s)", run["history_backfill_s"]),
         ("a day's orders landed until the late-data sensor published them (s)", run["landed_to_published_s"]),
         ("a day's close until its daily run published it (s)", run["closed_to_published_s"]),
         (
-            f"the same, with a backfill of every day under way (s; its runs of {run['during_backfill_chunk_days']:,}"
-            " days, the default)",
+            f"the same on the middle day, a backfill of {during['days']:,} days in {during['runs']} run(s) under way "
+            "(s; the daily run goes ahead of its queued runs, not of the one under way)",
             run["daily_run_during_backfill_s"],
         ),
+        (f"days of {run['stretch_days']} that missed their deadline, {run['deadline']}", len(missed)),
         (
-            f"days that missed their deadline ({run['deadline']} the next morning), of {run['stretch_days']}",
-            len({day for late in run["deadline_misses"].values() for day in late}),
+            "the smallest margin by which a table first published a day before its deadline (h)",
+            run["deadline_margin_h"],
         ),
         (
-            "bytes the days added to the lake, old versions included (the backfill apart)",
+            "bytes the days added, data and logs, with no vacuum (the middle day apart)",
             storage["added_by_the_days_bytes"],
         ),
         (
-            "bytes the backfill of every day added (the files it replaced, kept for rollback)",
-            storage["added_by_the_backfill_bytes"],
+            "bytes the middle day added: its backfill's new copy of every day, and its own",
+            storage["added_by_the_middle_day_bytes"],
         ),
-        ("a year of days at that rate (bytes)", storage["a_year_of_days_bytes"]),
-        ("the lake at the end (bytes)", storage["stored_bytes"]),
+        ("a year of days at that rate, with no vacuum (bytes)", storage["a_year_of_days_bytes"]),
+        ("the tables' data files at the end (bytes)", storage["data_bytes"]),
         (
-            "of which live: what a reader of today's versions reads (the rest, a vacuum past the horizon removes)",
-            storage["live_bytes"],
+            "of which live: what today's versions read; the rest, a vacuum past the horizon removes (bytes)",
+            storage["live_data_bytes"],
         ),
+        ("the tables' logs at the end (bytes)", storage["log_bytes"]),
     ]
-    per_day = storage["per_table_day"]
     return [
         f"Days in moving time (`{STRETCH}`: `bench/stretch.py`): TPC-H SF{run['scale']:g}'s history, then "
         f"{run['stretch_days']} days on a simulated clock, each landing, closing and published by the daily run; "
@@ -247,11 +249,11 @@ def _stretch() -> list[str]:
         "|---|---|",
         *(f"| {what} | {_cell(value)} |" for what, value in rows),
         "",
-        "What each table holds per day of the stretch (live data files, bytes):",
+        "What each table holds per day of the stretch (live data files, bytes; tables with rows in it):",
         "",
         "| table | files per day | bytes per day |",
         "|---|---|---|",
-        *(f"| {t} | {_cell(f['files'])} | {_cell(f['bytes'])} |" for t, f in per_day.items()),
+        *(f"| {t} | {_cell(f['files'])} | {_cell(f['bytes'])} |" for t, f in storage["per_table_day"].items()),
         "",
     ]
 

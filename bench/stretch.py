@@ -2,7 +2,7 @@
 schedules and sensors follow as they follow the wall clock (exact_backfills/clock.py).
 
     python bench/stretch.py --scale 1 --days 60 --out bench/sf1-stretch.json --docs
-    python bench/stretch.py --scale 0.01 --days 4 --out /tmp/stretch.json    # minutes: the harness end to end
+    python bench/stretch.py --scale 0.01 --days 3 --history-days 30 --out /tmp/stretch.json  # minutes: end to end
 
 On a new lake, with the clock at 01:00 UTC two days after TPC-H's last day (whose orders land the day after it): TPC-H
 at --scale lands and its whole history is backfilled from the UI (`history_backfill_s`). Then, each day of the
@@ -12,13 +12,16 @@ stretch, on that clock:
             landed, with the default interval (`landed_to_published_s`, by day).
   00:31     the day closed at 00:30 (the calendar's closes_after); the daily run publishes it, ahead of any backfill's
             queued runs (`closed_to_published_s`, by day, from the clock's move to its success).
-On the middle day a backfill of every day so far, launched from the UI when the day's orders have landed, is under way
-when the day closes: `daily_run_during_backfill_s` is from that close until the daily run has published the day, with
-the default chunk and priorities (`during_backfill_chunk_days`).
+On the middle day a backfill of every day so far, launched from the UI as the day's orders land, is under way when the
+day closes: `daily_run_during_backfill_s` is from that close until the daily run has published the day, with the
+default chunk size and priorities (`during_backfill`: its runs and days; the daily run goes ahead of its queued runs,
+not of the one under way).
 At the end: each table's deadline check on every day of the stretch (the orders pipeline as declared, with a deadline
-of 06:00 the next morning), the files and bytes each table holds per day of the stretch, and the lake's storage: what
-the stretch added, and a year at that rate. Old versions stay until a vacuum past the rollback horizon; the vacuum's
-nightly schedule is stopped here (on a simulated clock it would remove nothing: Delta dates files by the wall clock).
+of 06:00 the next morning), the smallest margin by which a day was first published before it, the live files and bytes
+each table holds per day of the stretch, and the lake's storage: its tables' data files, live and replaced, and their
+logs; what the days added (the middle day apart) and a year of days at that rate, with no vacuum. Replaced files stay
+until a vacuum past the rollback horizon; the vacuum's nightly schedule is stopped here (on a simulated clock it would
+remove nothing: Delta dates files by the wall clock).
 
 Seconds are the wall clock's; the daily runs and deadlines are the simulated clock's.
 """
@@ -50,16 +53,9 @@ CORRECTED_BACK = timedelta(days=3)
 
 def _orders_with_a_deadline() -> Pipeline:
     assert orders.calendar is not None
-    declared = Pipeline(
-        name=orders.name,
-        sources=orders.sources,
-        tables=orders.tables,
-        calendar=replace(orders.calendar, publish_by=DEADLINE),
-        generate=orders.generate,
-        commands=orders.commands,
-        description=orders.description,
-    )
-    # Its tables are the orders pipeline's: their code versions are read where those are declared.
+    declared = replace(orders, calendar=replace(orders.calendar, publish_by=DEADLINE))
+    # Its tables are the orders pipeline's: their code versions are read where those are declared (a declaration
+    # records the module that makes it, here dataclasses').
     object.__setattr__(declared, "declared_in", orders.declared_in)
     return declared
 
@@ -84,8 +80,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--scale", type=float, required=True)
     parser.add_argument("--days", type=int, default=60, help="days of the stretch (at least 3)")
+    parser.add_argument("--history-days", type=int, help="only the first N days of TPC-H's history (a trial's)")
     parser.add_argument("--out", required=True, help="JSON file for the results")
-    parser.add_argument("--lake", help="work folder (default: a new temporary folder)")
+    parser.add_argument("--lake", help="work folder, new (default: a new temporary folder)")
     parser.add_argument("--docs", action="store_true", help="then regenerate docs/performance.md's tables")
     args = parser.parse_args()
     if args.days < 3:
@@ -94,8 +91,11 @@ def main() -> int:
     from exact_backfills import clock
 
     lake = Path(args.lake or tempfile.mkdtemp(prefix="stretch-"))
+    if lake.exists() and any(lake.iterdir()):
+        parser.error(f"--lake {lake} is not empty: the stretch's clock starts on a new lake")
     lake.mkdir(parents=True, exist_ok=True)
-    bench = Bench(lake, FIRST_DAY, TPCH_LAST_DAY, "embedded")
+    last = FIRST_DAY + timedelta(days=args.history_days - 1) if args.history_days else TPCH_LAST_DAY
+    bench = Bench(lake, FIRST_DAY, last, "embedded")
     moving = {
         clock.SIMULATED_CLOCK: str(lake / "clock"),
         "PARTITION_END_DATE": "",  # the calendar's open end: the simulated today
@@ -103,11 +103,13 @@ def main() -> int:
         "PYTHONPATH": str(REPO),  # this module, for the code location
     }
     bench.env.update(moving)
-    os.environ.update(moving)  # this process reads the same clock and calendar
-    clock.set_simulated(_at(_first_day(TPCH_LAST_DAY), 1))  # the day before it closed
+    # This process reads the same clock and calendar, on the bench's engine.
+    os.environ.update({**moving, "SPARK_ENGINE_HOME": bench.env["SPARK_ENGINE_HOME"]})
+    clock.set_simulated(_at(_first_day(last), 1))  # the day before it closed
     memory = PeakMemory(services=bench.engine_pids)
     try:
-        result = {"scale": args.scale, "cpus": os.cpu_count(), "stretch_days": args.days, "deadline": "06:00 UTC"}
+        result = {"scale": args.scale, "cpus": os.cpu_count(), "history_days": (last - FIRST_DAY).days + 1}
+        result.update({"stretch_days": args.days, "deadline": f"{_clock_time(DEADLINE)} the next morning (UTC)"})
         result.update(_stretch(bench, args.scale, args.days))
         result["peak_memory_mb"] = memory.stop()
     finally:
@@ -125,6 +127,11 @@ def main() -> int:
     return 0
 
 
+def _clock_time(after_midnight: timedelta) -> str:
+    minutes = int(after_midnight.total_seconds()) // 60
+    return f"{minutes // 60:02d}:{minutes % 60:02d}"
+
+
 def _first_day(history_ends: date) -> date:
     """The stretch's first day: TPC-H lands a day's orders the day after (the history's last batch is the day after
     its last day), and a batch of the stretch lands on its day."""
@@ -139,16 +146,17 @@ def _stretch(bench, scale: float, n_days: int) -> dict:
     from dagster import AssetSelection, DagsterRunStatus, RunsFilter
 
     from bench.harness import DagsterDev, SimulatedDays
-    from bench.run import FIRST_DAY, TPCH_LAST_DAY
+    from exact_backfills.automation import landing_state
     from exact_backfills.dagster_names import RESTATE_JOB
     from exact_backfills.location import definitions_of
     from resources.spark import get_spark
 
     result: dict = {}
     step = lambda name, seconds: result.__setitem__(name, round(seconds, 1))  # noqa: E731
-    step("import_s", bench.run("-m", "assets_pkg", "import-tpch", "--scale", str(scale))[0])
+    through = ["--through", bench.last.isoformat()]
+    step("import_s", bench.run("-m", "assets_pkg", "import-tpch", "--scale", str(scale), *through)[0])
     spark = get_spark()
-    first = _first_day(TPCH_LAST_DAY)
+    first = _first_day(bench.last)
     days = [first + timedelta(days=n) for n in range(n_days)]
     middle = days[n_days // 2]
     assets = [k.to_user_string() for k in AssetSelection.all().resolve(definitions_of(pipeline).resolve_asset_graph())]
@@ -157,69 +165,69 @@ def _stretch(bench, scale: float, n_days: int) -> dict:
         with bench.instance() as instance:
             simulated = SimulatedDays(dev, instance)
             simulated.start()
-            history = [(FIRST_DAY + timedelta(days=n)).isoformat() for n in range((first - FIRST_DAY).days)]
+            history = [(bench.first + timedelta(days=n)).isoformat() for n in range((first - bench.first).days)]
             t0 = time.monotonic()
             backfill = dev.wait_for_backfill(dev.launch_backfill(assets, history), timeout=6 * 3600)
             assert backfill["status"] == "COMPLETED_SUCCESS", backfill
             step("history_backfill_s", time.monotonic() - t0)
-            dev.wait_until_idle()  # the sensor's first look at the landing, queued behind it
-            stored_before = _stored_bytes(bench.lake)
+            # The sensor's first look at the landing (every batch, the history's) once the backfill has built the
+            # tables: it rewrites nothing, and it is over before the first day lands.
+            bench.restatement(dev, landing_state(pipeline))
+            dev.wait_until_idle()
+            stored_before = _stored(bench.lake)
             went = []
             for n, day in enumerate(days):
-                stored = _stored_bytes(bench.lake)
+                dev.wait_until_idle()  # the restatement found below is this day's landing's
+                stored = _stored(bench.lake)
                 simulated.move_to(_at(day, 12))
                 corrected = n % CORRECTED_EVERY == CORRECTED_EVERY - 1
                 restatements = instance.get_runs_count(RunsFilter(job_name=RESTATE_JOB))
-                _land(spark, day, corrected)
+                _land(spark, day, bench.first, corrected)
                 t0 = time.monotonic()  # its files are in the landing
+                landed = None
                 if day == middle:
                     everything = dev.launch_backfill(assets, [*history, *(d.isoformat() for d in days[:n])])
                     _started(instance, everything)
-                    landed = None
                 else:
                     _restated(instance, restatements)
-                    landed = time.monotonic() - t0
+                    landed = round(time.monotonic() - t0, 1)
                 simulated.move_to(pipeline.calendar.closes_at(day) + timedelta(minutes=1))
                 t0 = time.monotonic()
                 daily = simulated.daily_run_of(day, timeout=6 * 3600)
-                closed = time.monotonic() - t0
+                closed = round(time.monotonic() - t0, 1)
                 assert daily.dagster_run.status == DagsterRunStatus.SUCCESS, (day, daily.dagster_run.run_id)
                 if day == middle:
                     step("daily_run_during_backfill_s", closed)
-                    result["during_backfill_chunk_days"] = int(bench.value(_CHUNK))
-                    dev.wait_for_backfill(everything, timeout=6 * 3600)
+                    done = dev.wait_for_backfill(everything, timeout=6 * 3600)
+                    assert done["status"] == "COMPLETED_SUCCESS", done
+                    result["during_backfill"] = {"runs": len(done["runs"]), "days": len(history) + n}
                     dev.wait_until_idle()
-                    backfilled = _stored_bytes(bench.lake) - stored  # that day's own writes too: a few KB
-                landed = None if landed is None else round(landed, 1)
-                went.append(Day(day.isoformat(), corrected, landed, round(closed, 1), daily.dagster_run.run_id))
-                print(
-                    f"{day} landed->published {landed and round(landed, 1)} s, closed->published {closed:.1f} s",
-                    flush=True,
-                )
+                    middle_day = _stored(bench.lake) - stored  # the backfill's copy of every day, and the day's own
+                went.append(Day(day.isoformat(), corrected, landed, closed, daily.dagster_run.run_id))
+                print(f"{day} landed->published {landed} s, closed->published {closed} s", flush=True)
             dev.wait_until_idle()
     finally:
         dev.stop()
-    ordinary = [d for d in went if d.landed_to_published_s is not None and d.day != middle.isoformat()]
+    ordinary = [d for d in went if d.day != middle.isoformat()]
     result["landed_to_published_s"] = _spread([d.landed_to_published_s for d in ordinary])
     result["closed_to_published_s"] = _spread([d.closed_to_published_s for d in ordinary])
-    result["deadline_misses"] = _missed(spark, days)
-    result["storage"] = _storage(spark, bench.lake, days, stored_before, backfilled)
+    result["deadline_misses"], result["deadline_margin_h"] = _deadlines(spark, days)
+    result["storage"] = _storage(spark, bench.lake, days, stored_before, middle_day)
     result["days_as_they_went"] = [asdict(d) for d in went]
     return result
 
 
-_CHUNK = "from exact_backfills import landing; from bench.stretch import pipeline; "
-_CHUNK += "print(landing.days_per_backfill_run(pipeline))"
-
-
-def _land(spark, day: date, corrected: bool) -> None:
-    """What lands on `day` at the clock's now: a day like one two years before, and on some days corrections."""
+def _land(spark, day: date, history_begins: date, corrected: bool) -> None:
+    """What lands on `day` at the clock's now: a day like one two years before (or, after a shorter history, whole
+    weeks before), and on some days corrections."""
     from bench.harness import a_day_like, corrections, land_batch
     from exact_backfills import clock
 
     now = clock.now()
+    before = day - TEMPLATE_BEFORE
+    template = before if before >= history_begins else day - timedelta(weeks=(day - history_begins).days // 7)
     fixes = corrections(spark, day - CORRECTED_BACK, 2) if corrected else []
-    land_batch(spark, fixes, day, ingested=now, also=a_day_like(spark, day - TEMPLATE_BEFORE, day, now))
+    land_batch(spark, fixes, day, ingested=now, also=a_day_like(spark, template, day, now))
 
 
 def _restated(instance, before: int) -> None:
@@ -240,44 +248,67 @@ def _restated(instance, before: int) -> None:
 
 
 def _started(instance, backfill_id: str) -> None:
-    """Until a run of the backfill is under way."""
+    """Until a run of the backfill is under way (or over)."""
     from dagster import DagsterRunStatus, RunsFilter
 
+    begun = [DagsterRunStatus.STARTED, DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE]
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
-        started = RunsFilter(tags={"dagster/backfill": backfill_id}, statuses=[DagsterRunStatus.STARTED])
-        if instance.get_runs_count(started):
+        if instance.get_runs_count(RunsFilter(tags={"dagster/backfill": backfill_id}, statuses=begun)):
             return
         time.sleep(0.5)
     raise TimeoutError(f"no run of backfill {backfill_id} started")
 
 
-def _spread(seconds: list[float]) -> dict[str, float]:
+def _spread(seconds: list) -> dict[str, float]:
     return {"median": round(statistics.median(seconds), 1), "max": round(max(seconds), 1)}
 
 
-def _missed(spark, days: list[date]) -> dict[str, list[str]]:
-    """Per table, the days of the stretch its deadline check fails on (first published after 06:00 the next
-    morning, or not at all)."""
+def _deadlines(spark, days: list[date]) -> tuple[dict[str, list[str]], float]:
+    """Per table, the days of the stretch its deadline check fails on (first published after 06:00 the next morning,
+    or not at all); and the smallest margin, in hours, by which a table first published a day before its deadline."""
     from exact_backfills import deadlines
 
-    found = {}
+    missed, margins = {}, []
+    assert pipeline.calendar is not None
     for table in pipeline.publish_order:
         late = [o.day.isoformat() for o in deadlines.outcomes(spark, pipeline, table, days) if not o.passed]
         if late:
-            found[table] = late
-    return found
+            missed[table] = late
+        for day, first in deadlines.first_published(spark, pipeline, table, days).items():
+            due = pipeline.calendar.deadline(day)
+            assert due is not None
+            margins.append((due - first).total_seconds() / 3600)
+    return missed, round(min(margins), 1)
 
 
-def _stored_bytes(lake: Path) -> int:
-    """Every file the lake's tables hold: live data, replaced files awaiting a vacuum, and their logs."""
-    return sum(f.stat().st_size for f in (lake / "warehouse").rglob("*") if f.is_file())
+@dataclass(frozen=True)
+class Stored:
+    """What the pipeline's tables hold on disk: their data files (live or replaced) and their logs."""
+
+    data_bytes: int
+    log_bytes: int
+
+    def __sub__(self, other: "Stored") -> "Stored":
+        return Stored(self.data_bytes - other.data_bytes, self.log_bytes - other.log_bytes)
 
 
-def _storage(spark, lake: Path, days: list[date], stored_before: int, backfilled: int) -> dict:
-    """Per table, the live data files and bytes per day of the stretch; what the stretch added to the lake, the middle
-    day's backfill apart (it rewrote every day: the files it replaced stay until a vacuum), and a year of days at the
-    daily rate; and how much of the lake is live (the rest is what a vacuum past the rollback horizon removes)."""
+def _stored(lake: Path) -> Stored:
+    data = log = 0
+    for table in pipeline.day_columns:
+        for path in (lake / "warehouse" / table).rglob("*"):
+            if path.is_file():
+                if "_delta_log" in path.parts:
+                    log += path.stat().st_size
+                else:
+                    data += path.stat().st_size
+    return Stored(data, log)
+
+
+def _storage(spark, lake: Path, days: list[date], before: Stored, middle_day: Stored) -> dict:
+    """Per table with rows in the stretch (no product batch and no bad row lands in it), its live data files and bytes
+    per day of the stretch; the tables' data (live, and replaced files a vacuum past the horizon removes) and logs at
+    the end; what the days added, the middle day and its backfill apart, and a year of days at that rate."""
     from pyspark.sql import functions as F
 
     from resources.lake import table_path
@@ -287,21 +318,24 @@ def _storage(spark, lake: Path, days: list[date], stored_before: int, backfilled
         on_disk = {p.name: p.stat().st_size for p in (lake / "warehouse" / table).rglob("*.parquet")}
         rows = spark.read.format("delta").load(table_path(table)).where(F.col(column).isin(days))
         found = [Path(r["file"]).name for r in rows.select(F.input_file_name().alias("file")).distinct().collect()]
-        per_table_day[table] = {
-            "files": round(len(found) / len(days), 2),
-            "bytes": round(sum(on_disk[name] for name in found) / len(days)),
-        }
+        if found:
+            per_table_day[table] = {
+                "files": round(len(found) / len(days), 2),
+                "bytes": round(sum(on_disk[name] for name in found) / len(days)),
+            }
         detail = spark.sql(f"DESCRIBE DETAIL delta.`{table_path(table)}`").first()
         live += detail["sizeInBytes"] if detail is not None else 0
-    stored = _stored_bytes(lake)
-    daily = stored - stored_before - backfilled
+    end = _stored(lake)
+    by_days = end - before - middle_day
+    per_day = (by_days.data_bytes + by_days.log_bytes) / (len(days) - 1)
     return {
         "per_table_day": per_table_day,
-        "stored_bytes": stored,
-        "live_bytes": live,
-        "added_by_the_days_bytes": daily,
-        "added_by_the_backfill_bytes": backfilled,
-        "a_year_of_days_bytes": round(daily / len(days) * 365),
+        "data_bytes": end.data_bytes,
+        "live_data_bytes": live,
+        "log_bytes": end.log_bytes,
+        "added_by_the_days_bytes": by_days.data_bytes + by_days.log_bytes,
+        "added_by_the_middle_day_bytes": middle_day.data_bytes + middle_day.log_bytes,
+        "a_year_of_days_bytes": round(per_day * 365),
     }
 
 
