@@ -143,19 +143,28 @@ def _at(day: date, hour: int, minute: int = 0) -> datetime:
 
 
 def _stretch(bench, scale: float, n_days: int) -> dict:
+    from resources.spark import get_spark
+
+    result: dict = {}
+    through = ["--through", bench.last.isoformat()]
+    result["import_s"] = round(bench.run("-m", "assets_pkg", "import-tpch", "--scale", str(scale), *through)[0], 1)
+    spark = get_spark()
+    try:
+        return _lived(bench, spark, result, n_days)
+    finally:
+        spark.stop()  # before its engine stops: released at the exit, against a stopped engine, it retried for minutes
+
+
+def _lived(bench, spark, result: dict, n_days: int) -> dict:
+    """The history's backfill, then the stretch's days, and the figures of the end (the module's docstring)."""
     from dagster import AssetSelection, DagsterRunStatus, RunsFilter
 
     from bench.harness import DagsterDev, SimulatedDays
     from exact_backfills.automation import landing_state
     from exact_backfills.dagster_names import RESTATE_JOB
     from exact_backfills.location import definitions_of
-    from resources.spark import get_spark
 
-    result: dict = {}
     step = lambda name, seconds: result.__setitem__(name, round(seconds, 1))  # noqa: E731
-    through = ["--through", bench.last.isoformat()]
-    step("import_s", bench.run("-m", "assets_pkg", "import-tpch", "--scale", str(scale), *through)[0])
-    spark = get_spark()
     first = _first_day(bench.last)
     days = [first + timedelta(days=n) for n in range(n_days)]
     middle = days[n_days // 2]
