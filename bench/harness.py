@@ -331,8 +331,12 @@ def a_day_like(spark, template: date, day: date, ingested: datetime):
     ingest_date: a day of business like an earlier one."""
     staged = read_days(spark, STAGING.name, STAGING.day_column, [template])
     loaded = F.lit(ingested).cast("timestamp")
-    new = {"order_id": F.col("order_id") + day.toordinal() * 10**8, "order_date": F.lit(day), "updated_at": loaded}
-    new["ingested_at"] = loaded
+    new = {
+        "order_id": F.col("order_id") + day.toordinal() * 10**8,
+        "order_date": F.lit(day),
+        "updated_at": loaded,
+        "ingested_at": loaded,
+    }
     contract = [new.get(f.name, F.col(f.name)).cast(f.dataType).alias(f.name) for f in ORDER_ITEMS.schema.fields]
     return staged.select(*contract, F.lit(day).alias("ingest_date"))
 

@@ -187,7 +187,7 @@ def _lived(bench, spark, result: dict, n_days: int) -> dict:
             went = []
             for n, day in enumerate(days):
                 dev.wait_until_idle()  # the restatement found below is this day's landing's
-                stored = _stored(bench.lake)
+                stored = _stored(bench.lake) if day == middle else None
                 simulated.move_to(_at(day, 12))
                 corrected = n % CORRECTED_EVERY == CORRECTED_EVERY - 1
                 restatements = instance.get_runs_count(RunsFilter(job_name=RESTATE_JOB))
@@ -211,6 +211,7 @@ def _lived(bench, spark, result: dict, n_days: int) -> dict:
                     assert done["status"] == "COMPLETED_SUCCESS", done
                     result["during_backfill"] = {"runs": len(done["runs"]), "days": len(history) + n}
                     dev.wait_until_idle()
+                    assert stored is not None
                     middle_day = _stored(bench.lake) - stored  # the backfill's copy of every day, and the day's own
                 went.append(Day(day.isoformat(), corrected, landed, closed, daily.dagster_run.run_id))
                 print(f"{day} landed->published {landed} s, closed->published {closed} s", flush=True)
