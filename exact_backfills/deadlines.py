@@ -1,6 +1,7 @@
 """Each day's deadline, checked against when each table first published the day (its earliest row in the audit
 trail): at the write that publishes it, and by `check` on what is published."""
 
+from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 
 from pyspark.sql import SparkSession
@@ -15,17 +16,28 @@ def declared(pipeline: Pipeline) -> bool:
     return pipeline.calendar is not None and pipeline.calendar.publish_by is not None
 
 
-def first_published(spark: SparkSession, pipeline: Pipeline, table: str, days: list[date]) -> dict[date, datetime]:
-    """When `table` first published each of `days` that it has published (under its former name, if renamed)."""
+@dataclass(frozen=True)
+class FirstPublished:
+    """When a table first published each of some days, and its first day of all (None: it has published none)."""
+
+    days: dict[date, datetime]
+    table: datetime | None
+
+
+def first_published(spark: SparkSession, pipeline: Pipeline, table: str, days: list[date]) -> FirstPublished:
+    """When `table` first published each of `days` that it has published, and any day at all (under its former name
+    too, if renamed)."""
     if not days:
-        return {}
+        return FirstPublished({}, None)
     names = [table, *([pipeline.renamed[table]] if table in pipeline.renamed else [])]  # a rename's first too
-    trail = audit.read(spark, pipeline.name).where(
-        F.col("asset").isin(names) & F.col("partition").between(min(days), max(days))
-    )
+    trail = audit.read(spark, pipeline.name).where(F.col("asset").isin(names))
     # as epoch seconds: a collected timestamp would be read in the local timezone of this process
-    found = trail.groupBy("partition").agg(F.min(F.unix_timestamp("ended_at")).alias("first")).collect()
-    return {r["partition"]: datetime.fromtimestamp(r["first"], UTC) for r in found if r["partition"] in set(days)}
+    first = F.min(F.unix_timestamp("ended_at"))
+    wanted = F.col("partition").between(min(days), max(days))
+    per_day = trail.groupBy(F.when(wanted, F.col("partition")).alias("partition")).agg(first.alias("first")).collect()
+    found = {r["partition"]: datetime.fromtimestamp(r["first"], UTC) for r in per_day if r["first"] is not None}
+    of_days = {d: t for d, t in found.items() if d in set(days)}
+    return FirstPublished(of_days, min(found.values(), default=None))
 
 
 def outcomes(
@@ -47,12 +59,14 @@ def outcomes(
     except Exception as error:
         return [checks.deadline.DEADLINE.not_evaluated(day, error) for day in days]
     now = clock.now()
+    # The table's first publication: its trail's, or this write's when it is the table's first.
+    table_first = min((t for t in (earlier.table, published_now) if t is not None), default=None)
     found = []
     for day in days:
         deadline = calendar.deadline(day)
         assert deadline is not None
-        times = [t for t in (earlier.get(day), published_now) if t is not None]
-        found.append(checks.deadline.outcome(day, deadline, min(times, default=None), landed, now))
+        times = [t for t in (earlier.days.get(day), published_now) if t is not None]
+        found.append(checks.deadline.outcome(day, deadline, min(times, default=None), landed, now, table_first))
     return found
 
 

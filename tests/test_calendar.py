@@ -181,6 +181,24 @@ DEADLINE = _at("2025-03-10T06:00", NEW_YORK)  # the 9 March's: 06:00 the next mo
         ),
         (None, None, _at("2025-03-10T05:00", NEW_YORK), True, None, "not published yet, not due yet"),
         (None, None, _at("2025-03-10T07:30", NEW_YORK), False, "1 h 30 min", "not published yet"),
+        # Its table first published (a day) after the deadline: a backfill of its history when it was built
+        (
+            _at("2025-04-02T09:00"),
+            None,
+            _at("2025-04-02T09:00"),
+            True,
+            None,
+            "due before the table was first published (2025-04-01 12:00 UTC): its history, not late",
+        ),
+        # ... or first published before it: the day is judged
+        (
+            _at("2025-03-10T08:00", NEW_YORK),
+            None,
+            _at("2025-03-11T00:00"),
+            False,
+            "2 h 00 min",
+            "its run published it after the deadline (when its rows landed: its staging table's result says)",
+        ),
     ],
 )
 def test_a_day_is_late_when_first_published_after_its_deadline_or_not_published_by_it_saying_how_late_and_why(
@@ -188,7 +206,8 @@ def test_a_day_is_late_when_first_published_after_its_deadline_or_not_published_
 ):
     deadline = OPEN.deadline(date(2025, 3, 9))
     assert deadline == DEADLINE
-    found = checks.deadline.outcome(date(2025, 3, 9), deadline, first_published, landed, now)
+    table_first = _at("2025-04-01T12:00") if now.month == 4 else _at("2025-03-01T00:00")
+    found = checks.deadline.outcome(date(2025, 3, 9), deadline, first_published, landed, now, table_first)
     assert (found.passed, found.metadata.get("late_by"), found.metadata.get("why")) == (passed, late_by, why)
     assert found.metadata["deadline"] == "2025-03-10 10:00 UTC"
 

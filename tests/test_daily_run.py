@@ -4,6 +4,7 @@ included; only a day after today is quarantined as out of range."""
 
 from dataclasses import replace
 from datetime import UTC, date, datetime, timedelta
+from zoneinfo import ZoneInfo
 
 import pytest
 from pyspark.sql import types as T
@@ -18,6 +19,8 @@ from tests.support import schedules, visits
 from tests.support.lake import environment, rows
 
 pytestmark = pytest.mark.slow
+
+NEW_YORK = ZoneInfo("America/New_York")
 
 
 def test_todays_rows_landed_now_are_published_by_the_daily_run_at_the_days_close(spark, lake):
@@ -47,11 +50,12 @@ def test_todays_rows_landed_now_are_published_by_the_daily_run_at_the_days_close
 
 
 def test_each_day_shows_whether_it_was_first_published_by_its_deadline_and_a_restatement_does_not_make_it_late(
-    spark, lake
+    spark, lake, tmp_path
 ):
-    """A calendar with a deadline (06:00 the next morning, New York): today's day, published before its deadline,
-    meets it; a day of three days ago, first published now, missed it by more than a day, its rows having landed
-    after it; published again later, it keeps its first publication's lateness."""
+    """A calendar with a deadline (06:00 the next morning, New York), its table first built four days ago: the day it
+    was built for was due before that, its history, not late; today's day, published before its deadline, meets it;
+    a day of three days ago, first published now, missed it by more than a day, its rows having landed after it;
+    published again later, it keeps its first publication's lateness."""
     _, instance = lake
     pipeline = Pipeline(
         name="visits",
@@ -60,7 +64,7 @@ def test_each_day_shows_whether_it_was_first_published_by_its_deadline_and_a_res
         calendar=replace(visits.pipeline.calendar, publish_by=timedelta(hours=6)),
     )
     today = clock.today("America/New_York")
-    late_day = today - timedelta(days=3)
+    first, late_day = today - timedelta(days=4), today - timedelta(days=3)
 
     def deadlines_of(result) -> dict[str, tuple[bool, dict]]:
         return {
@@ -69,13 +73,22 @@ def test_each_day_shows_whether_it_was_first_published_by_its_deadline_and_a_res
             if e.check_name == "published_by_deadline"
         }
 
-    with environment(PARTITION_START_DATE=(today - timedelta(days=4)).isoformat(), PARTITION_END_DATE=""):
-        job, loaded = definitions_of(pipeline).resolve_job_def(ALL_ASSETS_JOB), clock.now()
+    days = {"PARTITION_START_DATE": first.isoformat(), "PARTITION_END_DATE": ""}
+    with environment(**days, **{clock.SIMULATED_CLOCK: str(tmp_path / "clock")}):
+        job = definitions_of(pipeline).resolve_job_def(ALL_ASSETS_JOB)
+        # Four days ago, at noon in New York: the table's first build, of the day before
+        clock.set_simulated(datetime.combine(late_day, datetime.min.time(), tzinfo=NEW_YORK) + timedelta(hours=12))
+        land_batch(visits.VISITS, spark.createDataFrame([("d0", first, clock.now())], visits.VISITS.schema), first)
+        built = job.execute_in_process(instance=instance, partition_key=first.isoformat())
+        clock.set_simulated(datetime.now(UTC))  # now
+        loaded = clock.now()
         land_batch(visits.VISITS, spark.createDataFrame([("d1", late_day, loaded)], visits.VISITS.schema), late_day)
         on_time = job.execute_in_process(instance=instance, partition_key=today.isoformat())
         late = job.execute_in_process(instance=instance, partition_key=late_day.isoformat())
         again = job.execute_in_process(instance=instance, partition_key=late_day.isoformat())
         figures = {m.asset: m for m in metrics(spark, pipeline).assets}
+    history = deadlines_of(built)[first.isoformat()]
+    assert history[0] is True and history[1]["why"].endswith("its history, not late"), history
     assert deadlines_of(on_time)[today.isoformat()][0] is True
     for result in (late, again):
         passed, found = deadlines_of(result)[late_day.isoformat()]
@@ -85,9 +98,9 @@ def test_each_day_shows_whether_it_was_first_published_by_its_deadline_and_a_res
         deadlines_of(again)[late_day.isoformat()][1]["first_published"]
         == deadlines_of(late)[late_day.isoformat()][1]["first_published"]
     )
-    # `metrics`: the days of the last 30 that missed their deadline: published late, or not published (every
-    # partition day but today's and the late one's, once its deadline has passed)
-    unpublished = [today - timedelta(days=n) for n in (4, 2, 1)]
+    # `metrics`: the days of the last 30 that missed their deadline: published late, or not published (the days
+    # between the late one and today, once their deadline has passed); not the history
+    unpublished = [today - timedelta(days=n) for n in (2, 1)]
     due = [d for d in unpublished if pipeline.calendar.deadline(d) < clock.now()]
     assert figures["stg_visits"].missed_deadlines == sorted([late_day, *due])
 

@@ -1,6 +1,7 @@
 """published_by_deadline: a day was first published by its deadline (the calendar's `publish_by` after the day's end
 in the pipeline's timezone), or how late it was and why; a day not published yet fails once its deadline has passed.
-Restating a day later is not lateness: the day's first publication is what counts."""
+Restating a day later is not lateness: the day's first publication is what counts. A day due before its table was
+first published is its history (built when the table was, not late): it passes, saying so."""
 
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
@@ -13,7 +14,8 @@ DEADLINE = Check(
     PUBLISHED_BY_DEADLINE,
     "Fails on a day first published after its deadline (the calendar's publish_by after the day's end in the "
     "pipeline's timezone), or not published when its deadline has passed. Metadata: deadline, first_published, "
-    "late_by, why (its rows landed after the deadline, or they landed in time and its run was late).",
+    "late_by, why (its rows landed after the deadline, or they landed in time and its run was late). A day due before "
+    "the table was first published is its history and passes.",
 )
 
 
@@ -28,10 +30,19 @@ class Published(Record):
 
 
 def outcome(
-    day: date, deadline: datetime, first_published: datetime | None, landed: datetime | None, now: datetime
+    day: date,
+    deadline: datetime,
+    first_published: datetime | None,
+    landed: datetime | None,
+    now: datetime,
+    table_first_published: datetime | None = None,
 ) -> Outcome:
     """`day` at `now`, first published at `first_published` (None: not yet), its newest rows landed at `landed`
-    (None: unknown, or nothing landed)."""
+    (None: unknown, or nothing landed), its table's first day published at `table_first_published` (None: none yet)."""
+    if table_first_published is not None and deadline < table_first_published:
+        why = f"due before the table was first published ({_utc(table_first_published)}): its history, not late"
+        first = None if first_published is None else _utc(first_published)
+        return DEADLINE.outcome(day, True, Published(_utc(deadline), first, why=why))
     if first_published is None:
         if now <= deadline:
             return DEADLINE.outcome(day, True, Published(_utc(deadline), why="not published yet, not due yet"))
