@@ -53,11 +53,7 @@ CORRECTED_BACK = timedelta(days=3)
 
 def _orders_with_a_deadline() -> Pipeline:
     assert orders.calendar is not None
-    declared = replace(orders, calendar=replace(orders.calendar, publish_by=DEADLINE))
-    # Its tables are the orders pipeline's: their code versions are read where those are declared (a declaration
-    # records the module that makes it, here dataclasses').
-    object.__setattr__(declared, "declared_in", orders.declared_in)
-    return declared
+    return orders.with_calendar(replace(orders.calendar, publish_by=DEADLINE))
 
 
 # The code location the stretch's UI serves (EXACT_BACKFILLS_PIPELINE).
@@ -285,7 +281,7 @@ def _deadlines(spark, days: list[date]) -> tuple[dict[str, list[str]], float]:
         late = [o.day.isoformat() for o in deadlines.outcomes(spark, pipeline, table, days) if not o.passed]
         if late:
             missed[table] = late
-        for day, first in deadlines.first_published(spark, pipeline, table, days).items():
+        for day, first in deadlines.first_published(spark, pipeline, table, days).days.items():
             due = pipeline.calendar.deadline(day)
             assert due is not None
             margins.append((due - first).total_seconds() / 3600)

@@ -15,7 +15,7 @@ replaces exactly those days, and Delta refuses a row of any other day."""
 import argparse
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import date
 from functools import cached_property
 from typing import NamedTuple
@@ -184,6 +184,13 @@ class Pipeline:
     commands: Sequence[Command] = ()
     description: str = ""
     declared_in: str = field(default="", init=False, compare=False, repr=False)
+
+    def with_calendar(self, calendar: Calendar) -> "Pipeline":
+        """The same pipeline on another calendar (say, with a deadline): its tables' code versions still read where
+        this one was declared."""
+        other = replace(self, calendar=calendar)
+        object.__setattr__(other, "declared_in", self.declared_in)
+        return other
 
     def __post_init__(self) -> None:
         # The module that declares it: code versions read its declarations there.

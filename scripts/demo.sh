@@ -9,14 +9,25 @@
 #   bash scripts/demo.sh --profile cluster   # the production profile: a Spark cluster behind Spark Connect, Dagster
 #                                            # on PostgreSQL (scripts/cluster-profile.sh), a lake of its own, the UI
 #                                            # behind a password over TLS (scripts/ui.sh), in the background
+#   bash scripts/demo.sh --live [OPTIONS]    # the orders pipeline day after day on a simulated clock, in front of
+#                                            # its UI: a week of history, then each night's batch lands, the day
+#                                            # closes and is published; one night the daemon is down and that day is
+#                                            # late (a lake of its own in .live; OPTIONS: python -m exact_backfills.live -h)
 set -euo pipefail
 case "${1:-} ${2:-}" in
   " ") ;;
   "--profile embedded") ;;
   "--profile cluster") PROFILE=cluster ;;
-  *) echo "usage: bash scripts/demo.sh [--profile embedded|cluster]" >&2; exit 2 ;;
+  "--live "*) LIVE=1; shift ;;
+  *) echo "usage: bash scripts/demo.sh [--profile embedded|cluster] | --live [OPTIONS]" >&2; exit 2 ;;
 esac
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
+if [ "${LIVE:-}" = 1 ]; then
+  # The orders pipeline with its days closing at 02:00 UTC (once the night's batch is in) and due by 06:00; its
+  # calendar's open end, up to the simulated today.
+  export EXACT_BACKFILLS_PIPELINE="${EXACT_BACKFILLS_PIPELINE:-assets_pkg.live:pipeline}" PARTITION_END_DATE=""
+  exec python -m exact_backfills.live --home "${LIVE_HOME:-$ROOT/.live}" "$@"
+fi
 # The pipelines' calendars run up to today; the demo's data is 90 days of 2025, and its partitions those days.
 export PARTITION_START_DATE="${PARTITION_START_DATE:-2025-01-01}" PARTITION_END_DATE="${PARTITION_END_DATE:-2025-03-31}"
 if [ "${PROFILE:-}" = cluster ]; then
