@@ -23,14 +23,13 @@ from decimal import Decimal
 from pathlib import Path
 from typing import NamedTuple
 
-from dagster import DagsterInstance, DagsterRunStatus, RunRecord, RunsFilter
+from dagster import DagsterInstance
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from assets_pkg.pipeline import pipeline
 from assets_pkg.sources import ORDER_ITEMS
-from exact_backfills import clock, landing
-from exact_backfills.dagster_names import DAILY_RUN_SCHEDULE, DAILY_RUN_TAG, VACUUM_SCHEDULE
+from exact_backfills import landing, live
 from exact_backfills.declare import Source
 from exact_backfills.instance import write_config
 from resources.delta_io import read_days
@@ -230,72 +229,18 @@ class DagsterDev:
 
 # Days on a simulated clock, which the UI's daemon, its schedules and sensors follow (exact_backfills/clock.py).
 
-LOCATION = "exact_backfills"  # workspace.yaml's
-SCHEDULE = """
-query($selector: ScheduleSelector!) {
-  scheduleOrError(scheduleSelector: $selector) { ... on Schedule { id scheduleState { status } } }
-}"""
-STOP_SCHEDULE = "mutation($id: String!) { stopRunningSchedule(id: $id) { __typename } }"
-START_SCHEDULE = "mutation($selector: ScheduleSelector!) { startSchedule(scheduleSelector: $selector) { __typename } }"
-STARTING = [DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING, DagsterRunStatus.CANCELING]
-FINISHED = (DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE)
 
-
-class SimulatedDays:
-    """Moves the simulated clock under a running UI and daemon (`dev`, recording in `instance`), and finds the daily
-    runs its schedule makes, as a user's days pass: the tests' stretches and the bench's."""
+class SimulatedDays(live.SimulatedDays):
+    """The live demo's driver of simulated days, on the bench's UI: started once it answers (or failing as soon as it
+    exits, with its log)."""
 
     def __init__(self, dev: DagsterDev, instance: DagsterInstance):
-        self.dev, self.instance = dev, instance
+        super().__init__(dev, instance)
+        self.dev = dev
 
-    def start(self) -> None:
-        """Once the UI answers, and the scheduler has seen the daily run: it ticks for the closes after that. The
-        nightly vacuum is stopped: on a simulated clock it would be another run a day that removes nothing (Delta
-        dates files by the wall clock)."""
-        self.dev.wait_until_up(timeout=300)
-        deadline = time.monotonic() + 180
-        while not any(s.name == DAILY_RUN_SCHEDULE for s in self.instance.all_instigator_state()):
-            assert time.monotonic() < deadline, "the scheduler did not see the daily run"
-            time.sleep(1)
-        self.schedule(VACUUM_SCHEDULE, running=False)
-
-    def move_to(self, instant: datetime) -> None:
-        """The clock moves while no run is starting: Dagster fails a run that has been starting for 5 minutes, which
-        a jump of hours would make of one. A run queued or under way lives through it as through a slow night."""
-        deadline = time.monotonic() + 120
-        while self.instance.get_runs_count(RunsFilter(statuses=STARTING)):
-            assert time.monotonic() < deadline, "a run is still starting after 2 minutes"
-            time.sleep(0.5)
-        clock.set_simulated(instant)
-
-    def daily_run_of(self, day: date, finished: bool = True, timeout: float = 180) -> RunRecord:
-        """The daily run of `day`, once queued (the scheduler creates it, then submits it to the queue) and, when
-        `finished`, once it has finished."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            runs = self.instance.get_run_records(RunsFilter(tags={DAILY_RUN_TAG: day.isoformat()}))
-            status = runs[0].dagster_run.status if runs else None
-            if status in FINISHED or (not finished and status not in (None, DagsterRunStatus.NOT_STARTED)):
-                return runs[0]
-            time.sleep(0.5)
-        raise TimeoutError(f"no daily run of {day} finished")
-
-    def schedule(self, name: str, running: bool) -> None:
-        """Starts or stops a schedule, as its toggle in the UI does; until its state says so a second later (a scheduler
-        iteration under way when a schedule stops writes its state back as it read it)."""
-        selector = {"repositoryLocationName": LOCATION, "repositoryName": "__repository__", "scheduleName": name}
-        wanted = "RUNNING" if running else "STOPPED"
-        for _ in range(10):
-            if running:
-                self.dev.graphql(START_SCHEDULE, {"selector": selector})
-            else:
-                schedule_id = self.dev.graphql(SCHEDULE, {"selector": selector})["scheduleOrError"]["id"]
-                self.dev.graphql(STOP_SCHEDULE, {"id": schedule_id})
-            time.sleep(1.5)
-            state = self.dev.graphql(SCHEDULE, {"selector": selector})["scheduleOrError"]["scheduleState"]
-            if state["status"] == wanted:
-                return
-        raise AssertionError(f"{name} is not {wanted}")
+    def start(self, timeout: float = 300) -> None:
+        self.dev.wait_until_up(timeout=timeout)
+        super().start(timeout)
 
 
 # A late batch, landed on top of a built lake.

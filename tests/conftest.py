@@ -24,6 +24,7 @@ _LONGEST_FIRST = [
     "test_ui.py",
     "test_late_data.py",
     "test_simulated_days.py",
+    "test_live.py",
     "test_code_changes.py",
     "test_bench.py",
     "test_equivalence.py",

@@ -75,7 +75,7 @@ def assert_rewrote_exactly(spark, before, expected_days, tables=ORDER_TABLES, da
                 assert old == new, f"{table} {day}: a day outside the restatement was touched"
 
 
-def check_partition_statuses(instance, table: str, check: str) -> dict[str, str]:
+def check_partition_statuses(instance, table: str, check: str, pipeline=ORDERS) -> dict[str, str]:
     """Each day's status in the check's Partitions view (SUCCEEDED, FAILED, SKIPPED, ...; a day absent reads as
     missing), computed as the webserver computes it: a result counts only while it targets the day's latest
     materialization. The browser tests check the view itself."""
@@ -84,7 +84,7 @@ def check_partition_statuses(instance, table: str, check: str) -> dict[str, str]
     from exact_backfills.dagster_private import AssetCheckState, bulk_update_asset_check_state
 
     key = AssetCheckKey(AssetKey(table), check)
-    partitions = ORDERS.partitions.definition
+    partitions = pipeline.partitions.definition
     state = bulk_update_asset_check_state(instance, [(key, partitions)], {key: AssetCheckState.empty()})[key]
     return {
         day: status.value
