@@ -622,3 +622,32 @@ def test_a_commits_columns_go_on_the_materialization_dagster_records_last_only()
     assert carrying(columns_on_the_newest(with_columns([day(2), day(4)]), set())) == [day(4)]
     kept = columns_on_the_newest(with_columns([day(0), day(1)]), in_range)
     assert all(m["rows_written"] == 1 for m in kept.values()) and columns_on_the_newest({}, in_range) == {}
+
+
+def test_the_live_demos_outbox_delivers_each_nights_batches_whole_and_no_later_ones(tmp_path):
+    """A batch folder is moved into the landing in one rename, with its files, once its night has come."""
+    from exact_backfills.live import Outbox, Plan
+    from tests.support.lake import environment
+
+    outbox = Outbox(tmp_path / "outbox")
+    for source in ORDERS.sources:
+        for n in (1, 2, 3):
+            batch = outbox.root / "landing" / source.name / f"ingest_date={day(n)}"
+            batch.mkdir(parents=True)
+            (batch / "part-0.parquet").write_text(source.name)
+    with environment(LAKE_ROOT=str(tmp_path / "lake")):
+        delivered = outbox.deliver(ORDERS, through=day(2))
+    assert delivered == [f"{s.name}/ingest_date={day(n)}" for s in ORDERS.sources for n in (1, 2)]
+    for source in ORDERS.sources:
+        landed = tmp_path / "lake" / "landing" / source.name
+        assert sorted(p.parent.name for p in landed.glob("*/part-0.parquet")) == [
+            f"ingest_date={day(n)}" for n in (1, 2)
+        ]
+        assert [p.name for p in (outbox.root / "landing" / source.name).iterdir()] == [f"ingest_date={day(3)}"]
+    plan = Plan(first_day=day(0), first_live_day=day(3), days=3, late=2)
+    assert plan.live_days == [day(3), day(4), day(5)] and [plan.is_late(d) for d in plan.live_days] == [
+        False,
+        True,
+        False,
+    ]
+    assert not any(Plan(day(0), day(3), 3, late=0).is_late(d) for d in plan.live_days)
