@@ -281,21 +281,32 @@ def _new_home(home: Path) -> None:
 
 
 def _serve(home: Path, port: int, workspace: Path) -> subprocess.Popen:
-    """The embedded UI and its daemon (exact_backfills/ui_server.py), in a process group of their own."""
+    """The embedded UI and its daemon (exact_backfills/ui_server.py), in a process group of their own, able to stop on
+    SIGTERM even when started from a process that ignores SIGINT (STOPPABLE)."""
+    from resources.engine import STOPPABLE
+
+    listen = ["--listen", f"127.0.0.1:{port}", str(workspace)]
     return subprocess.Popen(
-        [sys.executable, "-m", "exact_backfills.ui_server", "--listen", f"127.0.0.1:{port}", str(workspace)],
+        [*STOPPABLE, sys.executable, "-m", "exact_backfills.ui_server", *listen],
         cwd=os.environ["DAGSTER_HOME"],
         start_new_session=True,
     )
 
 
 def _stop(ui: subprocess.Popen) -> None:
-    if ui.poll() is None:
+    """The UI's whole group: asked to stop, then whatever of it is left (a code server, a run) killed."""
+    try:
         os.killpg(ui.pid, signal.SIGTERM)
-        try:
-            ui.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(ui.pid, signal.SIGKILL)
+        ui.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        pass
+    except ProcessLookupError:
+        return
+    try:
+        os.killpg(ui.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    ui.wait()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -33,6 +33,21 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _processes_of(home: Path) -> list[str]:
+    """The processes whose environment names `home` (the demo's and the UI's, the daemon's, the runs'), but the warm
+    Spark engine, which outlives them when the demo started it (`engine stop` stops it)."""
+    found = []
+    for process in Path("/proc").iterdir():
+        try:
+            named = process.name.isdigit() and str(home).encode() in (process / "environ").read_bytes()
+            command = (process / "cmdline").read_bytes().replace(b"\0", b" ").decode() if named else ""
+        except OSError:  # ended meanwhile, or another user's
+            continue
+        if named and "exact-backfills-engine" not in command:
+            found.append(command)
+    return found
+
+
 def _until(demo: subprocess.Popen, log: Path, line: str, timeout: float) -> list[str]:
     """What the demo said (into `log`) up to a line holding `line`."""
     deadline = time.monotonic() + timeout
@@ -73,6 +88,8 @@ def test_the_live_demo_publishes_each_day_by_its_daily_run_and_shows_the_night_t
     finally:
         os.killpg(demo.pid, signal.SIGTERM)
         demo.wait(timeout=60)
+    # Stopped, it leaves nothing of its own running: the UI, its daemon and code servers were stopped with it
+    assert _processes_of(home) == []
     assert f"live: 2 days lived; published after their deadline: {LIVE_DAYS[1]}" in said, said
     assert f"live: {LIVE_DAYS[0]}: published by its daily run (success)" in said, said
     assert f"live: {LIVE_DAYS[1]}: published by its daily run (success) late: the daemon was down" in said, said
