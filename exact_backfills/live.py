@@ -115,22 +115,27 @@ class SimulatedDays:
             time.sleep(0.5)
         raise TimeoutError(f"the late-data sensor restated nothing in {timeout:.0f} s")
 
-    def schedule(self, name: str, running: bool) -> None:
+    def schedule(self, name: str, running: bool, timeout: float = 60) -> None:
         """Starts or stops a schedule, as its toggle in the UI does; until its state says so a second later (a scheduler
-        iteration under way when a schedule stops writes its state back as it read it)."""
+        iteration under way when a schedule stops writes its state back as it read it). A toggle the webserver fails
+        (an error of its own, under load) is tried again."""
         selector = {"repositoryLocationName": LOCATION, "repositoryName": "__repository__", "scheduleName": name}
-        wanted = "RUNNING" if running else "STOPPED"
-        for _ in range(10):
-            if running:
-                self.ui.graphql(START_SCHEDULE, {"selector": selector})
-            else:
-                schedule_id = self.ui.graphql(SCHEDULE, {"selector": selector})["scheduleOrError"]["id"]
-                self.ui.graphql(STOP_SCHEDULE, {"id": schedule_id})
+        wanted, failed = ("RUNNING" if running else "STOPPED"), ""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                if running:
+                    self.ui.graphql(START_SCHEDULE, {"selector": selector})
+                else:
+                    schedule_id = self.ui.graphql(SCHEDULE, {"selector": selector})["scheduleOrError"]["id"]
+                    self.ui.graphql(STOP_SCHEDULE, {"id": schedule_id})
+            except (OSError, LiveError) as error:
+                failed = f": the webserver said {str(error)[:300]}"
             time.sleep(1.5)
             state = self.ui.graphql(SCHEDULE, {"selector": selector})["scheduleOrError"]["scheduleState"]
             if state["status"] == wanted:
                 return
-        raise AssertionError(f"{name} is not {wanted}")
+        raise AssertionError(f"{name} is not {wanted} after {timeout:.0f} s{failed}")
 
 
 @dataclass(frozen=True)
