@@ -36,7 +36,8 @@ def first_published(spark: SparkSession, pipeline: Pipeline, table: str, days: l
     wanted = F.col("partition").between(min(days), max(days))
     per_day = trail.groupBy(F.when(wanted, F.col("partition")).alias("partition")).agg(first.alias("first")).collect()
     found = {r["partition"]: datetime.fromtimestamp(r["first"], UTC) for r in per_day if r["first"] is not None}
-    of_days = {d: t for d, t in found.items() if d in set(days)}
+    wanted_days = set(days)
+    of_days = {d: t for d, t in found.items() if d in wanted_days}
     return FirstPublished(of_days, min(found.values(), default=None))
 
 

@@ -264,11 +264,10 @@ def _missed(pipeline: Pipeline, plan: Plan) -> list[date]:
     from resources.spark import get_spark
 
     spark = get_spark()
-    days = set(plan.live_days)
-    late = set()
+    late: set[date] = set()
     for table in pipeline.publish_order:
         late |= {o.day for o in deadlines.outcomes(spark, pipeline, table, plan.live_days) if not o.passed}
-    return sorted(late & days)
+    return sorted(late)
 
 
 # The marker of a folder the live demo made: the only kind it empties before a new start.
