@@ -189,6 +189,15 @@ APPLICATION_CONFIG = {
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
     "spark.ui.showConsoleProgress": "false",
     "spark.ui.enabled": "false",
+    # A warm engine lives for days and serves any lake. Delta keeps each table it has read (its log, its state and the
+    # plans over them) for an hour after its last use: the tests' hundreds of small lakes kept 1.3 GB of the engine's
+    # heap alive, and its collector's pauses stopped every process it served. A table in use is read within minutes.
+    "spark.databricks.delta.delta.log.cacheRetentionMinutes": "10",
+    # With no UI, what Spark's status store keeps of finished jobs, stages, tasks and queries is for nobody.
+    "spark.ui.retainedJobs": "50",
+    "spark.ui.retainedStages": "50",
+    "spark.ui.retainedTasks": "1000",
+    "spark.sql.ui.retainedExecutions": "50",
 }
 
 
