@@ -187,65 +187,55 @@ def test_two_drivers_committing_to_one_table_at_once_lose_no_commit(spark, built
         assert day_sha256(spark)[STG_ORDER_ITEMS] == rows_before  # each rewrote its days with what they held
 
 
-_WRITE_VERSION_0_AGAIN = """
-import sys
-from resources.lake import table_path
-from resources.spark import get_spark
-spark = get_spark()
-jvm = spark.sparkContext._jvm
-conf = spark.sparkContext._jsc.hadoopConfiguration()
-entry = jvm.org.apache.hadoop.fs.Path(table_path("stg_order_items") + "/_delta_log/" + "0" * 20 + ".json")
-fs = entry.getFileSystem(conf)
-def content():
-    stream = fs.open(entry)
-    try:
-        return bytes(stream.readAllBytes())
-    finally:
-        stream.close()
-before = content()
-# "own": the entry it holds, as a retried PUT of the same commit sends it; "other": another commit of that version.
-lines = before.decode().splitlines() if sys.argv[1] == "own" else ['{"commitInfo":{}}']
-actions = jvm.java.util.ArrayList()
-for line in lines:
-    actions.add(line)
-store = jvm.exactbackfills.ConditionalPutLogStore(conf)
-try:
-    store.write(entry, actions.iterator(), False, conf)
-except Exception as error:
-    print("refused:", error.java_exception.toString() if hasattr(error, "java_exception") else repr(error))
-else:
-    print("accepted")
-print("unchanged" if content() == before else "CHANGED")
-"""
+def _write_version_0_again(lakes, object_store, classes: Path, whose: str) -> tuple[list[str], bool]:
+    """Version 0 of stg_order_items written again through the project's log store, as Delta calls it, in a JVM of its
+    own: "own", the entry it holds (as a retried PUT of the same commit sends it), or "other", another commit of that
+    version. What the call said (tests/support/PutLogEntry.java), and whether the entry is unchanged."""
+    from resources.settings import settings
+    from resources.spark import LOG_STORE_CLASS, object_store_config
+    from tests.support import java_harness
 
-
-def _write_version_0_again(lakes, whose: str) -> str:
-    env = {**lakes["s3"], "SPARK_ENGINE": "in-process"}
+    with environment(LAKE_ROOT=lakes["s3"]["LAKE_ROOT"]):
+        entry = storage.join(table_path(STG_ORDER_ITEMS), "_delta_log", f"{0:020d}.json")
+        before = storage.read_bytes(entry)
+        hadoop = java_harness.hadoop_settings(object_store_config(settings()))
+    lines = before.decode().splitlines() if whose == "own" else ['{"commitInfo":{}}']
     done = subprocess.run(
-        [sys.executable, "-c", _WRITE_VERSION_0_AGAIN, whose],
-        cwd=REPO_ROOT,
-        env={**os.environ, **env},
+        java_harness.command(classes, "PutLogEntry", LOG_STORE_CLASS, entry, *lines, "--", *hadoop, object_store=True),
+        env={**os.environ, **object_store},
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=120,
     )
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
-    return done.stdout
+    with environment(LAKE_ROOT=lakes["s3"]["LAKE_ROOT"]):
+        return done.stdout.splitlines(), storage.read_bytes(entry) == before
 
 
-def test_the_log_store_refuses_a_commit_whose_version_another_driver_wrote_on_the_servers_word_alone(built):
+@pytest.fixture(scope="module")
+def put_log_entry(tmp_path_factory) -> Path:
+    from tests.support import java_harness
+
+    return java_harness.compiled("PutLogEntry", tmp_path_factory.mktemp("classes"))
+
+
+def test_the_log_store_refuses_a_commit_whose_version_another_driver_wrote_on_the_servers_word_alone(
+    built, object_store, put_log_entry
+):
     """ConditionalPutLogStore makes no check of its own that a version exists (which another driver could pass at the
     same time): writing version 0 again is refused by the S3 server's answer to the conditional PUT. Fails loudly if
     Hadoop's S3A or the server stop honouring it."""
-    said = _write_version_0_again(built, "other")
-    assert "refused:" in said and "FileAlreadyExistsException" in said and "unchanged" in said, said
+    said, unchanged = _write_version_0_again(built, object_store, put_log_entry, "other")
+    assert said == ["refused", "holds another"] and unchanged, said
 
 
-def test_a_retried_put_of_the_same_commit_is_its_own_and_accepted_without_a_second_commit(built):
+def test_a_retried_put_of_the_same_commit_is_its_own_and_accepted_without_a_second_commit(
+    built, object_store, put_log_entry
+):
     """A PUT whose answer was lost is retried and refused (the version exists): it holds this commit's own entry, byte
     for byte, so the commit succeeded once; reported as a conflict, Delta would commit it again at the next version."""
-    said = _write_version_0_again(built, "own")
-    assert "accepted" in said and "unchanged" in said, said
+    said, unchanged = _write_version_0_again(built, object_store, put_log_entry, "own")
+    assert said == ["committed", "holds this entry"] and unchanged, said
 
 
 def test_another_user_lists_and_reads_nothing_of_the_object_store(built):
@@ -309,7 +299,7 @@ def test_an_object_store_honouring_conditional_puts_is_checked_once_per_process_
     assert counted.conditional_puts == 2  # one check: its sentinel's two PUTs
 
 
-def test_a_conditional_put_answered_409_is_sent_again_and_its_entry_counted_made_once(object_store, tmp_path):
+def test_a_conditional_put_answered_409_is_sent_again_and_its_entry_counted_made_once(object_store, put_log_entry):
     """AWS S3 may answer 409 ConditionalRequestConflict to a conditional PUT that met another; here after the entry
     was written (the proxy forwards the PUT, then answers 409), the case where the 409 hides a commit made. The log
     store sends the PUT again, is refused with 412, reads the entry back, finds it its own: the commit is made, once,
@@ -319,7 +309,6 @@ def test_a_conditional_put_answered_409_is_sent_again_and_its_entry_counted_made
     from tests.support import java_harness
 
     entry = f"s3a://{object_store['LAKE_ROOT'].split('/')[2]}/tests-{uuid.uuid4().hex[:12]}/_delta_log/{0:020d}.json"
-    classes = java_harness.compiled("PutLogEntry", tmp_path / "classes")
     conflicting = Misbehaviour(conflicts=1)
     with misbehaving(object_store["AWS_ENDPOINT_URL"], conflicting) as server:
         with environment(**{**object_store, "AWS_ENDPOINT_URL": server}):
@@ -327,7 +316,7 @@ def test_a_conditional_put_answered_409_is_sent_again_and_its_entry_counted_made
         line = json.dumps({"commitInfo": {"userMetadata": uuid.uuid4().hex}})
         done = subprocess.run(
             java_harness.command(
-                classes, "PutLogEntry", LOG_STORE_CLASS, entry, line, "--", *hadoop, object_store=True
+                put_log_entry, "PutLogEntry", LOG_STORE_CLASS, entry, line, "--", *hadoop, object_store=True
             ),
             env={**os.environ, **object_store},
             capture_output=True,

@@ -11,19 +11,21 @@ import org.apache.hadoop.fs.Path;
  * Prints what the call said, "committed", "refused" (FileAlreadyExistsException) or "failed CLASS", then what the
  * entry holds: "holds this entry" or "holds another".
  *
- * <p>Arguments: STORE_CLASS PATH LINE [-- HADOOP_KEY=VALUE...]
+ * <p>Arguments: STORE_CLASS PATH LINE... [-- HADOOP_KEY=VALUE...]
  */
 public class PutLogEntry {
   public static void main(String[] args) throws Exception {
     Configuration conf = new Configuration();
-    for (int i = List.of(args).indexOf("--") + 1; i > 0 && i < args.length; i++) {
+    int end = List.of(args).indexOf("--");
+    List<String> lines = List.of(args).subList(2, end < 0 ? args.length : end);
+    for (int i = end + 1; i > 0 && i < args.length; i++) {
       String[] setting = args[i].split("=", 2);
       conf.set(setting[0], setting[1]);
     }
     LogStore store = (LogStore) Class.forName(args[0]).getConstructor(Configuration.class).newInstance(conf);
     Path path = new Path(args[1]);
     try {
-      store.write(path, List.of(args[2]).iterator(), false, conf);
+      store.write(path, lines.iterator(), false, conf);
       System.out.println("committed");
     } catch (FileAlreadyExistsException refused) {
       System.out.println("refused");
@@ -32,7 +34,7 @@ public class PutLogEntry {
     }
     try (InputStream in = path.getFileSystem(conf).open(path)) {
       String held = new String(in.readAllBytes(), StandardCharsets.UTF_8);
-      System.out.println(held.equals(args[2] + "\n") ? "holds this entry" : "holds another");
+      System.out.println(held.equals(String.join("\n", lines) + "\n") ? "holds this entry" : "holds another");
     }
   }
 }
