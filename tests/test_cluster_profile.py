@@ -50,7 +50,6 @@ from tests.support.lake import (
 from tests.support.late_batches import (
     assert_rewrote_exactly,
     land_batch,
-    new_items,
     next_batch_day,
     snapshot,
     three_corrected_and_two_late_days,
@@ -235,14 +234,15 @@ def test_a_chunked_range_backfill_on_the_cluster_is_recorded_in_postgresql_and_p
     assert all(rows(spark, t) for t in PUBLISH_ORDER)
 
 
-def test_late_rows_are_restated_by_the_sensor_on_exactly_their_days_ending_equal_to_a_local_build(
+def test_late_rows_restated_by_the_sensor_on_exactly_their_days_equal_a_local_build_and_roll_back_until_released(
     spark, built, tmp_path
 ):
     """The backfill's days the late batch leaves alone and the days it restates, equal to a from-scratch build on a
-    local lake: one build for both (a build is a minute of this module)."""
+    local lake: one build for both (a build is a minute of this module). Then the sensor's restatement rolled back on
+    the cluster: every table's every day as before it, held, and their release publishes them again."""
     env, instance, _ = built
     items, expected = three_corrected_and_two_late_days(spark, START)
-    before = snapshot(spark)
+    before, before_sha = snapshot(spark), day_sha256(spark)
     land_batch(spark, items, next_batch_day())
     state = landing_state(ORDERS)
     daemon = subprocess.Popen(
@@ -281,6 +281,14 @@ def test_late_rows_are_restated_by_the_sensor_on_exactly_their_days_ending_equal
     assert local[1] == on_cluster[1]  # the SHA-256 of every table's every day
     assert local[0] == on_cluster[0]  # and so every row
 
+    restated = day_sha256(spark)
+    days = ["--start", str(min(expected)), "--end", str(max(expected))]
+    said = succeeded(command(env, "rollback", "--asset", FACT_ORDER_ITEM, *days, "--before-run", finished[0].run_id))
+    assert "the days are held" in said, said
+    assert day_sha256(spark) == before_sha  # every table, every day: as before the restatement
+    succeeded(command(env, "release", *days))
+    assert day_sha256(spark) == restated  # as restated again, equal to the local build
+
 
 def test_a_blocking_failure_on_the_cluster_publishes_nothing(spark, built):
     env, _, _ = built
@@ -298,29 +306,6 @@ def test_a_blocking_failure_on_the_cluster_publishes_nothing(spark, built):
     # The documented recovery: backfill the day from the landing, which rebuilds staging too.
     succeeded(command(env, "backfill", "--start", str(day), "--end", str(day)))
     assert duplicate_keys(spark, STG_ORDER_ITEMS) == 0
-
-
-def test_a_restatement_rolled_back_on_the_cluster_restores_its_days_and_their_release_publishes_them_again(
-    spark, built
-):
-    env, instance, _ = built
-    late = [START + timedelta(days=14), START + timedelta(days=15)]
-    before = day_sha256(spark)
-    land_batch(spark, [r for i, d in enumerate(late) for r in new_items(d, 9_500_000 + 100 * i, 2)], next_batch_day())
-    succeeded(command(env, "restate"))
-    restated = day_sha256(spark)
-    changed = {d for d, sha in restated[FACT_ORDER_ITEM].items() if before[FACT_ORDER_ITEM].get(d) != sha}
-    assert changed == set(late)
-    restatement = instance.get_runs(RunsFilter(job_name=RESTATE_JOB, statuses=[DagsterRunStatus.SUCCESS]), limit=1)[0]
-    days = ["--start", str(late[0]), "--end", str(late[-1])]
-
-    said = succeeded(command(env, "rollback", "--asset", FACT_ORDER_ITEM, *days, "--before-run", restatement.run_id))
-    assert "the days are held" in said, said
-    assert day_sha256(spark) == before  # every table, every day: as before the restatement
-
-    succeeded(command(env, "release", *days))
-    # As restated again (that a restatement on the cluster equals a from-scratch build, the sensor's test shows)
-    assert day_sha256(spark) == restated
 
 
 def test_two_backfills_launched_at_once_on_the_cluster_lose_no_commit_and_change_nothing(spark, built):
