@@ -238,8 +238,8 @@ def test_late_rows_restated_by_the_sensor_on_exactly_their_days_equal_a_local_bu
     spark, built, tmp_path
 ):
     """The backfill's days the late batch leaves alone and the days it restates, equal to a from-scratch build on a
-    local lake: one build for both (a build is a minute of this module). Then the sensor's restatement rolled back on
-    the cluster: every table's every day as before it, held, and their release publishes them again."""
+    local lake: one build for both (a build is a minute of this module). Then one of its days rolled back on the
+    cluster: as before the restatement in every table, held, and its release publishes it again."""
     env, instance, _ = built
     items, expected = three_corrected_and_two_late_days(spark, START)
     before, before_sha = snapshot(spark), day_sha256(spark)
@@ -281,12 +281,20 @@ def test_late_rows_restated_by_the_sensor_on_exactly_their_days_equal_a_local_bu
     assert local[1] == on_cluster[1]  # the SHA-256 of every table's every day
     assert local[0] == on_cluster[0]  # and so every row
 
-    restated = day_sha256(spark)
-    days = ["--start", str(min(expected)), "--end", str(max(expected))]
-    said = succeeded(command(env, "rollback", "--asset", FACT_ORDER_ITEM, *days, "--before-run", finished[0].run_id))
+    # One of its late days rolled back: that day of every table as before the restatement, every other day as restated
+    restated, late = day_sha256(spark), START + timedelta(days=20)
+    assert late in expected
+    day = ["--start", str(late), "--end", str(late)]
+    said = succeeded(command(env, "rollback", "--asset", FACT_ORDER_ITEM, *day, "--before-run", finished[0].run_id))
     assert "the days are held" in said, said
-    assert day_sha256(spark) == before_sha  # every table, every day: as before the restatement
-    succeeded(command(env, "release", *days))
+    assert day_sha256(spark) == {
+        t: {
+            **{d: sha for d, sha in days.items() if d != late},
+            **{d: sha for d, sha in before_sha[t].items() if d == late},
+        }
+        for t, days in restated.items()
+    }
+    succeeded(command(env, "release", *day))
     assert day_sha256(spark) == restated  # as restated again, equal to the local build
 
 
