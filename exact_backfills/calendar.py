@@ -54,6 +54,12 @@ class Calendar:
         """When `day` closes: its end in the calendar's timezone, plus `closes_after`."""
         return clock.end_of(day, self.timezone) + self.closes_after
 
+    def publishes(self, day: date, at: datetime) -> bool:
+        """Whether a write at `at` publishes `day`: from the day's end on. Before it, the day is in the making: a late
+        row of an earlier day restates the days of a window that holds it, today's included, and that is not its
+        publication (nor what its deadline asks for)."""
+        return at >= clock.end_of(day, self.timezone)
+
     def deadline(self, day: date) -> datetime | None:
         """When `day` must be published by (None: no deadline): `publish_by` after its end on the wall clock of the
         calendar's timezone, so that 06:00 the next morning stays 06:00 on the morning of a daylight-saving change."""

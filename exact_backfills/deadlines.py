@@ -1,5 +1,5 @@
 """Each day's deadline, checked against when each table first published the day (its earliest row in the audit
-trail): at the write that publishes it, and by `check` on what is published."""
+trail from the day's end on): at the write that publishes it, and by `check` on what is published."""
 
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
@@ -25,19 +25,25 @@ class FirstPublished:
 
 
 def first_published(spark: SparkSession, pipeline: Pipeline, table: str, days: list[date]) -> FirstPublished:
-    """When `table` first published each of `days` that it has published, and any day at all (under its former name
-    too, if renamed)."""
-    if not days:
+    """When `table` first published each of `days` that it has published (`Calendar.publishes`), and any day at all
+    (under its former name too, if renamed)."""
+    calendar = pipeline.calendar
+    if not days or calendar is None:
         return FirstPublished({}, None)
     names = [table, *([pipeline.renamed[table]] if table in pipeline.renamed else [])]  # a rename's first too
     trail = audit.read(spark, pipeline.name).where(F.col("asset").isin(names))
     # as epoch seconds: a collected timestamp would be read in the local timezone of this process
-    first = F.min(F.unix_timestamp("ended_at"))
-    wanted = F.col("partition").between(min(days), max(days))
-    per_day = trail.groupBy(F.when(wanted, F.col("partition")).alias("partition")).agg(first.alias("first")).collect()
+    at = F.unix_timestamp("ended_at")
+    ends = spark.createDataFrame(
+        [(d, int(clock.end_of(d, calendar.timezone).timestamp())) for d in set(days)], "day date, day_end long"
+    )
+    # Each write in one group: its day's, once the day has ended; else the rest's, so that the least of every
+    # group's first is the table's first.
+    counted = F.when(at >= F.col("day_end"), F.col("partition")).alias("partition")
+    with_ends = trail.join(F.broadcast(ends), trail["partition"] == ends["day"], "left")
+    per_day = with_ends.groupBy(counted).agg(F.min(at).alias("first")).collect()
     found = {r["partition"]: datetime.fromtimestamp(r["first"], UTC) for r in per_day if r["first"] is not None}
-    wanted_days = set(days)
-    of_days = {d: t for d, t in found.items() if d in wanted_days}
+    of_days = {d: t for d, t in found.items() if d is not None}
     return FirstPublished(of_days, min(found.values(), default=None))
 
 
@@ -66,7 +72,7 @@ def outcomes(
     for day in days:
         deadline = calendar.deadline(day)
         assert deadline is not None
-        times = [t for t in (earlier.days.get(day), published_now) if t is not None]
+        times = [t for t in (earlier.days.get(day), published_now) if t is not None and calendar.publishes(day, t)]
         found.append(checks.deadline.outcome(day, deadline, min(times, default=None), landed, now, table_first))
     return found
 

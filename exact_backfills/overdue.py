@@ -3,7 +3,7 @@ that, once a day's deadline has passed, records a failing `published_by_deadline
 published the day ("not published yet", how late). The run that publishes the day later records its own result,
 late by how much and why, which Dagster shows in its place."""
 
-from datetime import date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 
 from dagster import DefaultSensorStatus, SensorDefinition, SensorEvaluationContext, SkipReason, sensor
 
@@ -28,6 +28,10 @@ def _passed(calendar: Calendar, day: date, at: datetime) -> bool:
     return deadline is not None and deadline < at
 
 
+def _instant(timestamp: float) -> datetime:
+    return datetime.fromtimestamp(timestamp, UTC)
+
+
 def overdue_sensor(pipeline: Pipeline) -> SensorDefinition:
     calendar = pipeline.calendar
     assert calendar is not None and calendar.publish_by is not None
@@ -47,7 +51,9 @@ def overdue_sensor(pipeline: Pipeline) -> SensorDefinition:
             return SkipReason("no deadline passed since the last tick")
         missed = 0
         for table in pipeline.publish_order:
-            published = checks.latest_materializations(context.instance, table, days)
+            latest = checks.latest_materializations(context.instance, table, days).items()
+            # A day written only while it was in the making (a window's restatement) is not published
+            published = {d for d, m in latest if calendar.publishes(date.fromisoformat(d), _instant(m.timestamp))}
             outcomes = [
                 checks.deadline.outcome(d, calendar.deadline(d) or at, None, None, at)
                 for d in days

@@ -212,6 +212,19 @@ def test_a_day_is_late_when_first_published_after_its_deadline_or_not_published_
     assert found.metadata["deadline"] == "2025-03-10 10:00 UTC"
 
 
+@pytest.mark.parametrize(
+    ("written_at", "publishes"),
+    [
+        (_at("2025-03-09T23:59", NEW_YORK), False),  # the day in the making: a window's restatement reaching it
+        (_at("2025-03-10T00:00", NEW_YORK), True),  # its end in New York, an hour earlier in UTC than the day before
+        (_at("2025-03-10T03:59"), False),  # 23:59 EDT
+        (_at("2025-03-10T09:00", NEW_YORK), True),
+    ],
+)
+def test_a_write_publishes_a_day_from_its_end_on_not_while_the_day_is_in_the_making(written_at, publishes):
+    assert OPEN.publishes(date(2025, 3, 9), written_at) is publishes
+
+
 def _evaluations(instance) -> dict[tuple[str, str], tuple[bool, str]]:
     from dagster import DagsterEventType, EventRecordsFilter
 

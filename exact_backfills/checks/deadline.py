@@ -1,7 +1,8 @@
 """published_by_deadline: a day was first published by its deadline (the calendar's `publish_by` after the day's end
 in the pipeline's timezone), or how late it was and why; a day not published yet fails once its deadline has passed.
-Restating a day later is not lateness: the day's first publication is what counts. A day due before its table was
-first published is its history (built when the table was, not late): it passes, saying so."""
+Restating a day later is not lateness: the day's first publication is what counts, from the day's end on (a write
+before it, a window's restatement reaching the day in the making, is not its publication). A day due before its table
+was first published is its history (built when the table was, not late): it passes, saying so."""
 
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
@@ -13,7 +14,8 @@ PUBLISHED_BY_DEADLINE = "published_by_deadline"
 DEADLINE = Check(
     PUBLISHED_BY_DEADLINE,
     "Fails on a day first published after its deadline (the calendar's publish_by after the day's end in the "
-    "pipeline's timezone), or not published when its deadline has passed. Metadata: deadline, first_published, "
+    "pipeline's timezone; a write before the day ended does not publish it), or not published when its deadline has "
+    "passed. Metadata: deadline, first_published, "
     "late_by, why (its rows landed after the deadline, or they landed in time and its run was late). A day due before "
     "the table was first published is its history and passes.",
 )
