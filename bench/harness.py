@@ -340,12 +340,22 @@ FACT_NET_REWRITTEN = Edit(
 
 def project_with(copy: Path, edit: Edit, base: Path = REPO_ROOT) -> Path:
     """A copy at `copy` of the project at `base` (the repository's by default) with `edit` made."""
+    return edited(project_copy(copy, base), edit)
+
+
+def project_copy(copy: Path, base: Path = REPO_ROOT) -> Path:
+    """A copy at `copy` of the project at `base`: its packages, its instance's configuration and its workspace."""
     for package in ("exact_backfills", "assets_pkg", "examples", "resources"):
         shutil.copytree(base / package, copy / package, ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("dagster.yaml", "dagster-postgres.yaml", "workspace.yaml", "pyproject.toml"):  # the instance's
         shutil.copy(base / name, copy / name)
-    path = copy / edit.module
+    return copy
+
+
+def edited(project: Path, edit: Edit) -> Path:
+    """`project` with `edit` made in place: a code change deployed where its code is served from."""
+    path = project / edit.module
     text = path.read_text()
     assert text.count(edit.old) == 1, f"{edit.old!r} is not in {edit.module} exactly once"
     path.write_text(text.replace(edit.old, edit.new))
-    return copy
+    return project

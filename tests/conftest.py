@@ -21,9 +21,9 @@ settings.load_profile("ci")
 # that drives the daemon beside one that mostly computes. Then the quick loop's (-m "not slow") modules that start
 # Spark, one per worker, so that their JVMs start at once and the other modules fill in around them.
 _LONGEST_FIRST = [
+    "test_ml_stretch.py",
     "test_ui.py",
     "test_late_data.py",
-    "test_simulated_days.py",
     "test_live.py",
     "test_code_changes.py",
     "test_bench.py",

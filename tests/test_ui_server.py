@@ -1,6 +1,6 @@
 """The embedded UI's code servers (exact_backfills/ui_server.py): one per code location a workspace names, shared by
 the webserver and the daemon; a location that is a code server already stays as it is. tests/test_ui.py and
-tests/test_simulated_days.py serve the UI and its daemon from them."""
+tests/test_ml_stretch.py serve the UI and its daemon from them."""
 
 from pathlib import Path
 
