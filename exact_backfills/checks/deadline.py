@@ -15,9 +15,8 @@ DEADLINE = Check(
     PUBLISHED_BY_DEADLINE,
     "Fails on a day first published after its deadline (the calendar's publish_by after the day's end in the "
     "pipeline's timezone; a write before the day ended does not publish it), or not published when its deadline has "
-    "passed. Metadata: deadline, first_published, "
-    "late_by, why (its rows landed after the deadline, or they landed in time and its run was late). A day due before "
-    "the table was first published is its history and passes.",
+    "passed. Metadata: deadline, first_published, late_by, why (its rows landed after the deadline, or they landed in "
+    "time and its run was late). A day due before the table was first published is its history and passes.",
 )
 
 
