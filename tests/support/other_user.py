@@ -29,6 +29,7 @@ def _home() -> Path:
 
 
 def _ids() -> tuple[str, str]:
+    other_user()  # created first: the first call on a fresh machine may come from here
     return (
         subprocess.run(["id", "-u", OTHER_USER], capture_output=True, text=True, check=True).stdout.strip(),
         subprocess.run(["id", "-g", OTHER_USER], capture_output=True, text=True, check=True).stdout.strip(),
