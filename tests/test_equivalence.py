@@ -7,7 +7,10 @@ from-scratch build over the same landing with the code last written, and every c
 CI runs the `ci` profile (a few examples, see conftest.py); `bash scripts/test.sh tests/test_equivalence.py
 --hypothesis-profile soak` runs many (see docs/operations.md)."""
 
+import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
@@ -165,10 +168,23 @@ def apply(spark, instance, step: tuple, order_ids: int, schedule: Schedule) -> N
             late_data.restate(spark, pipeline, before_watermark=crash)
 
 
+@contextmanager
+def _lake_of_its_own(prefix: str) -> Iterator[Path]:
+    """A new lake for one example, removed after it (Hypothesis runs a test's examples in one function scope: no
+    tmp_path of their own)."""
+    lake = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        yield lake
+    finally:
+        shutil.rmtree(lake, ignore_errors=True)
+
+
 @given(seed=st.integers(0, 10_000), schedule=st.lists(operations, min_size=2, max_size=4))
 def test_any_schedule_of_operations_ends_equal_to_a_from_scratch_build_with_every_check_passing(spark, seed, schedule):
-    lake = Path(tempfile.mkdtemp(prefix="equivalence-"))
-    with environment(LAKE_ROOT=str(lake), DAGSTER_HOME=str(lake / "dagster_home")):
+    with (
+        _lake_of_its_own("equivalence-") as lake,
+        environment(LAKE_ROOT=str(lake), DAGSTER_HOME=str(lake / "dagster_home")),
+    ):
         with DagsterInstance.ephemeral() as instance:
             summary = generate(spark, START, END, seed=seed, rows_per_day=4)
             assert run_backfill(
@@ -269,9 +285,11 @@ def apply_ml(spark, instance, step: tuple, n: int) -> None:
 def test_any_schedule_on_the_ml_pipeline_ends_equal_to_a_from_scratch_build_with_every_check_passing(
     spark, seed, schedule
 ):
-    lake = Path(tempfile.mkdtemp(prefix="equivalence-ml-"))
     # The demo's labels land up to 110 days late: a restatement window that holds every landed day.
-    with environment(LAKE_ROOT=str(lake), DAGSTER_HOME=str(lake / "dagster_home"), RESTATEMENT_WINDOW_DAYS="400"):
+    with (
+        _lake_of_its_own("equivalence-ml-") as lake,
+        environment(LAKE_ROOT=str(lake), DAGSTER_HOME=str(lake / "dagster_home"), RESTATEMENT_WINDOW_DAYS="400"),
+    ):
         with DagsterInstance.ephemeral() as instance:
             generate_ml(spark, START, END, seed=seed, rows_per_day=6)
             assert run_backfill(
