@@ -27,8 +27,9 @@ from exact_backfills import landing
 from exact_backfills.calendar import Partitions
 from exact_backfills.declare import BATCH_COLUMN, Pipeline, Source, SourceKind
 from exact_backfills.landing import LandingRead
-from resources.delta_io import is_delta_table
+from resources.delta_io import log_version, newest_log_entry
 from resources.lake import control_path
+from resources.storage import StoredEntry
 
 INDEX_TABLE = "landing_batch_days"
 # On a build's rows, when it has counted them (builds.by_key): how many versions the row's key has. A key of one
@@ -92,11 +93,26 @@ def _dimension_days(
 def indexed(spark: SparkSession, pipeline: Pipeline) -> dict[str, dict[str, set[date]]]:
     """source -> batch -> its days, as indexed (batches not indexed yet are not in it)."""
     index: dict[str, dict[str, set[date]]] = defaultdict(lambda: defaultdict(set))
-    path = control_path(pipeline.name, INDEX_TABLE)
-    if is_delta_table(path):
-        for r in spark.read.format("delta").load(path).collect():
-            index[r.dataset][r.batch.isoformat()].add(r.day)
+    for dataset, batch, day in _rows(spark, control_path(pipeline.name, INDEX_TABLE)):
+        index[dataset][batch].add(day)
     return index
+
+
+# The index's rows as the newest commit of its table left them, by the log file of that commit. A run reads the index
+# up to four times (its estimate, then each source's build), each a Spark job on its main thread: a commit's rows never
+# change, so they are read once per process.
+_read: dict[str, tuple[StoredEntry, list[tuple[str, str, date]]]] = {}
+
+
+def _rows(spark: SparkSession, path: str) -> list[tuple[str, str, date]]:
+    newest = newest_log_entry(path)
+    if newest is None:
+        return []
+    known = _read.get(path)
+    if known is None or known[0] != newest:
+        table = spark.read.format("delta").option("versionAsOf", log_version(newest)).load(path)
+        known = _read[path] = (newest, [(r.dataset, r.batch.isoformat(), r.day) for r in table.collect()])
+    return known[1]
 
 
 def update(

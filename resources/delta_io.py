@@ -195,8 +195,22 @@ _ENTRY = re.compile(r"^(\d{20})\.json$")
 
 def latest_version(path: str) -> int:
     """The newest version in the log of the Delta table at `path` (-1: none), from its folder."""
-    log = storage.listing(storage.join(path, "_delta_log"))
-    return max((int(m.group(1)) for entry in log if (m := _ENTRY.match(entry.name))), default=-1)
+    newest = newest_log_entry(path)
+    return -1 if newest is None else log_version(newest)
+
+
+def newest_log_entry(path: str) -> storage.StoredEntry | None:
+    """The log file of the newest version of the Delta table at `path` (None: no table), from its folder: its size and
+    time tell a table made again at the same path from the one before."""
+    log = [entry for entry in storage.listing(storage.join(path, "_delta_log")) if _ENTRY.match(entry.name)]
+    return max(log, key=log_version, default=None)
+
+
+def log_version(entry: storage.StoredEntry) -> int:
+    """The version a log file of a Delta table commits."""
+    found = _ENTRY.match(entry.name)
+    assert found, entry.path
+    return int(found.group(1))
 
 
 def table_exists(table: str) -> bool:
