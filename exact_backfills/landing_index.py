@@ -99,7 +99,7 @@ def indexed(spark: SparkSession, pipeline: Pipeline) -> dict[str, dict[str, set[
 
 
 # The index's rows as the newest commit of its table left them, by the log file of that commit. A run reads the index
-# up to four times (its estimate, then each source's build), each a Spark job on its main thread: a commit's rows never
+# three times (its estimate, then each source's build), each a Spark job on its main thread: a commit's rows never
 # change, so they are read once per process.
 _read: dict[str, tuple[StoredEntry, list[tuple[str, str, date]]]] = {}
 

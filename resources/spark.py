@@ -274,7 +274,7 @@ def _session_config() -> dict[str, str]:
         "spark.databricks.delta.snapshotPartitions": "2",
         # A table-day is a file of its own, read through its day's partition or joined on its key whole: per-column
         # minimum and maximum statistics skip nothing for these reads, yet every write computes them and every
-        # replay of a table's log parses them (a fifth of the engine's work to commit one day at SF1). The tables
+        # replay of a table's log parses them (a sixth of the engine's CPU to commit one day at SF1). The tables
         # this session creates record each file's row count alone.
         "spark.databricks.delta.properties.defaults.dataSkippingNumIndexedCols": "0",
         # List folders on the driver, which sees the lake's file system: above 32 folders Spark lists them with a job

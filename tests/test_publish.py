@@ -258,7 +258,6 @@ def test_a_rollback_whose_commit_call_fails_after_its_commit_is_made_records_the
 def test_each_tables_files_record_their_row_count_and_no_column_statistics(spark, built):
     """Days are read through their partitions: per-column statistics would skip nothing, yet cost every write and every
     replay of a table's log. The row counts are kept: what a commit says it wrote, day by day, comes from them."""
-
     from resources.delta_io import _commit_entry
     from resources.lake import table_path
 
