@@ -8,7 +8,7 @@ A version's files are kept while the commit that replaced it is within the horiz
 once it has been out of the table for longer), and so is its log (Delta keeps each version after the newest
 checkpoint older than the retention): that commit's time alone decides."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
 from pyspark.sql import SparkSession
@@ -16,8 +16,9 @@ from pyspark.sql import functions as F
 
 from exact_backfills import clock
 from exact_backfills.declare import Pipeline
+from resources import audit
 from resources.delta_io import delta_path, table_exists
-from resources.lake import table_path
+from resources.lake import control_path, table_path
 from resources.settings import settings
 
 RETENTION_PROPERTIES = ("delta.logRetentionDuration", "delta.deletedFileRetentionDuration")
@@ -90,7 +91,11 @@ def refuse_beyond_horizon(spark: SparkSession, table: str, version: int) -> None
 
 
 def _properties(spark: SparkSession, table: str) -> dict[str, str]:
-    detail = spark.sql(f"DESCRIBE DETAIL {delta_path(table_path(table))}").select("properties").collect()
+    return _properties_at(spark, table_path(table))
+
+
+def _properties_at(spark: SparkSession, path: str) -> dict[str, str]:
+    detail = spark.sql(f"DESCRIBE DETAIL {delta_path(path)}").select("properties").collect()
     return dict(detail[0]["properties"] or {})
 
 
@@ -101,10 +106,12 @@ class Vacuumed:
     table: str
     retention_set: bool
     files_removed: int
+    compacted: audit.Compacted | None = None  # the audit trail's, merged before it is vacuumed
 
     def describe(self) -> str:
         retention = f"retention set to {_retention()}; " if self.retention_set else ""
-        return f"{self.table}: {retention}{self.files_removed} file(s) older than the horizon removed"
+        merged = f"{self.compacted.describe()}; " if self.compacted else ""
+        return f"{self.table}: {merged}{retention}{self.files_removed} file(s) older than the horizon removed"
 
 
 # VACUUM lists a table's folders as a job of this many tasks, Spark's default 10,000: 12 s for a table of 90 small
@@ -114,11 +121,17 @@ LISTING_TASKS = "8"
 
 
 def vacuum(spark: SparkSession, pipeline: Pipeline) -> list[Vacuumed]:
-    """Every table of `pipeline` that exists: its retention set to the horizon, then vacuumed under it."""
+    """Every table of `pipeline` that exists, and its audit trail once its small files are merged
+    (audit.keep_compact): its retention set to the horizon, then vacuumed under it."""
     before = spark.conf.get(LISTING_PARALLELISM)
     spark.conf.set(LISTING_PARALLELISM, LISTING_TASKS)  # the session's own: a warm engine's other clients keep theirs
     try:
-        return [_vacuum(spark, table) for table in pipeline.every_table if table_exists(table)]
+        done = [_vacuum(spark, table, table_path(table)) for table in pipeline.every_table if table_exists(table)]
+        compacted = audit.keep_compact(spark, pipeline.name)
+        if compacted is not None:
+            trail = _vacuum(spark, audit.AUDIT_TABLE, control_path(pipeline.name, audit.AUDIT_TABLE))
+            done.append(replace(trail, compacted=compacted))
+        return done
     finally:
         if before is None:
             spark.conf.unset(LISTING_PARALLELISM)
@@ -126,9 +139,9 @@ def vacuum(spark: SparkSession, pipeline: Pipeline) -> list[Vacuumed]:
             spark.conf.set(LISTING_PARALLELISM, before)
 
 
-def _vacuum(spark: SparkSession, table: str) -> Vacuumed:
-    path = delta_path(table_path(table))
-    properties, retention = _properties(spark, table), _retention()
+def _vacuum(spark: SparkSession, table: str, at: str) -> Vacuumed:
+    path = delta_path(at)
+    properties, retention = _properties_at(spark, at), _retention()
     retention_set = any(properties.get(p) != retention for p in RETENTION_PROPERTIES)
     if retention_set:
         assigned = ", ".join(f"'{p}' = '{retention}'" for p in RETENTION_PROPERTIES)

@@ -10,7 +10,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.window import Window
 
-from resources.delta_io import day_filter, is_delta_table
+from resources.delta_io import day_filter, delta_path, is_delta_table
 from resources.lake import control_path
 
 AUDIT_TABLE = "backfill_audit"
@@ -60,13 +60,52 @@ class AuditRow:
     code_version: str | None = None
 
 
+# The trail gains a file per asset at every run, for as long as the pipeline lives, and every run reads it for its own
+# days. Its files record the days they hold (statistics on `partition`; the project's tables record none), so such a
+# read skips the files of other days; and Delta merges an asset's small files once they are many (its auto
+# compaction, after a commit), so the log a read replays stays short. Set when the trail is made; an older trail gets
+# them from the vacuum (`keep_compact`).
+TRAIL_PROPERTIES = {
+    "delta.dataSkippingStatsColumns": "partition",
+    "delta.autoOptimize.autoCompact": "true",
+}
+
+
 def append(spark: SparkSession, pipeline: str, rows: list[AuditRow]) -> None:
     """Blind appends: concurrent runs never conflict on the audit table."""
     if rows:
         df = spark.createDataFrame([tuple(asdict(r).values()) for r in rows], SCHEMA)
         # A trail written before a column was added takes it (its earlier rows read null there).
         writer = df.write.format("delta").mode("append").option("mergeSchema", "true").partitionBy("asset")
-        writer.save(control_path(pipeline, AUDIT_TABLE))
+        writer.options(**TRAIL_PROPERTIES).save(control_path(pipeline, AUDIT_TABLE))
+
+
+@dataclass(frozen=True)
+class Compacted:
+    """What the vacuum did to a pipeline's trail: whether it set TRAIL_PROPERTIES, and the files it merged."""
+
+    properties_set: bool
+    files_merged: int
+
+    def describe(self) -> str:
+        properties = "its files' day statistics and auto compaction set; " if self.properties_set else ""
+        return f"{properties}{self.files_merged} small file(s) merged"
+
+
+def keep_compact(spark: SparkSession, pipeline: str) -> Compacted | None:
+    """The trail with TRAIL_PROPERTIES (a trail made before them lacks them), its small files merged (OPTIMIZE, which
+    also records the days of the files it writes). None when there is no trail."""
+    path = control_path(pipeline, AUDIT_TABLE)
+    if not is_delta_table(path):
+        return None
+    table = delta_path(path)
+    properties = dict(spark.sql(f"DESCRIBE DETAIL {table}").first()["properties"] or {})
+    missing = {k: v for k, v in TRAIL_PROPERTIES.items() if properties.get(k) != v}
+    if missing:
+        assigned = ", ".join(f"'{k}' = '{v}'" for k, v in missing.items())
+        spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ({assigned})")
+    merged = spark.sql(f"OPTIMIZE {table}").first()["metrics"]["numFilesRemoved"]
+    return Compacted(bool(missing), int(merged or 0))
 
 
 def read(spark: SparkSession, pipeline: str) -> DataFrame:

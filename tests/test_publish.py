@@ -255,6 +255,26 @@ def test_a_rollback_whose_commit_call_fails_after_its_commit_is_made_records_the
     ]
 
 
+def test_the_audit_trails_files_record_the_days_they_hold_and_delta_compacts_them(spark, built):
+    """Every run reads the trail for its own days, and the trail gains a file per table per run for as long as the
+    pipeline lives: each file's smallest and largest day let Delta skip the files of other days, and Delta's auto
+    compaction merges a table's small files once they are many."""
+    from resources import audit
+    from resources.lake import control_path
+
+    path = control_path(ORDERS.name, audit.AUDIT_TABLE)
+    properties = spark.sql(f"DESCRIBE DETAIL delta.`{path}`").first().properties
+    assert {k: properties.get(k) for k in audit.TRAIL_PROPERTIES} == audit.TRAIL_PROPERTIES
+    stats = [
+        json.loads(json.loads(line)["add"]["stats"])
+        for f in sorted(Path(path, "_delta_log").glob("*.json"))
+        for line in f.read_text().splitlines()
+        if line.startswith('{"add"')
+    ]
+    assert stats and all(set(s["minValues"]) == set(s["maxValues"]) == {"partition"} for s in stats)
+    assert all(s["minValues"]["partition"] <= s["maxValues"]["partition"] for s in stats)
+
+
 def test_each_tables_files_record_their_row_count_and_no_column_statistics(spark, built):
     """Days are read through their partitions: per-column statistics would skip nothing, yet cost every write and every
     replay of a table's log. The row counts are kept: what a commit says it wrote, day by day, comes from them."""

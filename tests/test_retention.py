@@ -4,6 +4,7 @@ vacuum sets every table's retention to the horizon and removes nothing younger."
 
 import os
 import time
+from collections import Counter
 from datetime import date, timedelta
 
 import pytest
@@ -14,8 +15,9 @@ from exact_backfills.dagster_names import ALL_ASSETS_JOB, VACUUM_OP
 from exact_backfills.landing import land_batch
 from exact_backfills.location import definitions_of
 from exact_backfills.rollback import RollbackRequest, plan_rollback
-from resources.delta_io import history
-from resources.lake import table_path
+from resources import audit
+from resources.delta_io import delta_path, history
+from resources.lake import control_path, table_path
 from tests.support import visits
 from tests.support.lake import environment
 
@@ -70,18 +72,34 @@ def test_the_vacuum_sets_every_tables_retention_to_the_horizon_and_keeps_what_is
     if not os.path.isdir(table_path("stg_visits")):
         _versions_of_a_day_written_three_times(spark, instance)
     rows_before = spark.read.format("delta").load(table_path("stg_visits")).count()
+    trail_path = control_path(visits.pipeline.name, audit.AUDIT_TABLE)
+    trail = delta_path(trail_path)
+    trail_rows = spark.sql(f"SELECT * FROM {trail}").count()
+    # A trail made before its files recorded their days and Delta compacted them: a file per table per run.
+    spark.sql(f"ALTER TABLE {trail} UNSET TBLPROPERTIES ({', '.join(repr(k) for k in audit.TRAIL_PROPERTIES)})")
+    by_table = Counter(os.path.dirname(f) for f in spark.read.format("delta").load(trail_path).inputFiles())
+    small = sum(n for n in by_table.values() if n > 1)  # what OPTIMIZE merges: a table's files, when it has several
     with environment(ROLLBACK_HORIZON_DAYS="45"):
         first = run_vacuum(visits.pipeline, instance)
         again = run_vacuum(visits.pipeline, instance)
     assert first.success and again.success
-    assert sorted(first.output_for_node(VACUUM_OP)) == [
+    said = sorted(first.output_for_node(VACUUM_OP))
+    assert said[1:] == [
         "quarantine_visits: retention set to interval 45 days; 0 file(s) older than the horizon removed",
         "stg_visits: retention set to interval 45 days; 0 file(s) older than the horizon removed",
     ]
+    assert said[0] == (
+        f"backfill_audit: its files' day statistics and auto compaction set; {small} small file(s) merged; "
+        "retention set to interval 45 days; 0 file(s) older than the horizon removed"
+    )
     assert sorted(again.output_for_node(VACUUM_OP)) == [
+        "backfill_audit: 0 small file(s) merged; 0 file(s) older than the horizon removed",
         "quarantine_visits: 0 file(s) older than the horizon removed",
         "stg_visits: 0 file(s) older than the horizon removed",
     ]
+    properties = spark.sql(f"DESCRIBE DETAIL {trail}").first().properties
+    assert {k: properties.get(k) for k in audit.TRAIL_PROPERTIES} == audit.TRAIL_PROPERTIES
+    assert spark.sql(f"SELECT * FROM {trail}").count() == trail_rows
     detail = spark.sql(f"DESCRIBE DETAIL delta.`{table_path('stg_visits')}`").collect()[0]["properties"]
     assert detail["delta.logRetentionDuration"] == detail["delta.deletedFileRetentionDuration"] == "interval 45 days"
     assert spark.read.format("delta").load(table_path("stg_visits")).count() == rows_before
