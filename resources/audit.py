@@ -99,12 +99,12 @@ def keep_compact(spark: SparkSession, pipeline: str) -> Compacted | None:
     if not is_delta_table(path):
         return None
     table = delta_path(path)
-    properties = dict(spark.sql(f"DESCRIBE DETAIL {table}").first()["properties"] or {})
+    properties = dict(spark.sql(f"DESCRIBE DETAIL {table}").collect()[0]["properties"] or {})
     missing = {k: v for k, v in TRAIL_PROPERTIES.items() if properties.get(k) != v}
     if missing:
         assigned = ", ".join(f"'{k}' = '{v}'" for k, v in missing.items())
         spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ({assigned})")
-    merged = spark.sql(f"OPTIMIZE {table}").first()["metrics"]["numFilesRemoved"]
+    merged = spark.sql(f"OPTIMIZE {table}").collect()[0]["metrics"]["numFilesRemoved"]
     return Compacted(bool(missing), int(merged or 0))
 
 
