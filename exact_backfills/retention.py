@@ -17,7 +17,7 @@ from pyspark.sql import functions as F
 from exact_backfills import clock
 from exact_backfills.declare import Pipeline
 from resources import audit
-from resources.delta_io import delta_path, table_exists
+from resources.delta_io import delta_path, table_exists, table_properties
 from resources.lake import control_path, table_path
 from resources.settings import settings
 
@@ -91,12 +91,7 @@ def refuse_beyond_horizon(spark: SparkSession, table: str, version: int) -> None
 
 
 def _properties(spark: SparkSession, table: str) -> dict[str, str]:
-    return _properties_at(spark, table_path(table))
-
-
-def _properties_at(spark: SparkSession, path: str) -> dict[str, str]:
-    detail = spark.sql(f"DESCRIBE DETAIL {delta_path(path)}").select("properties").collect()
-    return dict(detail[0]["properties"] or {})
+    return table_properties(spark, table_path(table))
 
 
 @dataclass(frozen=True)
@@ -141,7 +136,7 @@ def vacuum(spark: SparkSession, pipeline: Pipeline) -> list[Vacuumed]:
 
 def _vacuum(spark: SparkSession, table: str, at: str) -> Vacuumed:
     path = delta_path(at)
-    properties, retention = _properties_at(spark, at), _retention()
+    properties, retention = table_properties(spark, at), _retention()
     retention_set = any(properties.get(p) != retention for p in RETENTION_PROPERTIES)
     if retention_set:
         assigned = ", ".join(f"'{p}' = '{retention}'" for p in RETENTION_PROPERTIES)

@@ -10,7 +10,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.window import Window
 
-from resources.delta_io import day_filter, delta_path, is_delta_table
+from resources.delta_io import day_filter, delta_path, is_delta_table, table_properties
 from resources.lake import control_path
 
 AUDIT_TABLE = "backfill_audit"
@@ -99,7 +99,7 @@ def keep_compact(spark: SparkSession, pipeline: str) -> Compacted | None:
     if not is_delta_table(path):
         return None
     table = delta_path(path)
-    properties = dict(spark.sql(f"DESCRIBE DETAIL {table}").collect()[0]["properties"] or {})
+    properties = table_properties(spark, path)
     missing = {k: v for k, v in TRAIL_PROPERTIES.items() if properties.get(k) != v}
     if missing:
         assigned = ", ".join(f"'{k}' = '{v}'" for k, v in missing.items())

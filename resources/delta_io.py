@@ -179,6 +179,12 @@ def delta_path(path: str) -> str:
     return "delta.`" + path.replace("`", "``") + "`"
 
 
+def table_properties(spark: SparkSession, path: str) -> dict[str, str]:
+    """The table properties of the Delta table at `path`."""
+    detail = spark.sql(f"DESCRIBE DETAIL {delta_path(path)}").select("properties").collect()
+    return dict(detail[0]["properties"] or {})
+
+
 # A file of a Delta table's log that only a commit writes: a version's entry or a checkpoint of the versions before.
 _COMMITTED = re.compile(r"^\d{20}\.(json|checkpoint\b)")
 
