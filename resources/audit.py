@@ -62,13 +62,13 @@ class AuditRow:
 
 # The trail gains a file per asset at every run, for as long as the pipeline lives, and every run reads it for its own
 # days. Its files record the days they hold (statistics on `partition`; the project's tables record none), so such a
-# read skips the files of other days; and Delta merges an asset's small files once they are many (its auto
-# compaction, after a commit), so the log a read replays stays short. Set when the trail is made; an older trail gets
-# them from the vacuum (`keep_compact`).
-TRAIL_PROPERTIES = {
-    "delta.dataSkippingStatsColumns": "partition",
-    "delta.autoOptimize.autoCompact": "true",
-}
+# read skips the files of other days. Set when the trail is made; an older trail gets it from the vacuum
+# (`keep_compact`), which also merges the trail's small files nightly. Not Delta's auto compaction: in a long-lived
+# engine it rewrote an asset's whole trail after every append (its count of small files is the engine's own, and a
+# compaction's removals bring it to zero, so every append finds the asset never compacted), a second commit per run.
+TRAIL_PROPERTIES = {"delta.dataSkippingStatsColumns": "partition"}
+# What a trail made with auto compaction has, which the vacuum takes off.
+AUTO_COMPACT = "delta.autoOptimize.autoCompact"
 
 
 def append(spark: SparkSession, pipeline: str, rows: list[AuditRow]) -> None:
@@ -82,19 +82,23 @@ def append(spark: SparkSession, pipeline: str, rows: list[AuditRow]) -> None:
 
 @dataclass(frozen=True)
 class Compacted:
-    """What the vacuum did to a pipeline's trail: whether it set TRAIL_PROPERTIES, and the files it merged."""
+    """What the vacuum did to a pipeline's trail: whether it set TRAIL_PROPERTIES, whether it turned Delta's auto
+    compaction off, and the files it merged."""
 
     properties_set: bool
+    auto_compaction_off: bool
     files_merged: int
 
     def describe(self) -> str:
-        properties = "its files' day statistics and auto compaction set; " if self.properties_set else ""
-        return f"{properties}{self.files_merged} small file(s) merged"
+        properties = "its files' day statistics set; " if self.properties_set else ""
+        off = "compaction after every append turned off; " if self.auto_compaction_off else ""
+        return f"{properties}{off}{self.files_merged} small file(s) merged"
 
 
 def keep_compact(spark: SparkSession, pipeline: str) -> Compacted | None:
-    """The trail with TRAIL_PROPERTIES (a trail made before them lacks them), its small files merged (OPTIMIZE, which
-    also records the days of the files it writes). None when there is no trail."""
+    """The trail with TRAIL_PROPERTIES (a trail made before them lacks them) and without auto compaction (a trail made
+    with it has it), its small files merged (OPTIMIZE, which also records the days of the files it writes). None when
+    there is no trail."""
     path = control_path(pipeline, AUDIT_TABLE)
     if not is_delta_table(path):
         return None
@@ -104,8 +108,11 @@ def keep_compact(spark: SparkSession, pipeline: str) -> Compacted | None:
     if missing:
         assigned = ", ".join(f"'{k}' = '{v}'" for k, v in missing.items())
         spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ({assigned})")
+    auto_compacted = AUTO_COMPACT in properties
+    if auto_compacted:
+        spark.sql(f"ALTER TABLE {table} UNSET TBLPROPERTIES ('{AUTO_COMPACT}')")
     merged = spark.sql(f"OPTIMIZE {table}").collect()[0]["metrics"]["numFilesRemoved"]
-    return Compacted(bool(missing), int(merged or 0))
+    return Compacted(bool(missing), auto_compacted, int(merged or 0))
 
 
 def read(spark: SparkSession, pipeline: str) -> DataFrame:

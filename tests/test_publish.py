@@ -255,16 +255,17 @@ def test_a_rollback_whose_commit_call_fails_after_its_commit_is_made_records_the
     ]
 
 
-def test_the_audit_trails_files_record_the_days_they_hold_and_delta_compacts_them(spark, built):
+def test_the_audit_trails_files_record_the_days_they_hold_and_a_run_only_appends_to_it(spark, built):
     """Every run reads the trail for its own days, and the trail gains a file per table per run for as long as the
-    pipeline lives: each file's smallest and largest day let Delta skip the files of other days, and Delta's auto
-    compaction merges a table's small files once they are many."""
+    pipeline lives: each file's smallest and largest day let Delta skip the files of other days. A run's one commit to
+    it is its append: nothing rewrites the trail after it (the vacuum merges its small files)."""
     from resources import audit
     from resources.lake import control_path
 
     path = control_path(ORDERS.name, audit.AUDIT_TABLE)
     properties = spark.sql(f"DESCRIBE DETAIL delta.`{path}`").first().properties
     assert {k: properties.get(k) for k in audit.TRAIL_PROPERTIES} == audit.TRAIL_PROPERTIES
+    assert audit.AUTO_COMPACT not in properties
     stats = [
         json.loads(json.loads(line)["add"]["stats"])
         for f in sorted(Path(path, "_delta_log").glob("*.json"))
@@ -273,6 +274,8 @@ def test_the_audit_trails_files_record_the_days_they_hold_and_delta_compacts_the
     ]
     assert stats and all(set(s["minValues"]) == set(s["maxValues"]) == {"partition"} for s in stats)
     assert all(s["minValues"]["partition"] <= s["maxValues"]["partition"] for s in stats)
+    history = spark.sql(f"DESCRIBE HISTORY delta.`{path}`").collect()
+    assert len(history) > 1 and {(c.operation, c.operationParameters["mode"]) for c in history} == {("WRITE", "Append")}
 
 
 def test_each_tables_files_record_their_row_count_and_no_column_statistics(spark, built):

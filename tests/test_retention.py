@@ -75,8 +75,10 @@ def test_the_vacuum_sets_every_tables_retention_to_the_horizon_and_keeps_what_is
     trail_path = control_path(visits.pipeline.name, audit.AUDIT_TABLE)
     trail = delta_path(trail_path)
     trail_rows = spark.sql(f"SELECT * FROM {trail}").count()
-    # A trail made before its files recorded their days and Delta compacted them: a file per table per run.
+    # A trail made before its files recorded their days, and one made with Delta's auto compaction: a file per table
+    # per run.
     spark.sql(f"ALTER TABLE {trail} UNSET TBLPROPERTIES ({', '.join(repr(k) for k in audit.TRAIL_PROPERTIES)})")
+    spark.sql(f"ALTER TABLE {trail} SET TBLPROPERTIES ('{audit.AUTO_COMPACT}' = 'true')")
     by_table = Counter(os.path.dirname(f) for f in spark.read.format("delta").load(trail_path).inputFiles())
     small = sum(n for n in by_table.values() if n > 1)  # what OPTIMIZE merges: a table's files, when it has several
     with environment(ROLLBACK_HORIZON_DAYS="45"):
@@ -89,7 +91,8 @@ def test_the_vacuum_sets_every_tables_retention_to_the_horizon_and_keeps_what_is
         "stg_visits: retention set to interval 45 days; 0 file(s) older than the horizon removed",
     ]
     assert said[0] == (
-        f"backfill_audit: its files' day statistics and auto compaction set; {small} small file(s) merged; "
+        f"backfill_audit: its files' day statistics set; compaction after every append turned off; {small} small "
+        "file(s) merged; "
         "retention set to interval 45 days; 0 file(s) older than the horizon removed"
     )
     assert sorted(again.output_for_node(VACUUM_OP)) == [
@@ -99,6 +102,7 @@ def test_the_vacuum_sets_every_tables_retention_to_the_horizon_and_keeps_what_is
     ]
     properties = spark.sql(f"DESCRIBE DETAIL {trail}").first().properties
     assert {k: properties.get(k) for k in audit.TRAIL_PROPERTIES} == audit.TRAIL_PROPERTIES
+    assert audit.AUTO_COMPACT not in properties
     assert spark.sql(f"SELECT * FROM {trail}").count() == trail_rows
     detail = spark.sql(f"DESCRIBE DETAIL delta.`{table_path('stg_visits')}`").collect()[0]["properties"]
     assert detail["delta.logRetentionDuration"] == detail["delta.deletedFileRetentionDuration"] == "interval 45 days"
